@@ -1,0 +1,1 @@
+"""Billing: rate cards, cost centers, usage records, ledger, invoices, budgets."""

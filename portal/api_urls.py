@@ -1,0 +1,5 @@
+"""URL patterns of this app."""
+
+from django.urls import URLPattern, URLResolver
+
+urlpatterns: list[URLPattern | URLResolver] = []

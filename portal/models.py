@@ -1,0 +1,32 @@
+"""Accounts: API tokens, stored as SHA-256 hashes (the clear token is shown once)."""
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+def token_hash(raw: str) -> str:
+    """SHA-256 hex digest of a clear token: what the database keeps."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def token_generate() -> str:
+    """A new clear token (shown to its owner once)."""
+    return secrets.token_urlsafe(32)
+
+
+class ApiToken(models.Model):
+    """A personal API token; only its hash and a short prefix (to recognise it) are stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.prefix}…"

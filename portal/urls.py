@@ -1,0 +1,24 @@
+"""URL map: pages per app, the REST API under /api/v1/, the OpenAPI schema and docs."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/v1/", include("portal.api_urls")),
+    path("api/v1/", include("quotas.api_urls")),
+    path("api/v1/", include("quotas.policies.api_urls")),
+    path("api/v1/", include("scheduling.api_urls")),
+    path("api/v1/", include("billing.api_urls")),
+    path("", include("portal.page_urls")),
+    path("", include("quotas.urls")),
+    path("", include("quotas.policies.urls")),
+    path("", include("scheduling.urls")),
+    path("", include("billing.urls")),
+]

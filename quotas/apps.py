@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class QuotasConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "quotas"
+    verbose_name = "Quota tree"

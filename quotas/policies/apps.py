@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class PoliciesConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "quotas.policies"
+    label = "policies"
+    verbose_name = "Policies (CEL)"

@@ -1,0 +1,1 @@
+"""Policies as code (CEL): see the policies issue."""
