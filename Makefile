@@ -31,6 +31,7 @@ lint: venv-dev
 
 ## make test: lint, then the whole suite against PostgreSQL and Redis (started if down).
 test: venv-dev lint
+	bash scripts/ensure_system_packages.sh
 	bash scripts/services.sh
 	DATABASE_URL=$${DATABASE_URL:-$(DATABASE_URL_TEST)} REDIS_URL=$${REDIS_URL:-$(REDIS_URL_TEST)} \
 		$(VENV)/bin/pytest
