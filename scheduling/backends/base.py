@@ -1,0 +1,336 @@
+"""The cluster backend protocol: what the workers ask of a cluster, and what comes back.
+
+Pure Python (no Django, no kubernetes import here). `get_backend(cluster)` takes the Cluster
+model instance (or any object with `name`, `backend` and `connection`) and returns a backend;
+the implementations import what they need lazily, so importing this module is cheap.
+
+Error contract, which two-phase dispatch relies on:
+- `DispatchRefused(reason, message)`: the cluster said no to this workload for a local reason
+  (API validation error, namespace forbidden, node gone, the simulated cluster told to refuse).
+  Retrying the same call will not help; release the reservation and place it elsewhere.
+- `BackendError(message, status=...)`: the cluster could not be reached or failed (HTTP 5xx,
+  timeout, connection refused). Retryable; `retryable` is False only for errors that retrying
+  cannot fix (e.g. a bad kubeconfig).
+
+Every call is idempotent: creating what exists, deleting what is gone, suspending what is
+suspended all succeed quietly, so a task may be retried after a crash at any point.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Protocol, runtime_checkable
+
+from scheduling.backends.naming import job_name
+
+
+class RefusalReason(enum.StrEnum):
+    """Why a cluster refused a dispatch (the `reason` of DispatchRefused)."""
+
+    NAMESPACE_FORBIDDEN = "namespace_forbidden"
+    INVALID = "invalid"  # the API rejected the object (HTTP 422 / 400)
+    NODE_GONE = "node_gone"  # an assigned node no longer exists or is not ready
+    API_ERROR = "api_error"  # any other 4xx answer
+    REFUSED = "refused"  # the (simulated) cluster was told to refuse dispatches
+    CONFLICT = "conflict"  # a Job of that name exists but belongs to another workload
+
+
+class BackendError(Exception):
+    """The cluster could not do what was asked (unreachable, 5xx, timeout); usually retryable."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        if self.status is None:
+            return self.message
+        return f"HTTP {self.status}: {self.message}"
+
+
+class DispatchRefused(Exception):
+    """The cluster refused this workload for a local reason; place it elsewhere."""
+
+    def __init__(self, reason: RefusalReason | str, message: str):
+        super().__init__(f"{reason}: {message}")
+        self.reason = RefusalReason(reason)
+        self.message = message
+
+
+class EventType(enum.StrEnum):
+    """Kubernetes Event types."""
+
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True)
+class FlavorMatch:
+    """How a flavor's nodes are recognised: all of `node_selector` must match a node's labels."""
+
+    name: str
+    node_selector: Mapping[str, str]
+    interconnect_label: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as the cluster reports it (allocatable resources, readiness, labels)."""
+
+    name: str
+    flavor: str | None  # the first FlavorMatch whose selector matches; None = no known flavor
+    gpus: int
+    cpu: Decimal
+    memory_gib: Decimal
+    ready: bool
+    rack: str = ""  # the flavor's interconnect label value, else topology.kubernetes.io/zone
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PodSetSpec:
+    """One pod set: `count` identical pods, each with these resources, on one flavor."""
+
+    index: int
+    count: int
+    flavor: str
+    gpus: int  # whole cards per pod (the `nvidia.com/gpu` limit)
+    cpu: Decimal  # cores per pod (request)
+    memory_gib: Decimal  # per pod (request)
+    node_selector: Mapping[str, str] = field(default_factory=dict)  # the flavor's
+    # The nodes the engine chose, one per pod (may repeat). Kubernetes keeps pods on this set
+    # of nodes with a node affinity; the simulated cluster places pod k on nodes[k].
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Everything a backend needs to run one admitted workload on one cluster."""
+
+    workload_id: int
+    name: str  # the human name, for annotations and events
+    namespace: str  # the leaf queue's namespace
+    queue_path: str  # e.g. "rd/vision"
+    pod_sets: tuple[PodSetSpec, ...]
+    image: str = ""
+    command: tuple[str, ...] = ()
+    priority_class: str = ""  # PriorityClass name; "" = none
+    termination_grace_s: int = 30
+    # Run time left (duration hint minus checkpointed progress). Only the simulated cluster
+    # uses it: its pods succeed after this many (sped-up) seconds. None = run until deleted.
+    duration_s: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)  # extra labels for every Job
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> WorkloadRef:
+        """The reference to the cluster objects this spec creates."""
+        return WorkloadRef.for_workload(
+            namespace=self.namespace,
+            workload_id=self.workload_id,
+            pod_set_indexes=[p.index for p in self.pod_sets],
+        )
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """Where a workload lives on a cluster: its namespace and its Job names (one per pod set)."""
+
+    namespace: str
+    workload_id: int
+    job_names: tuple[str, ...]
+
+    @classmethod
+    def for_workload(
+        cls, *, namespace: str, workload_id: int, pod_set_indexes: Sequence[int]
+    ) -> WorkloadRef:
+        """Build the reference from database facts (so workers never need to store it)."""
+        return cls(
+            namespace=namespace,
+            workload_id=workload_id,
+            job_names=tuple(job_name(workload_id, i) for i in pod_set_indexes),
+        )
+
+
+class Phase(enum.StrEnum):
+    """The overall phase of a workload on a cluster, derived from its pod sets."""
+
+    MISSING = "missing"  # no Job of it exists (never created, or deleted)
+    SUSPENDED = "suspended"  # created (or preempted) and suspended
+    PENDING = "pending"  # unsuspended, not every pod running yet
+    RUNNING = "running"  # every pod of every pod set running (pods ready)
+    SUCCEEDED = "succeeded"  # every pod of every pod set succeeded
+    FAILED = "failed"  # some Job failed
+
+
+@dataclass(frozen=True)
+class PodSetStatus:
+    """Pods of one pod set (one Job) by state."""
+
+    job_name: str
+    exists: bool
+    count: int = 0  # pods wanted (completions)
+    suspended: bool = False
+    pending: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    job_failed: bool = False  # the Job's Failed condition is true
+    message: str = ""  # the Failed condition's message, if any
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """The status of every pod set of a workload on a cluster."""
+
+    ref: WorkloadRef
+    pod_sets: tuple[PodSetStatus, ...]
+
+    @property
+    def phase(self) -> Phase:
+        """One phase for the whole gang; any failure fails it, all must run to be running."""
+        sets = self.pod_sets
+        if not sets or not all(p.exists for p in sets):
+            return Phase.MISSING
+        if any(p.job_failed for p in sets):
+            return Phase.FAILED
+        if all(p.count > 0 and p.succeeded >= p.count for p in sets):
+            return Phase.SUCCEEDED
+        if any(p.suspended for p in sets):
+            return Phase.SUSPENDED
+        if all(p.running + p.succeeded >= p.count for p in sets):
+            return Phase.RUNNING
+        return Phase.PENDING
+
+    @property
+    def message(self) -> str:
+        """The first failure message, or ''."""
+        return next((p.message for p in self.pod_sets if p.message), "")
+
+    def totals(self) -> dict[str, int]:
+        """Pods by state summed over pod sets (for pages and events)."""
+        return {
+            "pending": sum(p.pending for p in self.pod_sets),
+            "running": sum(p.running for p in self.pod_sets),
+            "succeeded": sum(p.succeeded for p in self.pod_sets),
+            "failed": sum(p.failed for p in self.pod_sets),
+        }
+
+
+@dataclass(frozen=True)
+class PriorityClassSpec:
+    """A PriorityClass to keep on every cluster."""
+
+    name: str
+    value: int
+    description: str = ""
+    preemption_policy: str = "PreemptLowerPriority"  # or "Never"
+
+
+@runtime_checkable
+class ClusterBackend(Protocol):
+    """One cluster, as the workers see it. All calls are synchronous and idempotent."""
+
+    name: str
+
+    def list_nodes(self, flavors: Sequence[FlavorMatch] | None = None) -> list[NodeInfo]:
+        """Nodes with allocatable resources; `flavors` (None = load from the database) decide
+        each node's flavor."""
+        ...
+
+    def ensure_namespace(self, namespace: str) -> None:
+        """Create the namespace if missing; DispatchRefused(NAMESPACE_FORBIDDEN) on 403."""
+        ...
+
+    def create_workload(self, spec: WorkloadSpec) -> WorkloadRef:
+        """Create one suspended Job per pod set (the namespace too, if missing).
+
+        Raises DispatchRefused on a local refusal, BackendError when the cluster failed.
+        An existing Job of the same workload counts as created.
+        """
+        ...
+
+    def start_workload(self, ref: WorkloadRef) -> None:
+        """Unsuspend every Job of the workload (admission confirmed)."""
+        ...
+
+    def suspend_workload(self, ref: WorkloadRef, grace_s: int) -> None:
+        """Suspend every Job (preemption); pods stop within `grace_s` seconds."""
+        ...
+
+    def delete_workload(self, ref: WorkloadRef) -> None:
+        """Delete every Job and its pods; missing Jobs are fine."""
+        ...
+
+    def workload_status(self, ref: WorkloadRef) -> WorkloadStatus:
+        """Pods pending/running/succeeded/failed per pod set."""
+        ...
+
+    def list_workloads(self) -> list[WorkloadRef]:
+        """Every Allot workload present on the cluster (for cleanup of orphans)."""
+        ...
+
+    def post_event(
+        self, ref: WorkloadRef, type: EventType | str, reason: str, message: str
+    ) -> None:
+        """Record a reason on the cluster, regarding each Job (`kubectl describe job`)."""
+        ...
+
+    def sync_priority_classes(self, classes: Sequence[PriorityClassSpec]) -> None:
+        """Create or update these PriorityClasses (others are left alone)."""
+        ...
+
+
+_cache: dict[tuple[str, str, str], ClusterBackend] = {}
+_cache_lock = threading.Lock()
+
+
+def _cache_key(cluster: Any) -> tuple[str, str, str]:
+    import json
+
+    connection = json.dumps(getattr(cluster, "connection", None) or {}, sort_keys=True)
+    return (str(cluster.name), str(getattr(cluster, "backend", "simulated")), connection)
+
+
+def get_backend(cluster: Any) -> ClusterBackend:
+    """The backend for a Cluster (by `cluster.backend`: "simulated" or "kubernetes").
+
+    Backends are cached per (name, backend, connection), so a changed connection takes effect
+    at the next call and API clients are reused otherwise.
+    """
+    kind = str(getattr(cluster, "backend", "simulated") or "simulated")
+    key = _cache_key(cluster)
+    with _cache_lock:
+        backend = _cache.get(key)
+        if backend is not None:
+            return backend
+        if kind == "kubernetes":
+            from scheduling.backends.kubernetes import KubernetesBackend
+
+            backend = KubernetesBackend(
+                name=str(cluster.name), connection=dict(cluster.connection or {})
+            )
+        elif kind == "simulated":
+            from scheduling.backends.simulated.backend import SimulatedBackend
+
+            backend = SimulatedBackend(name=str(cluster.name))
+        else:
+            raise BackendError(
+                f"cluster {cluster.name}: unknown backend {kind!r} "
+                "(expected 'simulated' or 'kubernetes')",
+                retryable=False,
+            )
+        _cache[key] = backend
+        return backend
+
+
+def clear_backend_cache() -> None:
+    """Forget cached backends (tests, or after a kubeconfig file changed on disk)."""
+    with _cache_lock:
+        _cache.clear()

@@ -1,0 +1,73 @@
+"""Names and labels of the cluster objects of a workload, shared by backends, billing and pages.
+
+Each pod set of workload W is a Job `allot-w<W>-<index>` in the leaf queue's namespace; its
+pods are `<job name>-<k>`. Labels link every object back to Allot. Pure Python.
+"""
+
+from __future__ import annotations
+
+import re
+
+LABEL_WORKLOAD_ID = "allot.io/workload-id"
+LABEL_QUEUE = "allot.io/queue"
+LABEL_POD_SET = "allot.io/pod-set"
+LABEL_FLAVOR = "allot.io/flavor"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "allot"
+
+_JOB_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)$")
+_POD_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)-(?P<k>\d+)$")
+
+
+def job_name(workload_id: int, pod_set_index: int) -> str:
+    """The Job name of one pod set of a workload."""
+    return f"allot-w{int(workload_id)}-{int(pod_set_index)}"
+
+
+def pod_name(job: str, k: int) -> str:
+    """The name of the k-th pod (0-based) of a Job, as the simulated cluster names it."""
+    return f"{job}-{int(k)}"
+
+
+def queue_label(queue_path: str) -> str:
+    """A queue path as a label value: `/` is not allowed in label values, so it becomes `.`."""
+    return queue_path.replace("/", ".")
+
+
+def queue_path_from_label(value: str) -> str:
+    """Inverse of queue_label (queue names are slugs, so they hold no `.`)."""
+    return value.replace(".", "/")
+
+
+def parse_job_name(name: str) -> tuple[int, int] | None:
+    """(workload id, pod set index) of an Allot Job name, or None for any other name."""
+    match = _JOB_RE.match(name)
+    if match is None:
+        return None
+    return int(match["workload"]), int(match["index"])
+
+
+def parse_pod_name(name: str) -> tuple[int, int] | None:
+    """(workload id, pod set index) of a pod of an Allot Job (simulated `-<k>` or real suffix).
+
+    Real Kubernetes pods are `<job>-<random 5>`; simulated ones are `<job>-<k>`. Both start with
+    the Job name, which is what billing joins on.
+    """
+    match = _POD_RE.match(name)
+    if match is not None:
+        return int(match["workload"]), int(match["index"])
+    head, _, _ = name.rpartition("-")
+    return parse_job_name(head)
+
+
+def job_labels(
+    *, workload_id: int, queue_path: str, pod_set_index: int, flavor: str
+) -> dict[str, str]:
+    """The labels every Job (and its pod template) of a workload carries."""
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_WORKLOAD_ID: str(int(workload_id)),
+        LABEL_QUEUE: queue_label(queue_path),
+        LABEL_POD_SET: str(int(pod_set_index)),
+        LABEL_FLAVOR: flavor,
+    }
