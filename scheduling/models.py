@@ -1,7 +1,8 @@
-"""Clusters and their nodes, so the fleet's installed capacity is known."""
+"""Clusters and their nodes, workloads with their pod sets, admissions and events."""
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -41,6 +42,12 @@ class Cluster(models.Model):
     )
     datasets = models.JSONField(default=list, blank=True, help_text="Datasets cached here.")
     enabled = models.BooleanField(default=True)
+    # Two-phase dispatch: a local refusal lowers the health the engine sees for a while.
+    health_penalty = models.FloatField(
+        default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Subtracted from health until health_penalty_until (after refused dispatches).",
+    )
+    health_penalty_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -48,6 +55,12 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def effective_health(self, now) -> float:  # type: ignore[no-untyped-def]
+        """Health as the engine sees it at `now`: lowered while a dispatch penalty lasts."""
+        if self.health_penalty_until is not None and self.health_penalty_until > now:
+            return max(0.0, self.health - self.health_penalty)
+        return self.health
 
 
 class Node(models.Model):
@@ -73,3 +86,215 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+
+class PriorityClass(models.Model):
+    """A named priority; `can_preempt` classes may preempt lower ones in the same leaf queue."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    value = models.IntegerField()
+    can_preempt = models.BooleanField(default=False)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-value", "name"]
+        verbose_name_plural = "priority classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkloadState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RESERVED = "reserved", "Reserved"
+    RUNNING = "running", "Running"
+    PREEMPTING = "preempting", "Preempting"
+    FINISHED = "finished", "Finished"
+    CANCELLED = "cancelled", "Cancelled"
+    REJECTED = "rejected", "Rejected"
+    FAILED = "failed", "Failed"
+
+
+ACTIVE_STATES = (WorkloadState.RESERVED, WorkloadState.RUNNING, WorkloadState.PREEMPTING)
+TERMINAL_STATES = (
+    WorkloadState.FINISHED, WorkloadState.CANCELLED, WorkloadState.REJECTED, WorkloadState.FAILED,
+)
+
+
+class Workload(models.Model):
+    """A gang of pods submitted to a leaf queue; the engine admits it whole or not at all."""
+
+    name = models.CharField(max_length=63)
+    queue = models.ForeignKey("quotas.Queue", on_delete=models.PROTECT, related_name="workloads")
+    team = models.ForeignKey(
+        "quotas.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workloads"
+    )
+    state = models.CharField(
+        max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING
+    )
+    priority_class = models.ForeignKey(
+        PriorityClass, on_delete=models.PROTECT, related_name="workloads"
+    )
+    preemptible = models.BooleanField(default=True)
+    checkpoint = models.BooleanField(default=True)
+    strategy = models.CharField(max_length=16, blank=True, help_text="Empty: the queue's.")
+    dataset = models.CharField(max_length=200, blank=True)
+    image = models.CharField(max_length=500, blank=True)
+    command = models.JSONField(default=list, blank=True)
+    duration_hint_s = models.PositiveIntegerField(null=True, blank=True)
+    termination_grace_s = models.PositiveIntegerField(default=30)
+    topology = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    submitted_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    state_changed_at = models.DateTimeField()
+    progress_s = models.FloatField(default=0.0, help_text="Checkpointed run time in seconds.")
+    backoff_count = models.PositiveIntegerField(default=0)
+    not_before = models.DateTimeField(null=True, blank=True, help_text="Backoff: not before.")
+    needs_approval = models.BooleanField(default=False)
+    # While preempting: when the grace period ends and who asked (for the requeue event).
+    preempt_deadline = models.DateTimeField(null=True, blank=True)
+    preempt_kind = models.CharField(max_length=16, blank=True)
+    preempted_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The latest reason given (why pending / rejected); a new reason event is written only
+    # when it changes, so consecutive cycles with the same reason record it once.
+    reason_code = models.CharField(max_length=40, blank=True)
+    reason_message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "submitted_at"], name="workload_state_submitted"),
+            models.Index(fields=["queue", "state"], name="workload_queue_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"
+
+    @property
+    def gpus(self) -> int:
+        """Total GPU cards the gang asks for."""
+        return sum(ps.count * ps.gpus for ps in self.pod_sets.all())
+
+
+class PodSet(models.Model):
+    """A group of identical pods of a workload; flavors in order of preference."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="pod_sets")
+    index = models.PositiveSmallIntegerField()
+    count = models.PositiveIntegerField()
+    flavors = models.JSONField(default=list)
+    gpus = models.PositiveIntegerField(default=0)
+    cpu = models.DecimalField(max_digits=10, decimal_places=3, default=Decimal(0))
+    memory_gib = models.DecimalField(max_digits=12, decimal_places=3, default=Decimal(0))
+    gpu_memory_gib = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["workload_id", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "index"], name="podset_unique_index"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id}/{self.index}"
+
+
+class EndReason(models.TextChoices):
+    NONE = "", "(active)"
+    FINISHED = "finished", "Finished"
+    PREEMPTED = "preempted", "Preempted"
+    CANCELLED = "cancelled", "Cancelled"
+    REFUSED = "refused", "Refused by the cluster"
+    PODS_READY_TIMEOUT = "pods_ready_timeout", "Pods-ready timeout"
+    FAILED = "failed", "Failed"
+    RECLAIMED_STUCK = "reclaimed_stuck", "Reclaimed (stuck)"
+
+
+class Admission(models.Model):
+    """One admission interval of a workload: where it was placed and when it ran."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="admissions")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="admissions")
+    flavor = models.ForeignKey(
+        "quotas.Flavor", on_delete=models.PROTECT, related_name="admissions"
+    )
+    nodes = models.JSONField(default=list, help_text="One node name per pod.")
+    borrowed = models.BooleanField(default=False)
+    gpus = models.PositiveIntegerField(default=0)
+    cpu = models.DecimalField(max_digits=12, decimal_places=3, default=Decimal(0))
+    memory_gib = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    reserved_at = models.DateTimeField()
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    running_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(
+        max_length=24, choices=EndReason.choices, blank=True, default=EndReason.NONE
+    )
+    # Repayment history (§6): a borrowed interval that did not yield in time was forced.
+    forced = models.BooleanField(default=False)
+    # Backend objects are removed after a TTL once the interval ended.
+    cleaned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["reserved_at", "id"]
+        indexes = [
+            models.Index(fields=["cluster", "ended_at"], name="admission_cluster_ended"),
+        ]
+        constraints = [
+            # At most one open admission per workload: no workload is admitted twice.
+            models.UniqueConstraint(
+                fields=["workload"], condition=models.Q(ended_at__isnull=True),
+                name="admission_one_open_per_workload",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id}@{self.cluster_id}"
+
+
+class EventType(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    ADMITTED = "admitted", "Admitted"
+    DISPATCHED = "dispatched", "Dispatched"
+    REFUSED = "refused", "Refused by the cluster"
+    RUNNING = "running", "Running"
+    PREEMPTED = "preempted", "Preempted"
+    REQUEUED = "requeued", "Requeued"
+    FINISHED = "finished", "Finished"
+    CANCELLED = "cancelled", "Cancelled"
+    REJECTED = "rejected", "Rejected"
+    FAILED = "failed", "Failed"
+    REASON = "reason", "Reason"
+    TIMEOUT = "timeout", "Timeout"
+    RECLAIMED = "reclaimed", "Reclaimed (stuck)"
+    POLICY = "policy", "Policy"
+
+
+class WorkloadEvent(models.Model):
+    """One step of a workload's timeline: a state change, a reason, a policy decision."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    type = models.CharField(max_length=16, choices=EventType.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    code = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["workload", "at"], name="event_workload_at"),
+            models.Index(fields=["type", "at"], name="event_type_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id} {self.type} {self.code}"

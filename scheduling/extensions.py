@@ -1,0 +1,159 @@
+"""Hooks through which other apps (policies, billing) take part in submission and the cycle.
+
+Apps register their functions in their `AppConfig.ready()`, so the scheduling code never
+imports them:
+
+- `register_submission_check(fn)`: `fn(ctx: SubmissionContext) -> SubmissionVerdict | None`,
+  called by `workload_submit` inside its transaction, before anything is saved. A verdict may
+  deny (one `(code, message)` per broken rule: the workload is recorded `rejected` with those
+  reasons), override the priority class, and add audit lines (recorded as `policy` events).
+- `register_cycle_adjuster(fn)`: `fn(ctx: CycleContext) -> None`, called while the scheduling
+  cycle builds the engine snapshot. It may lower a queue key's max (naming the policy, so a
+  `QUOTA_MAX` reason names it) and restrict the clusters a pending workload may use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SubmissionContext:
+    """What a submission check sees: who submits what, where (`request` is the input dict)."""
+
+    user: Any
+    queue: Any
+    team: Any
+    request: Mapping[str, Any]
+    is_update: bool = False
+
+
+@dataclass
+class SubmissionVerdict:
+    """A check's answer: reasons to deny, a priority class to impose, audit lines to record."""
+
+    deny: list[tuple[str, str]] = field(default_factory=list)
+    priority_class: str | None = None
+    audit: list[str] = field(default_factory=list)
+
+
+SubmissionCheck = Callable[[SubmissionContext], "SubmissionVerdict | None"]
+
+
+@dataclass(frozen=True)
+class PendingInfo:
+    """A pending workload as adjusters see it (ids and plain values, no ORM objects)."""
+
+    id: int
+    name: str
+    queue_path: str
+    team: str | None
+    owner: str
+    priority_class: str
+    labels: Mapping[str, Any]
+    dataset: str
+    gpus: int
+    flavors: Sequence[str]
+
+
+@dataclass
+class CycleContext:
+    """The per-cycle view an adjuster reads and narrows.
+
+    `quota_max` maps (queue path, "flavor/resource") to the max the engine will use (None =
+    unlimited); call `lower_max` to lower it. `allowed_clusters` maps a workload id to the
+    cluster names it may use (absent = all); call `restrict_clusters` to narrow it.
+    """
+
+    now: datetime
+    queue_paths: Sequence[str]
+    clusters: Sequence[str]
+    pending: Sequence[PendingInfo]
+    quota_max: dict[tuple[str, str], Any] = field(default_factory=dict)
+    max_policy: dict[tuple[str, str], str] = field(default_factory=dict)
+    allowed_clusters: dict[int, set[str]] = field(default_factory=dict)
+    cluster_reasons: dict[int, str] = field(default_factory=dict)
+
+    def lower_max(self, queue_path: str, key: str, value: Any, *, policy: str) -> None:
+        """Lower (never raise) a queue key's max for this cycle, naming the policy."""
+        current = self.quota_max.get((queue_path, key))
+        if current is None or value < current:
+            self.quota_max[(queue_path, key)] = value
+            self.max_policy[(queue_path, key)] = policy
+
+    def restrict_clusters(
+        self, workload_id: int, clusters: Sequence[str] | set[str], *, reason: str = ""
+    ) -> None:
+        """Intersect the clusters a workload may use with `clusters` (with a reason to show)."""
+        allowed = set(clusters)
+        if workload_id in self.allowed_clusters:
+            allowed &= self.allowed_clusters[workload_id]
+        self.allowed_clusters[workload_id] = allowed
+        if reason:
+            self.cluster_reasons[workload_id] = reason
+
+
+CycleAdjuster = Callable[[CycleContext], None]
+
+_submission_checks: list[SubmissionCheck] = []
+_cycle_adjusters: list[CycleAdjuster] = []
+
+
+def register_submission_check(fn: SubmissionCheck) -> SubmissionCheck:
+    """Add a check run on every submission (idempotent: registering twice keeps one)."""
+    if fn not in _submission_checks:
+        _submission_checks.append(fn)
+    return fn
+
+
+def register_cycle_adjuster(fn: CycleAdjuster) -> CycleAdjuster:
+    """Add an adjuster run while each cycle builds its snapshot (idempotent)."""
+    if fn not in _cycle_adjusters:
+        _cycle_adjusters.append(fn)
+    return fn
+
+
+def unregister_submission_check(fn: SubmissionCheck) -> None:
+    """Remove a check (tests)."""
+    if fn in _submission_checks:
+        _submission_checks.remove(fn)
+
+
+def unregister_cycle_adjuster(fn: CycleAdjuster) -> None:
+    """Remove an adjuster (tests)."""
+    if fn in _cycle_adjusters:
+        _cycle_adjusters.remove(fn)
+
+
+def run_submission_checks(ctx: SubmissionContext) -> SubmissionVerdict:
+    """Merge every registered check's verdict: all denials, the last priority class, all audit."""
+    merged = SubmissionVerdict()
+    for fn in list(_submission_checks):
+        verdict = fn(ctx)
+        if verdict is None:
+            continue
+        merged.deny.extend(verdict.deny)
+        merged.audit.extend(verdict.audit)
+        if verdict.priority_class:
+            merged.priority_class = verdict.priority_class
+    return merged
+
+
+def run_cycle_adjusters(ctx: CycleContext) -> None:
+    """Let each adjuster narrow the cycle.
+
+    A failing adjuster fails the cycle (logged; the next beat retries): skipping it could admit
+    work a placement or compliance policy forbids, and nothing is written by a failed cycle.
+    """
+    for fn in list(_cycle_adjusters):
+        try:
+            fn(ctx)
+        except Exception:
+            logger.exception("cycle adjuster %r failed; this cycle is abandoned", fn)
+            raise
