@@ -1,0 +1,253 @@
+"""Reads of the quota tree: specs for validation, the nested tree with resolved quotas, usage."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Count, Q, Sum
+
+from quotas.models import Flavor, Queue, QuotaEntry, Team
+from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
+from scheduling.models import Cluster, Node
+
+Key = tuple[str, str]
+USAGE_FIELDS = ("used", "borrowed", "lent", "pending")
+ZERO = Decimal(0)
+
+
+def tree_specs() -> dict[str, QueueSpec]:
+    """The stored tree as `QueueSpec`s (what each queue sets, None where unset), by path."""
+    quotas: dict[int, dict[Key, QuotaSpec]] = defaultdict(dict)
+    for entry in QuotaEntry.objects.select_related("flavor").order_by("pk"):
+        quotas[entry.queue_id][(entry.flavor.name, entry.resource)] = QuotaSpec(
+            min=entry.min, max=entry.max, lendable=entry.lendable
+        )
+    queues = list(Queue.objects.select_related("parent").order_by("depth", "path"))
+    return {
+        q.path: QueueSpec(
+            path=q.path, parent=q.parent.path if q.parent else None, quota=dict(quotas[q.pk])
+        )
+        for q in queues
+    }
+
+
+def fleet_capacity() -> dict[Key, Decimal]:
+    """Installed capacity per key over all clusters' nodes, healthy or not (rule W3)."""
+    capacity: dict[Key, Decimal] = {}
+    rows = Node.objects.values("flavor__name").annotate(
+        gpus=Sum("gpus"), cpu=Sum("cpu"), memory=Sum("memory_gib")
+    )
+    for row in rows:
+        flavor = row["flavor__name"]
+        capacity[(flavor, "gpu")] = Decimal(row["gpus"] or 0)
+        capacity[(flavor, "cpu")] = Decimal(row["cpu"] or 0)
+        capacity[(flavor, "memory")] = Decimal(row["memory"] or 0)
+    return capacity
+
+
+def flavor_names() -> set[str]:
+    """The names of the known flavors."""
+    return set(Flavor.objects.values_list("name", flat=True))
+
+
+def max_tree_depth() -> int:
+    """The hard depth limit of the tree (setting ALLOT_MAX_TREE_DEPTH)."""
+    return int(getattr(settings, "ALLOT_MAX_TREE_DEPTH", 5))
+
+
+def quota_usage() -> Mapping[str, Mapping[Key, Mapping[str, Decimal]]]:
+    """Usage per queue path and key: `{"used", "borrowed", "lent", "pending"}`; missing is 0.
+
+    The single place the tree views read usage from. Until the scheduling side records
+    admissions, nothing is used, so this returns no rows (all zero).
+    """
+    return {}
+
+
+def fleet_usage() -> Mapping[tuple[str, str], Mapping[str, Decimal]]:
+    """Used resources per (cluster name, flavor name): `{"gpu", "cpu", "memory"}`; missing is 0.
+
+    The single place the cluster views read usage from; zero until admissions are recorded.
+    """
+    return {}
+
+
+def submittable_queue_ids(user: AbstractBaseUser | AnonymousUser | None) -> set[int]:
+    """Ids of the leaves the user's teams may submit to (a team's queue covers its subtree)."""
+    if user is None or not user.is_authenticated:
+        return set()
+    granted = list(
+        Queue.objects.filter(teams__in=Team.objects.filter(members=user)).values_list(
+            "path", flat=True
+        )
+    )
+    if not granted:
+        return set()
+    cond = Q()
+    for path in granted:
+        cond |= Q(path=path) | Q(path__startswith=f"{path}/")
+    return set(
+        Queue.objects.filter(cond).filter(children__isnull=True).values_list("pk", flat=True)
+    )
+
+
+def _number(value: Decimal | None) -> Decimal | None:
+    """Decimals as stored (3 places) normalised for display: 16, 0.5."""
+    if value is None:
+        return None
+    value = Decimal(value)
+    return value.quantize(Decimal(1)) if value == value.to_integral() else value.normalize()
+
+
+def queue_tree(
+    *, user: AbstractBaseUser | AnonymousUser | None = None, root: str | None = None
+) -> list[dict[str, Any]]:
+    """The tree as nested dicts, each with resolved quotas and usage per flavor and resource.
+
+    `quota` is `{flavor: {resource: {min, max, lendable, set, used, borrowed, lent, pending}}}`
+    over every quota-accounted key (`set` says whether the queue sets the key itself; `max`
+    None means unlimited). `can_submit` is true on leaves the user's teams may use.
+    With `root`, only that queue's subtree (a one-element list; empty if unknown).
+    """
+    specs = tree_specs()
+    report = validate_tree(specs.values())
+    usage = quota_usage()
+    allowed = submittable_queue_ids(user)
+    queues = list(
+        Queue.objects.annotate(n_children=Count("children")).order_by("path")
+    )
+    nodes: dict[str, dict[str, Any]] = {}
+    for q in queues:
+        spec = specs.get(q.path)
+        resolved = report.resolved.get(q.path, {})
+        quota: dict[str, dict[str, dict[str, Any]]] = {}
+        for key in sorted(report.accounted):
+            res = resolved.get(key)
+            if res is None:
+                continue
+            use = usage.get(q.path, {}).get(key, {})
+            quota.setdefault(key[0], {})[key[1]] = {
+                "min": _number(res.min),
+                "max": _number(res.max),
+                "lendable": _number(res.lendable),
+                "set": spec is not None and key in spec.quota,
+                **{f: _number(use.get(f, ZERO)) for f in USAGE_FIELDS},
+            }
+        is_leaf = q.n_children == 0
+        nodes[q.path] = {
+            "id": q.pk,
+            "path": q.path,
+            "name": q.name,
+            "parent": q.path.rsplit("/", 1)[0] if "/" in q.path else None,
+            "depth": q.depth,
+            "strategy": q.strategy,
+            "namespace": q.namespace,
+            "description": q.description,
+            "is_leaf": is_leaf,
+            "can_submit": is_leaf and q.pk in allowed,
+            "quota": quota,
+            "children": [],
+        }
+    top: list[dict[str, Any]] = []
+    for node in nodes.values():
+        parent = node["parent"]
+        (nodes[parent]["children"] if parent in nodes else top).append(node)
+    if root is not None:
+        return [nodes[root]] if root in nodes else []
+    return top
+
+
+def queue_rows(*, user: AbstractBaseUser | AnonymousUser | None = None) -> list[dict[str, Any]]:
+    """The tree flattened depth-first (for tables indented by depth)."""
+    rows: list[dict[str, Any]] = []
+
+    def walk(items: list[dict[str, Any]]) -> None:
+        for item in items:
+            rows.append(item)
+            walk(item["children"])
+
+    walk(queue_tree(user=user))
+    return rows
+
+
+def tree_flavors(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The (flavor, resources) columns the rows carry, in a stable order."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        for flavor, resources in row["quota"].items():
+            seen[flavor].update(resources)
+    order = {"gpu": 0, "cpu": 1, "memory": 2}
+    return [(f, sorted(seen[f], key=lambda r: order.get(r, 9))) for f in sorted(seen)]
+
+
+def cluster_list(*, name: str | None = None) -> list[dict[str, Any]]:
+    """Clusters with capacity, used and health per flavor (and their nodes when `name`)."""
+    clusters = Cluster.objects.order_by("name")
+    if name is not None:
+        clusters = clusters.filter(name=name)
+    clusters_list = list(clusters)
+    if not clusters_list:
+        return []
+    nodes = list(
+        Node.objects.filter(cluster__in=clusters_list)
+        .select_related("flavor")
+        .order_by("cluster_id", "name")
+    )
+    usage = fleet_usage()
+    by_cluster: dict[int, list[Node]] = defaultdict(list)
+    for node in nodes:
+        by_cluster[node.cluster_id].append(node)
+    out = []
+    for cluster in clusters_list:
+        flavors: dict[str, dict[str, Any]] = {}
+        for node in by_cluster[cluster.pk]:
+            f = flavors.setdefault(node.flavor.name, {
+                "capacity": {"gpu": 0, "cpu": ZERO, "memory": ZERO},
+                "allocatable": {"gpu": 0, "cpu": ZERO, "memory": ZERO},
+                "nodes": 0, "ready_nodes": 0,
+            })
+            f["nodes"] += 1
+            f["capacity"]["gpu"] += node.gpus
+            f["capacity"]["cpu"] += node.cpu
+            f["capacity"]["memory"] += node.memory_gib
+            if node.ready:
+                f["ready_nodes"] += 1
+                f["allocatable"]["gpu"] += node.gpus
+                f["allocatable"]["cpu"] += node.cpu
+                f["allocatable"]["memory"] += node.memory_gib
+        for flavor, f in flavors.items():
+            use = usage.get((cluster.name, flavor), {})
+            f["used"] = {r: _number(use.get(r, ZERO)) for r in ("gpu", "cpu", "memory")}
+            f["used"]["gpu"] = int(f["used"]["gpu"] or 0)
+            for part in ("capacity", "allocatable"):
+                f[part]["cpu"] = _number(f[part]["cpu"])
+                f[part]["memory"] = _number(f[part]["memory"])
+            # Health per flavor: the cluster's score scaled by the share of ready nodes.
+            f["health"] = round(cluster.health * f["ready_nodes"] / f["nodes"], 3)
+        item: dict[str, Any] = {
+            "name": cluster.name,
+            "region": cluster.region,
+            "kind": cluster.kind,
+            "backend": cluster.backend,
+            "health": cluster.health,
+            "price": cluster.price,
+            "datasets": cluster.datasets,
+            "enabled": cluster.enabled,
+            "flavors": dict(sorted(flavors.items())),
+        }
+        if name is not None:
+            item["nodes"] = [
+                {
+                    "name": n.name, "flavor": n.flavor.name, "gpus": n.gpus,
+                    "cpu": _number(n.cpu), "memory_gib": _number(n.memory_gib),
+                    "rack": n.rack, "ready": n.ready, "labels": n.labels,
+                }
+                for n in by_cluster[cluster.pk]
+            ]
+        out.append(item)
+    return out
