@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "portal",
     "quotas",
     "quotas.policies",
+    "quotas.capacity",
     "scheduling",
     "billing",
 ]

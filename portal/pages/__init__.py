@@ -1,0 +1,1 @@
+"""Pages of the self-service portal (dashboard, approvals, tree editor, fleet)."""

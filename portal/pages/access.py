@@ -1,0 +1,82 @@
+"""Who may see and decide what: the permission rules shared by pages and API views.
+
+Researchers see their teams' queues (and the workloads in them) only; leads decide for their
+teams' queues inside their department; staff and superusers (platform admins) see and decide
+everything. Ids outside a user's scope are answered with 404, never 403 (API.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from quotas.models import Queue, TeamMembership, TeamRole
+
+
+def is_platform_admin(user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Platform admins: Django staff or superusers."""
+    return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The queues a user may see (and submit to) and those they may decide for."""
+
+    is_admin: bool
+    # Leaf queues (or any queue) granted to the user's teams.
+    team_queue_ids: frozenset[int]
+    # Those queues, their subtrees, and their ancestors below the department: visible.
+    visible_queue_ids: frozenset[int]
+    # Queues the user decides for as a lead (admins: everything; see `can_decide`).
+    decide_queue_ids: frozenset[int]
+
+    def can_see_queue(self, queue_id: int) -> bool:
+        return self.is_admin or queue_id in self.visible_queue_ids
+
+    def can_submit_to(self, queue_id: int) -> bool:
+        return self.is_admin or queue_id in self.team_queue_ids
+
+    def can_decide(self, queue_id: int) -> bool:
+        return self.is_admin or queue_id in self.decide_queue_ids
+
+    @property
+    def is_lead(self) -> bool:
+        return bool(self.decide_queue_ids)
+
+
+def _related(paths: list[tuple[str, str | None]], all_queues: list[tuple[int, str]]) -> set[int]:
+    """Ids of queues equal to, below, or above (but strictly inside the department) a path."""
+    out: set[int] = set()
+    for qid, qpath in all_queues:
+        for team_path, dept_path in paths:
+            if qpath == team_path or qpath.startswith(team_path + "/"):
+                out.add(qid)
+            elif team_path.startswith(qpath + "/") and (
+                dept_path is None or qpath.startswith(dept_path + "/")
+            ):
+                out.add(qid)
+    return out
+
+
+def user_scope(user: AbstractBaseUser | AnonymousUser) -> Scope:
+    """The user's scope, computed with two queries (the tree is small: hundreds of queues)."""
+    admin = is_platform_admin(user)
+    if not user.is_authenticated:
+        return Scope(False, frozenset(), frozenset(), frozenset())
+    rows = list(
+        TeamMembership.objects.filter(user_id=user.pk)
+        .values_list("role", "team__queues__id", "team__queues__path", "team__department__path")
+    )
+    team_ids = frozenset(r[1] for r in rows if r[1] is not None)
+    if not rows:
+        return Scope(admin, team_ids, frozenset(), frozenset())
+    all_queues = list(Queue.objects.values_list("id", "path"))
+    seen = [(r[2], r[3]) for r in rows if r[2] is not None]
+    lead = [(r[2], r[3]) for r in rows if r[2] is not None and r[0] == TeamRole.LEAD]
+    return Scope(
+        is_admin=admin,
+        team_queue_ids=team_ids,
+        visible_queue_ids=frozenset(_related(seen, all_queues)),
+        decide_queue_ids=frozenset(_related(lead, all_queues)),
+    )

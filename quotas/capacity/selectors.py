@@ -1,0 +1,33 @@
+"""Reads of capacity requests, scoped to what the user may see."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q, QuerySet
+
+from portal.pages.access import user_scope
+from quotas.capacity.models import CapacityRequest, CapacityRequestState
+
+
+def capacity_requests_visible(
+    user: AbstractBaseUser | AnonymousUser,
+) -> QuerySet[CapacityRequest]:
+    """Requests the user may see: their own, their teams' queues', all for admins."""
+    qs = CapacityRequest.objects.select_related("queue", "flavor", "requested_by", "decided_by")
+    scope = user_scope(user)
+    if scope.is_admin:
+        return qs
+    return qs.filter(Q(requested_by_id=user.pk) | Q(queue_id__in=scope.visible_queue_ids))
+
+
+def capacity_requests_to_decide(
+    user: AbstractBaseUser | AnonymousUser,
+) -> QuerySet[CapacityRequest]:
+    """Open requests the user may approve or deny, oldest first."""
+    scope = user_scope(user)
+    qs = CapacityRequest.objects.select_related("queue", "flavor", "requested_by").filter(
+        state=CapacityRequestState.SUBMITTED
+    )
+    if not scope.is_admin:
+        qs = qs.filter(queue_id__in=scope.decide_queue_ids)
+    return qs.order_by("created_at", "id")

@@ -1,0 +1,109 @@
+"""Pages of capacity requests: list, form, detail with decision and comments."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.pages.access import user_scope
+from quotas.capacity import services
+from quotas.capacity.filters import CapacityRequestFilter
+from quotas.capacity.forms import CapacityRequestForm, CommentForm, DecisionForm
+from quotas.capacity.selectors import capacity_requests_visible
+from quotas.models import Queue
+
+
+def _form_errors(form, exc: ValidationError) -> None:  # type: ignore[no-untyped-def]
+    if hasattr(exc, "error_dict"):
+        for field, errors in exc.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    else:
+        form.add_error(None, exc.messages)
+
+
+@login_required
+def capacity_request_list(request: HttpRequest) -> HttpResponse:
+    """Capacity requests the user may see, filterable (same FilterSet as the API)."""
+    qs = capacity_requests_visible(request.user).order_by("-created_at", "-id")
+    filterset = CapacityRequestFilter(request.GET, queryset=qs)
+    page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
+    return render(request, "capacity/list.html", {"filter": filterset, "page": page})
+
+
+@login_required
+def capacity_request_new(request: HttpRequest) -> HttpResponse:
+    """File a capacity request."""
+    scope = user_scope(request.user)
+    queues = Queue.objects.all() if scope.is_admin else Queue.objects.filter(
+        pk__in=scope.visible_queue_ids
+    )
+    form = CapacityRequestForm(request.POST or None, queues=queues,
+                               initial={"queue": request.GET.get("queue")})
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = services.capacity_request_submit(user=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            _form_errors(form, exc)
+        else:
+            messages.success(request, f"Capacity request #{created.pk} submitted.")
+            return redirect("capacity-request-detail", pk=created.pk)
+    return render(request, "capacity/form.html", {"form": form})
+
+
+@login_required
+def capacity_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One request: state, the change, its comments and the decision."""
+    obj = get_object_or_404(
+        capacity_requests_visible(request.user).prefetch_related("events__actor"), pk=pk
+    )
+    scope = user_scope(request.user)
+    current = services._entry(obj)
+    return render(request, "capacity/detail.html", {
+        "obj": obj, "current": current,
+        "can_decide": obj.is_open and scope.can_decide(obj.queue_id),
+        "can_cancel": obj.state in ("submitted", "approved") and (
+            obj.requested_by_id == request.user.pk or scope.can_decide(obj.queue_id)),
+        "decision_form": DecisionForm(), "comment_form": CommentForm(),
+    })
+
+
+@login_required
+@require_POST
+def capacity_request_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """Approve, deny, cancel or comment, then back to the request's page."""
+    obj = get_object_or_404(capacity_requests_visible(request.user), pk=pk)
+    try:
+        if action == "comment":
+            comment_form = CommentForm(request.POST)
+            if not comment_form.is_valid():
+                raise ValidationError({"message": ["the comment is empty"]})
+            services.capacity_request_comment(
+                user=request.user, request=obj, message=comment_form.cleaned_data["message"])
+        elif action == "cancel":
+            services.capacity_request_cancel(user=request.user, request=obj)
+        else:
+            comment = request.POST.get("comment", "")
+            if action == "approve":
+                services.capacity_request_approve(user=request.user, request=obj,
+                                                  comment=comment)
+            elif action == "deny":
+                services.capacity_request_deny(user=request.user, request=obj, comment=comment)
+            else:
+                raise ValidationError(f"unknown action {action!r}")
+    except ValidationError as exc:
+        messages.error(request, f"{action.capitalize()} refused: " + "; ".join(exc.messages))
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    else:
+        done = {"approve": "approved", "deny": "denied", "cancel": "cancelled",
+                "comment": "comment added"}[action]
+        messages.success(request, f"Request #{obj.pk}: {done}.")
+    nxt = request.POST.get("next", "")
+    if nxt.startswith("/") and not nxt.startswith("//"):
+        return redirect(nxt)
+    return redirect("capacity-request-detail", pk=obj.pk)

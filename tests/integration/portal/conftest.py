@@ -1,0 +1,59 @@
+"""A small organisation for the portal tests: one department, two teams, a fleet."""
+
+from decimal import Decimal
+
+import pytest
+from rest_framework.test import APIClient
+
+from portal.models import ApiToken, token_generate, token_hash
+from quotas.models import Team, TeamMembership, TeamRole
+from tests.factories import (
+    AdminFactory,
+    ClusterFactory,
+    FlavorFactory,
+    NodeFactory,
+    QueueFactory,
+    QuotaEntryFactory,
+    UserFactory,
+)
+
+
+class Org:
+    """Handles on what the `org` fixture built."""
+
+
+@pytest.fixture
+def org(db):
+    o = Org()
+    o.a100 = FlavorFactory(name="a100-80g", gpu_memory_gib=80)
+    o.rd = QueueFactory(name="rd")
+    o.vision = QueueFactory(name="vision", parent=o.rd, namespace="rd-vision")
+    o.nlp = QueueFactory(name="nlp", parent=o.rd, namespace="rd-nlp")
+    QuotaEntryFactory(queue=o.rd, flavor=o.a100, min=Decimal(32), max=Decimal(64))
+    o.vision_q = QuotaEntryFactory(queue=o.vision, flavor=o.a100, min=Decimal(8),
+                                   max=Decimal(32))
+    QuotaEntryFactory(queue=o.nlp, flavor=o.a100, min=Decimal(8), max=Decimal(32))
+    o.cluster = ClusterFactory(name="bj")
+    for i in range(4):
+        NodeFactory(cluster=o.cluster, name=f"bj-a100-{i}", flavor=o.a100, gpus=8)
+    o.vision_team = Team.objects.create(name="vision", department=o.rd)
+    o.vision_team.queues.add(o.vision)
+    o.nlp_team = Team.objects.create(name="nlp", department=o.rd)
+    o.nlp_team.queues.add(o.nlp)
+    o.alice = UserFactory(username="alice")
+    o.bob = UserFactory(username="bob")  # lead of vision
+    o.carol = UserFactory(username="carol")  # researcher in nlp
+    o.admin = AdminFactory(username="root")
+    TeamMembership.objects.create(team=o.vision_team, user=o.alice, role=TeamRole.RESEARCHER)
+    TeamMembership.objects.create(team=o.vision_team, user=o.bob, role=TeamRole.LEAD)
+    TeamMembership.objects.create(team=o.nlp_team, user=o.carol, role=TeamRole.RESEARCHER)
+    return o
+
+
+def api_for(user) -> APIClient:
+    """An API client authenticated with a real hashed token, as automation would be."""
+    raw = token_generate()
+    ApiToken.objects.create(user=user, key_hash=token_hash(raw), prefix=raw[:8])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {raw}")
+    return client
