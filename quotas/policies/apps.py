@@ -6,3 +6,8 @@ class PoliciesConfig(AppConfig):
     name = "quotas.policies"
     label = "policies"
     verbose_name = "Policies (CEL)"
+
+    def ready(self) -> None:
+        from .hooks import register
+
+        register()

@@ -1,0 +1,355 @@
+"""What policies decide, given their specs and a context: pure Python, no database.
+
+The database side (`hooks`, `services`) builds the context and records the findings; the
+YAML test runner and the benchmark call the same functions with hand-made contexts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .celexpr import PolicyEvaluationError, evaluate, make_context
+
+VALIDATE, LIMIT, PLACEMENT, PRIORITY = "validate", "limit", "placement", "priority"
+ENFORCE, AUDIT, OFF = "enforce", "audit", "off"
+KINDS = (VALIDATE, LIMIT, PLACEMENT, PRIORITY)
+MODES = (ENFORCE, AUDIT, OFF)
+
+POLICY_DENIED = "POLICY_DENIED"
+POLICY_ERROR = "POLICY_ERROR"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy as the evaluator sees it (built from a model row or a YAML file)."""
+
+    name: str
+    kind: str
+    rule: str
+    match: str = "true"
+    message: str = ""
+    key: str = ""
+    mode: str = AUDIT
+    scope: tuple[str, ...] = ()
+    order: int = 100
+    version: int = 1
+    id: int | None = None
+    description: str = ""
+
+    def applies_to_path(self, path: str) -> bool:
+        """Whether a queue path lies in the scope (empty scope = everywhere)."""
+        if not self.scope:
+            return True
+        return any(path == s or path.startswith(s + "/") for s in self.scope)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a policy did or would have done, to be recorded and/or acted on.
+
+    outcome: denied | audited | grandfathered | error | capped | placed | prioritized.
+    """
+
+    policy: PolicySpec
+    outcome: str
+    code: str
+    message: str
+    expression: str = ""
+    value: Any = None
+
+
+@dataclass
+class RequestOutcome:
+    """The verdict of the submission policies on one request."""
+
+    denials: list[Finding] = field(default_factory=list)
+    priority_class: str | None = None
+    priority_policy: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    matched: list[PolicySpec] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return not self.denials
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "bool", int: "int", float: "double", str: "string", list: "list",
+            dict: "map", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def run_match(policy: PolicySpec, ctx: Any) -> bool:
+    """Evaluate `match`; a non-bool result is an evaluation error."""
+    value = evaluate(policy.match or "true", ctx)
+    if not isinstance(value, bool):
+        raise PolicyEvaluationError(f"match returned {_type_name(value)}, expected bool")
+    return value
+
+
+def run_rule(policy: PolicySpec, ctx: Any) -> Any:
+    """Evaluate `rule` and check its type for the policy's kind."""
+    value = evaluate(policy.rule, ctx)
+    if policy.kind == VALIDATE:
+        if not isinstance(value, bool):
+            raise PolicyEvaluationError(f"rule returned {_type_name(value)}, expected bool")
+        return value
+    if policy.kind == LIMIT:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PolicyEvaluationError(f"rule returned {_type_name(value)}, expected a number")
+        if value < 0:
+            raise PolicyEvaluationError(f"rule returned {value}, a limit cannot be negative")
+        return value
+    if policy.kind == PLACEMENT:
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise PolicyEvaluationError(
+                f"rule returned {_type_name(value)}, expected a list of cluster or region names"
+            )
+        return value
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise PolicyEvaluationError(f"rule returned {_type_name(value)}, expected a string")
+    return value
+
+
+def run_message(policy: PolicySpec, ctx: Any, fallback: str) -> str:
+    """The policy's message; a broken message never hides the decision, it falls back."""
+    if not policy.message.strip():
+        return fallback
+    try:
+        value = evaluate(policy.message, ctx)
+    except PolicyEvaluationError as exc:
+        return f"{fallback} (message failed: {exc})"
+    return value if isinstance(value, str) else str(value)
+
+
+def _error_finding(policy: PolicySpec, where: str, exc: Exception) -> Finding:
+    expression = policy.match if where == "match" else policy.rule
+    return Finding(
+        policy, "error", POLICY_ERROR,
+        f"policy {policy.name} could not be evaluated ({where}: {expression}): {exc}",
+        expression=expression,
+    )
+
+
+def evaluate_request(
+    policies: Iterable[PolicySpec],
+    variables: Mapping[str, Any],
+    *,
+    fail_open: bool = False,
+    grandfathered: bool = False,
+) -> RequestOutcome:
+    """Run the validate and priority policies on one request.
+
+    `variables` holds request, queue, team, cost_center, fleet, now. `grandfathered`: the
+    request updates or restarts an existing workload without growing it, so enforce-mode
+    denials are recorded (outcome grandfathered) instead of denying.
+    """
+    out = RequestOutcome()
+    path = str(variables.get("request", {}).get("queue", ""))
+    ctx = None
+    for policy in sorted(policies, key=lambda p: (p.order, p.name)):
+        if policy.mode == OFF or policy.kind not in (VALIDATE, PRIORITY):
+            continue
+        if not policy.applies_to_path(path):
+            continue
+        if ctx is None:
+            ctx = make_context(variables)
+        try:
+            if not run_match(policy, ctx):
+                continue
+        except PolicyEvaluationError as exc:
+            _record_error(out, policy, _error_finding(policy, "match", exc), fail_open,
+                          grandfathered)
+            continue
+        out.matched.append(policy)
+        try:
+            value = run_rule(policy, ctx)
+        except PolicyEvaluationError as exc:
+            _record_error(out, policy, _error_finding(policy, "rule", exc), fail_open,
+                          grandfathered)
+            continue
+        if policy.kind == VALIDATE:
+            if value:
+                continue
+            message = run_message(policy, ctx, f"policy {policy.name}: rule {policy.rule} is false")
+            if policy.mode == ENFORCE and not grandfathered:
+                finding = Finding(policy, "denied", POLICY_DENIED, message, policy.rule)
+                out.denials.append(finding)
+            elif policy.mode == ENFORCE:
+                finding = Finding(policy, "grandfathered", POLICY_DENIED, message, policy.rule)
+            else:
+                finding = Finding(policy, "audited", POLICY_DENIED, message, policy.rule)
+            out.findings.append(finding)
+            continue
+        if value is None:
+            continue
+        if policy.mode == ENFORCE and out.priority_class is None:
+            out.priority_class, out.priority_policy = value, policy.name
+            out.findings.append(Finding(
+                policy, "prioritized", "", f"policy {policy.name} set priority class {value}",
+                policy.rule, value,
+            ))
+        elif policy.mode == AUDIT:
+            requested = variables.get("request", {}).get("priority_class", "")
+            if value != requested:
+                out.findings.append(Finding(
+                    policy, "audited", "",
+                    f"policy {policy.name} would set priority class {value} "
+                    f"(requested {requested or 'the default'})", policy.rule, value,
+                ))
+    return out
+
+
+def _record_error(
+    out: RequestOutcome, policy: PolicySpec, finding: Finding, fail_open: bool,
+    grandfathered: bool,
+) -> None:
+    out.findings.append(finding)
+    if policy.mode == ENFORCE and not fail_open and not grandfathered:
+        out.denials.append(finding)
+
+
+@dataclass
+class CycleOutcome:
+    """What the limit and placement policies decided this cycle."""
+
+    # (queue path, key) -> (effective cap, policy name); only enforce-mode policies act.
+    caps: dict[tuple[str, str], tuple[float, str]] = field(default_factory=dict)
+    # workload id -> (allowed cluster names, reason naming the policies)
+    placements: dict[int, tuple[set[str], str]] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    subjects: list[str] = field(default_factory=list)
+
+
+def evaluate_limits(
+    policies: Sequence[PolicySpec],
+    queues: Iterable[Mapping[str, Any]],
+    base: Mapping[str, Any],
+    *,
+    fail_open: bool = False,
+    out: CycleOutcome | None = None,
+) -> CycleOutcome:
+    """Run limit policies on each queue context (`queue` variable) over the shared `base`.
+
+    A cap only lowers: the engine keeps min(configured max, cap). An evaluation error under
+    enforce caps the key at 0 (fail closed: nothing new is admitted there; nothing is evicted).
+    """
+    out = out or CycleOutcome()
+    limits = [p for p in policies if p.kind == LIMIT and p.mode != OFF and p.key]
+    if not limits:
+        return out
+    for queue in queues:
+        path = str(queue.get("path", ""))
+        active = [p for p in limits if p.applies_to_path(path)]
+        if not active:
+            continue
+        ctx = make_context({**base, "queue": queue})
+        for policy in active:
+            try:
+                if not run_match(policy, ctx):
+                    continue
+                value = run_rule(policy, ctx)
+            except PolicyEvaluationError as exc:
+                finding = _error_finding(policy, "limit", exc)
+                out.findings.append(finding)
+                out.subjects.append(path)
+                if policy.mode == ENFORCE and not fail_open:
+                    _cap(out, path, policy, 0)
+                continue
+            configured = queue.get("max", {}).get(policy.key)
+            lowers = configured is None or value < configured
+            message = run_message(
+                policy, ctx,
+                f"policy {policy.name} caps {path} {policy.key} at {_num(value)} "
+                f"(configured max {_num(configured)})",
+            )
+            if policy.mode == ENFORCE:
+                _cap(out, path, policy, value)
+                if lowers:
+                    out.findings.append(Finding(policy, "capped", "", message, policy.rule, value))
+                    out.subjects.append(path)
+            elif lowers:
+                out.findings.append(Finding(policy, "audited", "", message, policy.rule, value))
+                out.subjects.append(path)
+    return out
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "unlimited"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _cap(out: CycleOutcome, path: str, policy: PolicySpec, value: float) -> None:
+    current = out.caps.get((path, policy.key))
+    if current is None or value < current[0]:
+        out.caps[(path, policy.key)] = (value, policy.name)
+
+
+def evaluate_placements(
+    policies: Sequence[PolicySpec],
+    workloads: Iterable[tuple[int, Mapping[str, Any]]],
+    base: Mapping[str, Any],
+    clusters: Sequence[Mapping[str, Any]],
+    *,
+    fail_open: bool = False,
+    out: CycleOutcome | None = None,
+) -> CycleOutcome:
+    """Run placement policies on each pending workload (id, request variables).
+
+    The rule names clusters or regions; a workload may use the clusters named, or lying in a
+    region named, by every enforce-mode policy that matches it. An evaluation error under
+    enforce allows no cluster (fail closed: the workload waits, with the reason).
+    """
+    out = out or CycleOutcome()
+    placements = [p for p in policies if p.kind == PLACEMENT and p.mode != OFF]
+    if not placements:
+        return out
+    for workload_id, request in workloads:
+        path = str(request.get("queue", ""))
+        active = [p for p in placements if p.applies_to_path(path)]
+        if not active:
+            continue
+        ctx = None
+        for policy in active:
+            if ctx is None:
+                ctx = make_context({**base, "request": request})
+            try:
+                if not run_match(policy, ctx):
+                    continue
+                names = run_rule(policy, ctx)
+            except PolicyEvaluationError as exc:
+                finding = _error_finding(policy, "placement", exc)
+                out.findings.append(finding)
+                out.subjects.append(str(request.get("name", workload_id)))
+                if policy.mode == ENFORCE and not fail_open:
+                    _restrict(out, workload_id, set(), f"policy {policy.name} failed: {exc}")
+                continue
+            wanted = set(names)
+            allowed = {c["name"] for c in clusters
+                       if c["name"] in wanted or (c.get("region") and c["region"] in wanted)}
+            reason = run_message(
+                policy, ctx,
+                f"policy {policy.name} allows only {', '.join(sorted(wanted)) or 'no cluster'}",
+            )
+            if policy.mode == ENFORCE:
+                _restrict(out, workload_id, allowed, reason)
+            elif allowed != {c["name"] for c in clusters}:
+                out.findings.append(Finding(policy, "audited", "", reason, policy.rule, names))
+                out.subjects.append(str(request.get("name", workload_id)))
+    return out
+
+
+def _restrict(out: CycleOutcome, workload_id: int, allowed: set[str], reason: str) -> None:
+    if workload_id in out.placements:
+        previous, previous_reason = out.placements[workload_id]
+        out.placements[workload_id] = (previous & allowed, f"{previous_reason}; {reason}")
+    else:
+        out.placements[workload_id] = (allowed, reason)

@@ -1,0 +1,271 @@
+"""Where policies run: the submission check and the cycle adjuster (scheduling.extensions).
+
+Registered in `PoliciesConfig.ready()`. Validate and priority policies run at submission
+(form and API go through the same `workload_submit`); limit and placement policies run in
+every scheduling cycle, and only narrow what pending work may get: nothing admitted is evicted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.conf import settings
+
+from quotas.models import Queue, Team
+
+from .context import (
+    EMPTY_COST_CENTER,
+    EMPTY_QUEUE,
+    EMPTY_REQUEST,
+    EMPTY_TEAM,
+    _usage_by_leaf,
+    cost_center_variables,
+    fleet_variables,
+    now_variables,
+    queue_variables_many,
+    request_variables,
+    submission_variables,
+)
+from .evaluation import (
+    CycleOutcome,
+    Finding,
+    PolicySpec,
+    evaluate_limits,
+    evaluate_placements,
+    evaluate_request,
+)
+from .models import CYCLE_KINDS, SUBMISSION_KINDS, Policy, PolicyMode, TeamApproval
+from .services import policy_counters_bump, policy_to_spec, violations_record
+
+
+def fail_open() -> bool:
+    """Whether an evaluation error lets the request through (default: it denies)."""
+    return bool(getattr(settings, "ALLOT_POLICY_FAIL_OPEN", False))
+
+
+def active_specs(kinds: Sequence[str]) -> list[PolicySpec]:
+    """The policies of these kinds that are not off (one query)."""
+    return [policy_to_spec(p) for p in Policy.objects.filter(kind__in=kinds).exclude(
+        mode=PolicyMode.OFF)]
+
+
+# --- submission ---------------------------------------------------------------------------
+
+
+def _totals(request: Mapping[str, Any]) -> tuple[float, ...]:
+    return (request["gpus"], request["pods"], request["cpu"], request["memory_gib"])
+
+
+def _previous_request(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What an update or restart replaces: `previous` (a request mapping) or the stored
+    workload named by `workload_id`."""
+    previous = raw.get("previous")
+    if isinstance(previous, Mapping):
+        return request_variables(previous)
+    workload_id = raw.get("workload_id")
+    if workload_id:
+        from scheduling.models import Workload  # noqa: PLC0415
+
+        workload = Workload.objects.filter(pk=workload_id).prefetch_related("pod_sets").first()
+        if workload is not None:
+            return request_variables({"pods": [
+                {"count": p.count, "gpus": p.gpus, "cpu": p.cpu, "memory_gib": p.memory_gib,
+                 "flavors": p.flavors} for p in workload.pod_sets.all()]})
+    return None
+
+
+def grows(request: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:
+    """Whether an update asks for more than the workload it replaces (unknown: it does)."""
+    if previous is None:
+        return True
+    if any(new > old for new, old in zip(_totals(request), _totals(previous), strict=True)):
+        return True
+    return not set(request["flavors"]) <= set(previous["flavors"])
+
+
+def policy_submission_check(ctx: Any) -> Any:
+    """The submission check: deny, impose a priority class, record audits and errors."""
+    from scheduling.extensions import SubmissionVerdict  # noqa: PLC0415
+
+    specs = active_specs(SUBMISSION_KINDS)
+    if not specs:
+        return None
+    variables = submission_variables(
+        data=ctx.request, queue=ctx.queue, team=ctx.team, user=ctx.user, is_update=ctx.is_update,
+    )
+    grandfathered = bool(ctx.is_update) and not grows(
+        variables["request"], _previous_request(ctx.request))
+    outcome = evaluate_request(specs, variables, fail_open=fail_open(),
+                               grandfathered=grandfathered)
+    findings = list(outcome.findings)
+    if outcome.priority_class is not None:
+        from scheduling.models import PriorityClass  # noqa: PLC0415
+
+        if not PriorityClass.objects.filter(name=outcome.priority_class).exists():
+            policy = next(s for s in specs if s.name == outcome.priority_policy)
+            known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
+            error = Finding(
+                policy, "error", "POLICY_ERROR",
+                f"policy {policy.name} returned unknown priority class "
+                f"{outcome.priority_class!r} (known: {known})", policy.rule,
+            )
+            findings = [f for f in findings if f.outcome != "prioritized"] + [error]
+            outcome.priority_class = None
+            if policy.mode == "enforce" and not fail_open():
+                outcome.denials.append(error)
+    violations_record(
+        findings=findings, variables=variables, subject=variables["request"]["name"],
+        queue_path=ctx.queue.path, user=ctx.user,
+    )
+    policy_counters_bump(
+        hit_ids=[p.id for p in outcome.matched],
+        denied_ids=[f.policy.id for f in outcome.denials],
+    )
+    denied = {id(f) for f in outcome.denials}
+    return SubmissionVerdict(
+        deny=[(f.code, f"{f.message} (policy {f.policy.name})") for f in outcome.denials],
+        priority_class=outcome.priority_class,
+        audit=[f"policy {f.policy.name} ({f.policy.mode}): {f.outcome}: {f.message}"
+               for f in findings if id(f) not in denied and f.outcome != "prioritized"],
+    )
+
+
+# --- scheduling cycle -----------------------------------------------------------------------
+
+# Cycle findings repeat every few seconds while nothing changes: each distinct one is recorded
+# once per this many seconds (per process), so the violations list stays readable.
+CYCLE_RECORD_EVERY_S = 3600.0
+_recent: dict[tuple[Any, ...], float] = {}
+
+
+def _fresh(finding: Finding, subject: str) -> bool:
+    key = (finding.policy.id, finding.policy.version, subject, finding.outcome, finding.message)
+    now = time.monotonic()
+    if now - _recent.get(key, -1e18) < CYCLE_RECORD_EVERY_S:
+        return False
+    if len(_recent) > 100_000:
+        _recent.clear()
+    _recent[key] = now
+    return True
+
+
+def _pending_requests(pending: Sequence[Any]) -> list[tuple[int, dict[str, Any]]]:
+    """`request` for every pending workload (one query for what PendingInfo does not carry)."""
+    from django.db.models import Sum  # noqa: PLC0415
+
+    from scheduling.models import Workload  # noqa: PLC0415
+
+    ids = [p.id for p in pending]
+    extra = {
+        row["id"]: row for row in Workload.objects.filter(pk__in=ids).values(
+            "id", "preemptible", "checkpoint", "duration_hint_s", "image"
+        ).annotate(pods=Sum("pod_sets__count"))
+    }
+    out = []
+    for p in pending:
+        row = extra.get(p.id, {})
+        request = dict(EMPTY_REQUEST)
+        request.update({
+            "name": p.name, "queue": p.queue_path, "team": p.team or "", "user": p.owner,
+            "flavors": list(p.flavors), "gpus": int(p.gpus), "pods": int(row.get("pods") or 0),
+            "priority_class": p.priority_class, "dataset": p.dataset,
+            "labels": {str(k): str(v) for k, v in (p.labels or {}).items()},
+            "preemptible": bool(row.get("preemptible", True)),
+            "checkpoint": bool(row.get("checkpoint", True)),
+            "image": row.get("image") or "",
+            "duration_s": int(row.get("duration_hint_s") or 0),
+        })
+        out.append((p.id, request))
+    return out
+
+
+def cycle_evaluate(
+    specs: Sequence[PolicySpec], *, now: Any, queue_paths: Sequence[str], clusters: Sequence[str],
+    pending: Sequence[Any], quota_max: Mapping[tuple[str, str], Any] | None = None,
+) -> tuple[CycleOutcome, dict[str, Any]]:
+    """Evaluate the limit and placement policies over the DB's current state."""
+    usage = _usage_by_leaf()
+    fleet = fleet_variables(usage)
+    base = {"request": EMPTY_REQUEST, "queue": EMPTY_QUEUE, "team": EMPTY_TEAM,
+            "cost_center": EMPTY_COST_CENTER, "fleet": fleet, "now": now_variables(now)}
+    out = CycleOutcome()
+    inputs: dict[str, Any] = {}
+    limits = [s for s in specs if s.kind == "limit"]
+    if limits:
+        paths = [p for p in queue_paths if any(s.applies_to_path(p) for s in limits)]
+        queues = list(Queue.objects.filter(path__in=paths).only("path", "name"))
+        qvars = queue_variables_many(queues, fleet=fleet, usage_by_leaf=usage)
+        for path, queue in qvars.items():
+            # The engine's max may already be lower (a capacity request, another adjuster).
+            for (qpath, key), value in (quota_max or {}).items():
+                if qpath == path and value is not None:
+                    queue["max"][key] = min(queue["max"].get(key, value), float(value))
+        evaluate_limits(limits, qvars.values(), base, fail_open=fail_open(), out=out)
+        inputs.update({path: {**base, "queue": q} for path, q in qvars.items()})
+    placements = [s for s in specs if s.kind == "placement"]
+    if placements and pending:
+        from scheduling.models import Cluster  # noqa: PLC0415
+
+        cluster_rows = [c for c in fleet["clusters"] if c["name"] in set(clusters)] or [
+            {"name": c.name, "region": c.region}
+            for c in Cluster.objects.filter(name__in=clusters)
+        ]
+        requests = _pending_requests(pending)
+        team_names = {r["team"] for _, r in requests if r["team"]}
+        teams = {t.name: t for t in Team.objects.filter(name__in=team_names)}
+        approvals: dict[str, list[str]] = {}
+        for a in TeamApproval.objects.filter(team__name__in=team_names).select_related("team"):
+            if a.expires_at is None or a.expires_at > now:
+                approvals.setdefault(a.team.name, []).append(a.name)
+        per_team: dict[str, dict[str, Any]] = {}
+        for name, team in teams.items():
+            per_team[name] = {
+                "team": {"name": name, "display_name": team.display_name or name,
+                         "department": "", "approvals": sorted(approvals.get(name, []))},
+                "cost_center": cost_center_variables(team),
+            }
+        for team_name in team_names | {""}:
+            group = [(i, r) for i, r in requests if r["team"] == team_name]
+            if not group:
+                continue
+            team_base = {**base, **per_team.get(team_name, {})}
+            evaluate_placements(placements, group, team_base, cluster_rows,
+                                fail_open=fail_open(), out=out)
+            for _, r in group:
+                inputs[r["name"]] = {**team_base, "request": r}
+    return out, inputs
+
+
+def policy_cycle_adjuster(ctx: Any) -> None:
+    """The cycle adjuster: lower maxes for limit policies, narrow clusters for placements."""
+    specs = active_specs(CYCLE_KINDS)
+    if not specs:
+        return
+    out, inputs = cycle_evaluate(
+        specs, now=ctx.now, queue_paths=ctx.queue_paths, clusters=ctx.clusters,
+        pending=ctx.pending, quota_max=ctx.quota_max,
+    )
+    for (path, key), (value, policy) in out.caps.items():
+        ctx.lower_max(path, key, value, policy=policy)
+    for workload_id, (allowed, reason) in out.placements.items():
+        ctx.restrict_clusters(workload_id, allowed, reason=reason)
+    for finding, subject in zip(out.findings, out.subjects, strict=True):
+        if _fresh(finding, subject):
+            violations_record(
+                findings=[finding], variables=inputs.get(subject, {}), subject=subject,
+                queue_path=str(inputs.get(subject, {}).get("queue", {}).get("path", "")
+                               or inputs.get(subject, {}).get("request", {}).get("queue", "")),
+                at=ctx.now,
+            )
+
+
+def register() -> None:
+    """Plug the check and the adjuster into scheduling (called from AppConfig.ready)."""
+    try:
+        from scheduling import extensions  # noqa: PLC0415
+    except ImportError:  # scheduling without hooks: nothing to plug into
+        return
+    extensions.register_submission_check(policy_submission_check)
+    extensions.register_cycle_adjuster(policy_cycle_adjuster)
