@@ -13,5 +13,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DjangoValidationError):
         if hasattr(exc, "message_dict"):
             return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
-        return Response({"detail": "; ".join(exc.messages)}, status=status.HTTP_400_BAD_REQUEST)
+        # `errors` keeps each message apart (a tree change may break several rules at once).
+        return Response(
+            {"detail": "; ".join(exc.messages), "errors": exc.messages},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     return drf_exception_handler(exc, context)

@@ -1,5 +1,9 @@
-"""URL patterns of this app."""
+"""API routes of accounts."""
 
-from django.urls import URLPattern, URLResolver
+from django.urls import path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from portal.api import TokenView
+
+urlpatterns = [
+    path("auth/token", TokenView.as_view(), name="api-auth-token"),
+]

@@ -1,0 +1,266 @@
+"""API for the quota tree: flavors and queues (members read, platform admins write)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.permissions import IsAdminOrReadOnly
+from quotas import selectors, services
+from quotas.models import Flavor, Queue, Strategy
+from quotas.tree_rules import QuotaSpec
+
+# --- flavors -----------------------------------------------------------------------------
+
+
+class FlavorOutput(serializers.ModelSerializer):
+    class Meta:
+        model = Flavor
+        fields = ["name", "node_selector", "gpu_memory_gib", "interconnect_label",
+                  "mig_profiles", "notes"]
+
+
+class FlavorInput(serializers.Serializer):
+    name = serializers.CharField(max_length=63)
+    node_selector = serializers.DictField(child=serializers.CharField(), required=False)
+    gpu_memory_gib = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    interconnect_label = serializers.CharField(max_length=253, allow_blank=True, required=False)
+    mig_profiles = serializers.ListField(child=serializers.CharField(), required=False)
+    notes = serializers.CharField(allow_blank=True, required=False)
+
+
+class FlavorList(APIView):
+    """The flavors (classes of node); admins register new ones."""
+
+    permission_classes = [IsAdminOrReadOnly]
+
+    @extend_schema(responses=FlavorOutput(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(FlavorOutput(Flavor.objects.order_by("name"), many=True).data)
+
+    @extend_schema(request=FlavorInput, responses={201: FlavorOutput})
+    def post(self, request: Request) -> Response:
+        data = FlavorInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        flavor = services.flavor_create(**data.validated_data)
+        return Response(FlavorOutput(flavor).data, status=status.HTTP_201_CREATED)
+
+
+class FlavorDetail(APIView):
+    """One flavor; admins change its labels and facts."""
+
+    permission_classes = [IsAdminOrReadOnly]
+
+    def get_object(self, name: str) -> Flavor:
+        try:
+            return Flavor.objects.get(name=name)
+        except Flavor.DoesNotExist as exc:
+            raise Http404(f"No flavor named {name!r}.") from exc
+
+    @extend_schema(responses=FlavorOutput)
+    def get(self, request: Request, name: str) -> Response:
+        return Response(FlavorOutput(self.get_object(name)).data)
+
+    @extend_schema(request=FlavorInput(partial=True), responses=FlavorOutput)
+    def patch(self, request: Request, name: str) -> Response:
+        flavor = self.get_object(name)
+        data = FlavorInput(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        if fields.pop("name", name) != name:
+            raise ValidationError("a flavor's name cannot change (quotas and nodes refer to it)")
+        flavor = services.flavor_update(flavor=flavor, **fields)
+        return Response(FlavorOutput(flavor).data)
+
+
+# --- queues ------------------------------------------------------------------------------
+
+
+class QuotaCellOutput(serializers.Serializer):
+    min = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
+    max = serializers.DecimalField(
+        max_digits=14, decimal_places=3, coerce_to_string=False, allow_null=True,
+        help_text="null: unlimited (whatever the fleet has).",
+    )
+    lendable = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
+    set = serializers.BooleanField(help_text="The queue sets this key itself (else defaults).")
+    used = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
+    borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
+    lent = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
+    pending = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
+
+
+class QueueOutput(serializers.Serializer):
+    path = serializers.CharField()
+    name = serializers.CharField()
+    parent = serializers.CharField(allow_null=True)
+    depth = serializers.IntegerField()
+    strategy = serializers.CharField()
+    namespace = serializers.CharField()
+    description = serializers.CharField()
+    is_leaf = serializers.BooleanField()
+    can_submit = serializers.BooleanField(help_text="A leaf one of your teams may submit to.")
+    quota = serializers.DictField(
+        child=serializers.DictField(child=QuotaCellOutput()),
+        help_text="FLAVOR -> RESOURCE -> {min, max, lendable, used, borrowed, lent, pending}",
+    )
+
+
+QueueOutput._declared_fields["children"] = QueueOutput(many=True)
+
+
+class QueueChangeOutput(QueueOutput):
+    warnings = serializers.ListField(
+        child=serializers.CharField(), help_text="Tree warnings (W1-W3): saved, but look."
+    )
+
+
+class DeleteOutput(serializers.Serializer):
+    deleted = serializers.CharField()
+    warnings = serializers.ListField(child=serializers.CharField())
+
+
+class QuotaCellInput(serializers.Serializer):
+    min = serializers.DecimalField(max_digits=14, decimal_places=3, required=False, default=0)
+    max = serializers.DecimalField(
+        max_digits=14, decimal_places=3, required=False, allow_null=True, default=None
+    )
+    lendable = serializers.DecimalField(
+        max_digits=14, decimal_places=3, required=False, allow_null=True, default=None
+    )
+
+
+STRATEGIES = ["", *Strategy.values]
+
+
+class QueueCreateInput(serializers.Serializer):
+    parent = serializers.CharField(
+        allow_null=True, required=False, default=None, help_text="Parent path; null: top level."
+    )
+    name = serializers.CharField(max_length=63)
+    strategy = serializers.ChoiceField(choices=STRATEGIES, required=False, default="")
+    namespace = serializers.CharField(max_length=63, allow_blank=True, required=False, default="")
+    description = serializers.CharField(allow_blank=True, required=False, default="")
+    quota = serializers.DictField(
+        child=serializers.DictField(child=QuotaCellInput()), required=False, default=dict,
+        help_text="FLAVOR -> RESOURCE -> {min, max, lendable}; max/lendable null = default.",
+    )
+
+
+class QueueUpdateInput(serializers.Serializer):
+    parent = serializers.CharField(allow_null=True, required=False, help_text="Move the queue.")
+    name = serializers.CharField(max_length=63, required=False)
+    strategy = serializers.ChoiceField(choices=STRATEGIES, required=False)
+    namespace = serializers.CharField(max_length=63, allow_blank=True, required=False)
+    description = serializers.CharField(allow_blank=True, required=False)
+    quota = serializers.DictField(
+        child=serializers.DictField(child=QuotaCellInput(allow_null=True)), required=False,
+        help_text="Keys given are set (a null value clears the key); keys not given stay.",
+    )
+
+
+def _quota(data: dict[str, dict[str, Any]]) -> dict[tuple[str, str], QuotaSpec | None]:
+    return {
+        (flavor, resource): None if cell is None else QuotaSpec(
+            min=cell.get("min") or 0, max=cell.get("max"), lendable=cell.get("lendable")
+        )
+        for flavor, cells in data.items()
+        for resource, cell in cells.items()
+    }
+
+
+def _queue_or_404(path: str) -> Queue:
+    try:
+        return Queue.objects.select_related("parent").get(path=path.strip("/"))
+    except Queue.DoesNotExist as exc:
+        raise Http404(f"No queue at path {path!r}.") from exc
+
+
+def _parent_or_400(path: str | None) -> Queue | None:
+    if path in (None, ""):
+        return None
+    try:
+        return Queue.objects.get(path=path.strip("/"))
+    except Queue.DoesNotExist as exc:
+        raise serializers.ValidationError({"parent": [f"No queue at path {path!r}."]}) from exc
+
+
+def _node(request: Request, path: str, warnings: list[str]) -> dict[str, Any]:
+    node = selectors.queue_tree(user=request.user, root=path)[0]
+    return QueueChangeOutput({**node, "warnings": warnings}).data
+
+
+class QueueList(APIView):
+    """The queue tree, nested, with quota and usage per flavor and resource."""
+
+    permission_classes = [IsAdminOrReadOnly]
+
+    @extend_schema(responses=QueueOutput(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(QueueOutput(selectors.queue_tree(user=request.user), many=True).data)
+
+    @extend_schema(
+        request=QueueCreateInput,
+        responses={201: QueueChangeOutput,
+                   400: OpenApiResponse(description="A tree rule is broken; nothing saved.")},
+    )
+    def post(self, request: Request) -> Response:
+        data = QueueCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        quota = {k: s for k, s in _quota(v["quota"]).items() if s is not None}
+        change = services.queue_create(
+            name=v["name"], parent=_parent_or_400(v["parent"]), quota=quota,
+            strategy=v["strategy"], namespace=v["namespace"], description=v["description"],
+        )
+        assert change.queue is not None
+        return Response(
+            _node(request, change.queue.path, change.warnings), status=status.HTTP_201_CREATED
+        )
+
+
+class QueueDetail(APIView):
+    """One queue and its subtree; admins change or delete it."""
+
+    permission_classes = [IsAdminOrReadOnly]
+
+    @extend_schema(responses=QueueOutput)
+    def get(self, request: Request, path: str) -> Response:
+        nodes = selectors.queue_tree(user=request.user, root=path.strip("/"))
+        if not nodes:
+            raise Http404(f"No queue at path {path!r}.")
+        return Response(QueueOutput(nodes[0]).data)
+
+    @extend_schema(
+        request=QueueUpdateInput,
+        responses={200: QueueChangeOutput,
+                   400: OpenApiResponse(description="A tree rule is broken; nothing saved.")},
+    )
+    def patch(self, request: Request, path: str) -> Response:
+        queue = _queue_or_404(path)
+        data = QueueUpdateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = dict(data.validated_data)
+        kwargs: dict[str, Any] = {}
+        if "parent" in v:
+            kwargs["parent"] = _parent_or_400(v.pop("parent"))
+        if "quota" in v:
+            kwargs["quota_merge"] = _quota(v.pop("quota"))
+        kwargs.update(v)
+        change = services.queue_update(queue=queue, **kwargs)
+        assert change.queue is not None
+        return Response(_node(request, change.queue.path, change.warnings))
+
+    @extend_schema(responses={200: DeleteOutput})
+    def delete(self, request: Request, path: str) -> Response:
+        queue = _queue_or_404(path)
+        deleted = queue.path
+        change = services.queue_delete(queue=queue)
+        return Response(DeleteOutput({"deleted": deleted, "warnings": change.warnings}).data)
