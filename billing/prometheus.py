@@ -1,0 +1,145 @@
+"""A small Prometheus HTTP API client and the DCGM queries metering runs against it.
+
+Usage is read from node telemetry (dcgm-exporter on each GPU node, scraped by Prometheus), never
+from what a container reports about itself. dcgm-exporter labels each GPU's series with the pod
+and namespace using it; when Prometheus' own target labels already hold `pod`/`namespace` it
+renames the exporter's as `exported_pod`/`exported_namespace`, which then win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import requests
+from django.conf import settings
+
+from billing.metering import HOUR, MINUTE_S, WorkloadTelemetry
+from scheduling.backends.naming import parse_pod_name
+
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+_BY = "namespace, pod, exported_namespace, exported_pod"
+
+
+class TelemetryUnavailable(Exception):
+    """Prometheus could not answer (down, timeout, bad response)."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One result series of a range query: its labels and (epoch seconds, value) samples."""
+
+    labels: dict[str, str]
+    values: list[tuple[int, Decimal]]
+
+
+class PrometheusClient:
+    """Queries one Prometheus server over its HTTP API."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.session = requests.Session()
+
+    def query_range(
+        self, query: str, *, start: datetime, end: datetime, step_s: int = MINUTE_S
+    ) -> list[Series]:
+        """`/api/v1/query_range` (POST form, so long queries fit), parsed to Decimal values."""
+        try:
+            response = self.session.post(
+                f"{self.base_url}/api/v1/query_range",
+                data={
+                    "query": query, "start": f"{start.timestamp():.3f}",
+                    "end": f"{end.timestamp():.3f}", "step": str(step_s),
+                },
+                timeout=self.timeout_s,
+            )
+        except requests.RequestException as exc:
+            raise TelemetryUnavailable(f"Prometheus at {self.base_url}: {exc}") from exc
+        try:
+            body: dict[str, Any] = response.json()
+        except ValueError as exc:
+            raise TelemetryUnavailable(
+                f"Prometheus at {self.base_url}: HTTP {response.status_code}, not JSON"
+            ) from exc
+        if body.get("status") != "success":
+            raise TelemetryUnavailable(
+                f"Prometheus at {self.base_url}: {body.get('errorType')}: {body.get('error')}"
+            )
+        out = []
+        for item in body["data"]["result"]:
+            values = []
+            for ts, raw in item["values"]:
+                try:
+                    value = Decimal(raw)
+                except InvalidOperation:
+                    continue
+                if value.is_nan() or value.is_infinite():
+                    continue
+                values.append((int(round(float(ts))), value))
+            out.append(Series(labels=item["metric"], values=values))
+        return out
+
+
+def default_client() -> PrometheusClient | None:
+    """The configured Prometheus (ALLOT_PROMETHEUS_URL), or None when there is none."""
+    url = getattr(settings, "ALLOT_PROMETHEUS_URL", "")
+    return PrometheusClient(url) if url else None
+
+
+def _pod_of(labels: dict[str, str]) -> tuple[int | None, str]:
+    pod = labels.get("exported_pod") or labels.get("pod") or ""
+    namespace = labels.get("exported_namespace") or labels.get("namespace") or ""
+    parsed = parse_pod_name(pod) if pod else None
+    return (parsed[0] if parsed else None), namespace
+
+
+def _per_workload(series: list[Series], scale: Decimal = Decimal(1)) -> dict[int, dict]:
+    out: dict[int, dict] = {}
+    namespaces: dict[int, str] = {}
+    for s in series:
+        workload_id, namespace = _pod_of(s.labels)
+        if workload_id is None:
+            continue
+        namespaces[workload_id] = namespace
+        steps = out.setdefault(workload_id, {})
+        for ts, value in s.values:
+            steps[ts] = steps.get(ts, Decimal(0)) + value * scale
+    return {"steps": out, "namespaces": namespaces}
+
+
+def fetch_hour(client: PrometheusClient, hour: datetime) -> dict[int, WorkloadTelemetry]:
+    """Per workload, per minute of [hour, hour + 1 h): active GPUs (sum over its GPUs) and MiB.
+
+    The step at t averages the samples of the minute ending at t, so the range runs from the
+    end of the hour's first minute to the end of the hour.
+    """
+    start = hour + timedelta(seconds=MINUTE_S)
+    end = hour + HOUR
+    window = f"[{MINUTE_S}s]"
+
+    def run(metric: str) -> list[Series]:
+        query = f"sum by ({_BY}) (avg_over_time({metric}{window}))"
+        return client.query_range(query, start=start, end=end)
+
+    active = _per_workload(run(ENGINE_ACTIVE))
+    util = _per_workload(run(GPU_UTIL), Decimal("0.01"))
+    fb = _per_workload(run(FB_USED))
+    out: dict[int, WorkloadTelemetry] = {}
+    for source_name, source in ((ENGINE_ACTIVE, active), (GPU_UTIL, util)):
+        for workload_id, steps in source["steps"].items():
+            if workload_id in out:
+                # Profiling metrics win where present; utilisation only where that is all.
+                continue
+            out[workload_id] = WorkloadTelemetry(
+                active=steps, source=source_name,
+                namespace=source["namespaces"].get(workload_id, ""),
+            )
+    for workload_id, steps in fb["steps"].items():
+        if workload_id in out:
+            out[workload_id].fb_mib = steps
+    return out

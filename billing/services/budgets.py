@@ -1,0 +1,207 @@
+"""Budgets: spend per period, thresholds firing once, their actions, and the submission check."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from billing.models import (
+    Budget,
+    BudgetAction,
+    BudgetFiring,
+    BudgetPeriod,
+    BudgetThreshold,
+    CostCenter,
+    LedgerEntry,
+    TeamCostCenter,
+    round_money,
+)
+
+logger = logging.getLogger(__name__)
+
+BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+LOW_PRIORITY_CLASS = "batch-low"
+
+
+def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
+    """The budget period holding `now`: the UTC month, or the UTC week from Monday."""
+    now = now.astimezone(UTC)
+    if period == BudgetPeriod.WEEKLY:
+        start = (now - timedelta(days=now.weekday())).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
+        return start, start + timedelta(days=7)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = datetime(
+        start.year + (start.month == 12), start.month % 12 + 1, 1, tzinfo=UTC
+    )
+    return start, end
+
+
+def spent_in(cost_center_id: int, start: datetime, end: datetime) -> Decimal:
+    """What a cost center's ledger holds for hours in [start, end)."""
+    total = LedgerEntry.objects.filter(
+        cost_center_id=cost_center_id, hour__gte=start, hour__lt=end
+    ).aggregate(t=Sum("amount"))["t"]
+    return total or Decimal("0.00")
+
+
+def _percent(spent: Decimal, amount: Decimal) -> Decimal:
+    if not amount:
+        return Decimal(0)
+    return (spent * 100 / amount).quantize(Decimal("0.1"))
+
+
+def budget_message(budget: Budget, spent: Decimal, threshold: BudgetThreshold) -> str:
+    """The human text of a threshold reached, with the numbers."""
+    word = "month" if budget.period == BudgetPeriod.MONTHLY else "week"
+    return (
+        f"Cost center {budget.cost_center.code}: spent {spent} of {budget.amount} "
+        f"{budget.currency} this {word} ({_percent(spent, budget.amount)}%), reaching the "
+        f"{threshold.percent}% threshold ({threshold.get_action_display()})"
+    )
+
+
+@transaction.atomic
+def budget_create(
+    *,
+    cost_center: CostCenter,
+    amount: Decimal,
+    period: str = BudgetPeriod.MONTHLY,
+    thresholds: list[tuple[int, str]] | None = None,
+) -> Budget:
+    """A budget with its thresholds, e.g. [(50, "notify"), (80, "notify"), (100, "block")]."""
+    if period not in BudgetPeriod.values:
+        raise ValidationError({"period": [f"unknown period {period!r}"]})
+    if Decimal(amount) <= 0:
+        raise ValidationError({"amount": [f"a budget must be positive (got {amount})"]})
+    budget = Budget.objects.create(
+        cost_center=cost_center, period=period, amount=round_money(Decimal(amount)),
+        currency=cost_center.currency,
+    )
+    for percent, action in thresholds or [(50, "notify"), (80, "notify"), (100, "block")]:
+        if action not in BudgetAction.values or int(percent) < 1:
+            raise ValidationError(
+                {"thresholds": [f"bad threshold {percent}% {action!r}"]}
+            )
+        BudgetThreshold.objects.create(budget=budget, percent=int(percent), action=action)
+    return budget
+
+
+def _recipients(cost_center: CostCenter) -> list[str]:
+    from quotas.models import TeamMembership, TeamRole
+
+    emails = {cost_center.contact_email} if cost_center.contact_email else set()
+    team_ids = TeamCostCenter.objects.filter(cost_center=cost_center).values("team_id")
+    emails |= set(
+        TeamMembership.objects.filter(team_id__in=team_ids, role=TeamRole.LEAD)
+        .exclude(user__email="")
+        .values_list("user__email", flat=True)
+    )
+    return sorted(emails)
+
+
+def budgets_evaluate(*, now: datetime | None = None) -> list[BudgetFiring]:
+    """Fire every threshold reached this period that has not fired yet (each fires once)."""
+    now = now or timezone.now()
+    fired: list[BudgetFiring] = []
+    budgets = Budget.objects.filter(active=True).select_related("cost_center")
+    for budget in budgets.prefetch_related("thresholds"):
+        start, end = period_bounds(budget.period, now)
+        spent = spent_in(budget.cost_center_id, start, end)
+        for threshold in budget.thresholds.all():
+            if spent < budget.amount * threshold.percent / 100:
+                continue
+            firing = _fire(budget, threshold, start, end, spent, now)
+            if firing is not None:
+                fired.append(firing)
+    return fired
+
+
+def _fire(
+    budget: Budget, threshold: BudgetThreshold, start: datetime, end: datetime,
+    spent: Decimal, now: datetime,
+) -> BudgetFiring | None:
+    message = budget_message(budget, spent, threshold)
+    try:
+        with transaction.atomic():
+            firing = BudgetFiring.objects.create(
+                threshold=threshold, period_start=start, period_end=end, spent=spent,
+                budget_amount=budget.amount, message=message, fired_at=now,
+            )
+    except IntegrityError:
+        return None  # already fired this period (the unique constraint decides, not a read)
+    if threshold.action == BudgetAction.NOTIFY:
+        recipients = _recipients(budget.cost_center)
+        if recipients:
+            sent = send_mail(
+                subject=f"[Allot] budget {threshold.percent}% reached: "
+                f"{budget.cost_center.code}",
+                message=message, from_email=settings.DEFAULT_FROM_EMAIL,
+                recipient_list=recipients, fail_silently=True,
+            )
+            firing.notified = sent * len(recipients)
+            firing.save(update_fields=["notified"])
+    logger.info("budget threshold fired: %s", message)
+    return firing
+
+
+def active_firings(cost_center_id: int, now: datetime) -> list[BudgetFiring]:
+    """Firings of the current periods of a cost center's budgets (what is in force now)."""
+    out = []
+    qs = BudgetFiring.objects.filter(
+        threshold__budget__cost_center_id=cost_center_id, threshold__budget__active=True,
+        period_start__lte=now, period_end__gt=now,
+    ).select_related("threshold__budget__cost_center")
+    for firing in qs:
+        budget = firing.threshold.budget
+        # A budget raised since the firing lifts it once spend is below the threshold again.
+        spent = spent_in(budget.cost_center_id, firing.period_start, firing.period_end)
+        if spent >= budget.amount * firing.threshold.percent / 100:
+            out.append(firing)
+    return out
+
+
+def cost_center_of_team(team) -> CostCenter | None:
+    """The team's cost center, or the default one."""
+    if team is not None:
+        link = TeamCostCenter.objects.select_related("cost_center").filter(team=team).first()
+        if link is not None:
+            return link.cost_center
+    return CostCenter.objects.filter(is_default=True).first()
+
+
+def budget_submission_check(ctx):  # ctx: scheduling.extensions.SubmissionContext
+    """Deny (BUDGET_EXCEEDED) or lower to batch-low while a budget action is in force."""
+    from scheduling.extensions import SubmissionVerdict
+
+    cc = cost_center_of_team(ctx.team)
+    if cc is None:
+        return None
+    now = timezone.now()
+    verdict = SubmissionVerdict()
+    for firing in active_firings(cc.pk, now):
+        budget = firing.threshold.budget
+        start, end = firing.period_start, firing.period_end
+        spent = spent_in(cc.pk, start, end)
+        text = budget_message(budget, spent, firing.threshold)
+        if firing.threshold.action == BudgetAction.BLOCK:
+            verdict.deny.append((
+                BUDGET_EXCEEDED,
+                f"{text}: new submissions are blocked until {end:%Y-%m-%d} or the budget is "
+                "raised",
+            ))
+        elif firing.threshold.action == BudgetAction.LOWER_PRIORITY:
+            verdict.priority_class = LOW_PRIORITY_CLASS
+            verdict.audit.append(f"{text}: priority lowered to {LOW_PRIORITY_CLASS}")
+    if not verdict.deny and not verdict.priority_class:
+        return None
+    return verdict

@@ -1,0 +1,156 @@
+"""Monthly invoices per cost center, frozen from the ledger."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from billing.models import (
+    CostCenter,
+    Invoice,
+    InvoiceLine,
+    InvoiceWorkloadLine,
+    LedgerEntry,
+    LedgerHead,
+)
+
+
+def month_bounds(month: date) -> tuple[datetime, datetime]:
+    """[first instant of the month, first instant of the next) in UTC."""
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
+    nxt = datetime(
+        month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=UTC
+    )
+    return start, nxt
+
+
+@transaction.atomic
+def invoice_issue(
+    *, cost_center: CostCenter, month: date, user=None, now: datetime | None = None
+) -> Invoice:
+    """Issue a cost center's invoice for a finished month; its total equals the ledger's sum.
+
+    The invoice covers the ledger entries of the month's hours up to the ledger's current tip
+    (recorded as `ledger_seq_max`), grouped per team, queue, flavor and kind, with a
+    per-workload appendix.
+    """
+    now = now or timezone.now()
+    start, end = month_bounds(month)
+    if end > now:
+        raise ValidationError(
+            f"{start:%Y-%m} is not over yet (ends {end.isoformat()}): invoices are issued "
+            "for finished months"
+        )
+    existing = Invoice.objects.filter(cost_center=cost_center, period_start=start).first()
+    if existing is not None:
+        raise ValidationError(
+            f"{cost_center.code} {start:%Y-%m} was already invoiced as {existing.number}"
+        )
+    # Lock the ledger tip so no entry slips in between the sums and the recorded tip.
+    head = LedgerHead.objects.select_for_update().filter(pk=1).first()
+    seq_max = head.last_seq if head else 0
+    entries = LedgerEntry.objects.filter(
+        cost_center=cost_center, hour__gte=start, hour__lt=end, seq__lte=seq_max
+    )
+    invoice = Invoice.objects.create(
+        cost_center=cost_center, period_start=start, period_end=end,
+        number=f"INV-{start:%Y%m}-{cost_center.code}"[:40], currency=cost_center.currency,
+        total=Decimal("0.00"), ledger_seq_max=seq_max, issued_at=now, issued_by=user,
+    )
+    grouped = (
+        entries.values("team_name", "queue", "flavor", "kind", "unit")
+        .annotate(q=Sum("quantity"), a=Sum("amount"))
+        .order_by("team_name", "queue", "flavor", "kind")
+    )
+    InvoiceLine.objects.bulk_create([
+        InvoiceLine(
+            invoice=invoice, team_name=g["team_name"], queue=g["queue"], flavor=g["flavor"],
+            kind=g["kind"], unit=g["unit"], quantity=g["q"], amount=g["a"],
+        )
+        for g in grouped
+    ], batch_size=2000)
+    per_workload = (
+        entries.values("workload_id", "workload_name", "team_name", "queue")
+        .annotate(
+            gpu=Sum("quantity", filter=Q(kind__in=["gpu_reserved", "gpu_active"])),
+            frozen=Sum("quantity", filter=Q(kind="gpu_frozen")),
+            a=Sum("amount"),
+        )
+        .order_by("team_name", "queue", "workload_id")
+    )
+    InvoiceWorkloadLine.objects.bulk_create([
+        InvoiceWorkloadLine(
+            invoice=invoice, workload_id=w["workload_id"], workload_name=w["workload_name"],
+            team_name=w["team_name"], queue=w["queue"], gpu_hours=w["gpu"] or Decimal(0),
+            frozen_gpu_hours=w["frozen"] or Decimal(0), amount=w["a"],
+        )
+        for w in per_workload
+    ], batch_size=5000)
+    totals = entries.aggregate(t=Sum("amount"), n=Count("pk"))
+    invoice.total = totals["t"] or Decimal("0.00")
+    invoice.entry_count = totals["n"]
+    invoice.save(update_fields=["total", "entry_count"])
+    return invoice
+
+
+def invoice_ledger_total(invoice: Invoice) -> Decimal:
+    """The ledger's sum for the invoice's cost center, period and tip (what the total must be)."""
+    total = LedgerEntry.objects.filter(
+        cost_center=invoice.cost_center_id, hour__gte=invoice.period_start,
+        hour__lt=invoice.period_end, seq__lte=invoice.ledger_seq_max,
+    ).aggregate(t=Sum("amount"))["t"]
+    return total or Decimal("0.00")
+
+
+def invoice_as_dict(invoice: Invoice) -> dict[str, Any]:
+    """The invoice with its lines and appendix, as the JSON download and API give it."""
+    return {
+        "number": invoice.number,
+        "cost_center": invoice.cost_center.code,
+        "period_start": invoice.period_start.isoformat(),
+        "period_end": invoice.period_end.isoformat(),
+        "state": invoice.state,
+        "currency": invoice.currency,
+        "total": str(invoice.total),
+        "ledger_seq_max": invoice.ledger_seq_max,
+        "issued_at": invoice.issued_at.isoformat(),
+        "lines": [
+            {"team": ln.team_name, "queue": ln.queue, "flavor": ln.flavor, "kind": ln.kind,
+             "unit": ln.unit, "quantity": str(ln.quantity), "amount": str(ln.amount)}
+            for ln in invoice.lines.all()
+        ],
+        "workloads": [
+            {"workload_id": w.workload_id, "workload": w.workload_name, "team": w.team_name,
+             "queue": w.queue, "gpu_hours": str(w.gpu_hours),
+             "frozen_gpu_hours": str(w.frozen_gpu_hours), "amount": str(w.amount)}
+            for w in invoice.workload_lines.all()
+        ],
+    }
+
+
+def invoice_as_csv(invoice: Invoice) -> str:
+    """The invoice as CSV: a header block, the lines, the total, then the per-workload appendix."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["invoice", invoice.number, "cost_center", invoice.cost_center.code,
+                     "period", f"{invoice.period_start:%Y-%m}", "currency", invoice.currency])
+    writer.writerow(["team", "queue", "flavor", "kind", "unit", "quantity", "amount"])
+    for ln in invoice.lines.all():
+        writer.writerow([ln.team_name, ln.queue, ln.flavor, ln.kind, ln.unit, ln.quantity,
+                         ln.amount])
+    writer.writerow(["total", "", "", "", "", "", invoice.total])
+    writer.writerow([])
+    writer.writerow(["workload_id", "workload", "team", "queue", "gpu_hours",
+                     "frozen_gpu_hours", "amount"])
+    for w in invoice.workload_lines.all():
+        writer.writerow([w.workload_id, w.workload_name, w.team_name, w.queue, w.gpu_hours,
+                         w.frozen_gpu_hours, w.amount])
+    return out.getvalue()
