@@ -2,6 +2,15 @@ from django.apps import AppConfig
 
 
 class BillingConfig(AppConfig):
+    """Billing: rate cards, cost centers, metering, ledger, invoices, budgets."""
+
     default_auto_field = "django.db.models.BigAutoField"
     name = "billing"
     verbose_name = "Billing"
+
+    def ready(self) -> None:
+        from billing.services.budgets import budget_submission_check
+        from scheduling.extensions import register_submission_check
+
+        # Budget actions in force (block, lower to batch-low) apply at submit.
+        register_submission_check(budget_submission_check)

@@ -179,14 +179,17 @@ def cost_center_of_team(team) -> CostCenter | None:
     return CostCenter.objects.filter(is_default=True).first()
 
 
-def budget_submission_check(ctx):  # ctx: scheduling.extensions.SubmissionContext
-    """Deny (BUDGET_EXCEEDED) or lower to batch-low while a budget action is in force."""
+def budget_submission_check(ctx, *, now: datetime | None = None):
+    """Deny (BUDGET_EXCEEDED) or lower to batch-low while a budget action is in force.
+
+    `ctx` is a scheduling.extensions.SubmissionContext; `now` is for tests.
+    """
     from scheduling.extensions import SubmissionVerdict
 
     cc = cost_center_of_team(ctx.team)
     if cc is None:
         return None
-    now = timezone.now()
+    now = now or timezone.now()
     verdict = SubmissionVerdict()
     for firing in active_firings(cc.pk, now):
         budget = firing.threshold.budget

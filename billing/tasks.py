@@ -1,0 +1,57 @@
+"""Celery tasks: they pick the hours or days, call a service, and retry. No logic here."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from billing.metering import hour_floor
+from billing.prometheus import TelemetryUnavailable
+from billing.services import budgets_evaluate, reconciliation_run, rollup_and_post
+
+# Hours re-examined on each run: late pod starts or late telemetry become corrections.
+LOOKBACK_HOURS = 3
+
+
+@shared_task(
+    bind=True, autoretry_for=(TelemetryUnavailable,), retry_backoff=60, max_retries=10,
+    name="billing.rollup_recent_hours",
+)
+def rollup_recent_hours(self) -> dict:
+    """Meter and price the last complete hours (idempotent), then evaluate budgets."""
+    now = timezone.now()
+    last = hour_floor(now) - timedelta(hours=1)
+    appended = 0
+    for back in range(LOOKBACK_HOURS - 1, -1, -1):
+        _, posted = rollup_and_post(hour=last - timedelta(hours=back), now=now)
+        appended += posted.appended
+    fired = budgets_evaluate(now=now)
+    return {"hour": last.isoformat(), "appended": appended, "fired": len(fired)}
+
+
+@shared_task(name="billing.reconcile_yesterday")
+def reconcile_yesterday() -> dict:
+    """The daily reconciliation of the previous UTC day."""
+    day = (timezone.now() - timedelta(days=1)).date()
+    run = reconciliation_run(day=day)
+    return {"day": day.isoformat(), "findings": run.findings_count}
+
+
+@shared_task(name="billing.issue_last_month_invoices")
+def issue_last_month_invoices() -> dict:
+    """Issue last month's invoice for every cost center that has none yet."""
+    from billing.models import CostCenter, Invoice
+    from billing.services import invoice_issue
+
+    now = timezone.now()
+    month = (now.replace(day=1) - timedelta(days=1)).date()
+    issued = []
+    for cc in CostCenter.objects.all():
+        done = Invoice.objects.filter(
+            cost_center=cc, period_start__year=month.year, period_start__month=month.month
+        ).exists()
+        if not done:
+            issued.append(invoice_issue(cost_center=cc, month=month, now=now).number)
+    return {"month": f"{month:%Y-%m}", "issued": issued}

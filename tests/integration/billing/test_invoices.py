@@ -1,0 +1,62 @@
+"""Monthly invoices: lines per team/queue/flavor, appendix, totals equal the ledger's sums."""
+
+import csv
+import io
+from datetime import date, timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db.models import Sum
+
+from billing.models import LedgerEntry
+from billing.services import charges_post_hour, invoice_issue, usage_rollup_hour
+from billing.services.invoices import invoice_as_csv, invoice_as_dict, invoice_ledger_total
+from tests.factories import TeamFactory
+
+from .conftest import H, minutes
+
+APRIL = H.replace(month=4, day=1)
+
+
+def bill(hours):
+    for hour in hours:
+        usage_rollup_hour(hour=hour, now=APRIL, telemetry={})
+        charges_post_hour(hour=hour, now=APRIL)
+
+
+def test_invoice_totals_equal_ledger_sums(world, admit):
+    other = TeamFactory(name="nlp")  # no cost center of its own: not on rd's invoice
+    admit(gpus=8, reserved=H, running=H + minutes(5), ended=H + timedelta(hours=2), name="a")
+    admit(gpus=2, reserved=H + minutes(30), running=H + minutes(30),
+          ended=H + minutes(90), name="b")
+    admit(gpus=0, cpu="10", flavor="cpu", reserved=H, running=H, ended=H + minutes(30),
+          name="c")
+    admit(gpus=4, reserved=H, running=H, ended=H + minutes(30), name="d", team=other)
+    bill([H, H + timedelta(hours=1)])
+    invoice = invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1), now=APRIL)
+    ledger_total = LedgerEntry.objects.filter(cost_center=world["cc"]).aggregate(
+        t=Sum("amount"))["t"]
+    assert invoice.total == ledger_total == invoice_ledger_total(invoice)
+    # 8 GPUs: 5 min frozen @1.00 + 115 min @2.50; 2 GPUs 60 min @2.50; 10 cores 30 min @0.04
+    assert invoice.total == Decimal("0.67") + Decimal("38.33") + Decimal("5.00") + \
+        Decimal("0.20")
+    assert sum(ln.amount for ln in invoice.lines.all()) == invoice.total
+    assert sum(w.amount for w in invoice.workload_lines.all()) == invoice.total
+    kinds = {(ln.team_name, ln.flavor, ln.kind): ln.quantity for ln in invoice.lines.all()}
+    assert kinds == {
+        ("vision", "a100", "gpu_frozen"): Decimal("0.6667"),
+        ("vision", "a100", "gpu_reserved"): Decimal("17.3333"),
+        ("vision", "cpu", "cpu"): Decimal("5.0000"),
+    }
+    data = invoice_as_dict(invoice)
+    assert data["total"] == str(invoice.total) and len(data["workloads"]) == 3
+    rows = list(csv.reader(io.StringIO(invoice_as_csv(invoice))))
+    assert ["total", "", "", "", "", "", str(invoice.total)] in rows
+    with pytest.raises(ValidationError, match="already invoiced"):
+        invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1), now=APRIL)
+
+
+def test_unfinished_month_cannot_be_invoiced(world):
+    with pytest.raises(ValidationError, match="not over yet"):
+        invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1), now=H)
