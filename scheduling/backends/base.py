@@ -37,6 +37,7 @@ class RefusalReason(enum.StrEnum):
     API_ERROR = "api_error"  # any other 4xx answer
     REFUSED = "refused"  # the (simulated) cluster was told to refuse dispatches
     CONFLICT = "conflict"  # a Job of that name exists but belongs to another workload
+    JOB_GONE = "job_gone"  # start_workload found a Job missing (deleted behind our back)
 
 
 class BackendError(Exception):
@@ -311,7 +312,7 @@ def get_backend(cluster: Any) -> ClusterBackend:
         if backend is not None:
             return backend
         if kind == "kubernetes":
-            from scheduling.backends.kubernetes import KubernetesBackend
+            from scheduling.backends.k8s import KubernetesBackend
 
             backend = KubernetesBackend(
                 name=str(cluster.name), connection=dict(cluster.connection or {})

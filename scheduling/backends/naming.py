@@ -16,7 +16,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "allot"
 
 _JOB_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)$")
-_POD_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)-(?P<k>\d+)$")
+# Simulated pods are `<job>-<k>`; real ones `<job>-<random>` or, for Indexed Jobs,
+# `<job>-<completion index>-<random>`.
+_POD_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)-[a-z0-9]+(-[a-z0-9]+)?$")
 
 
 def job_name(workload_id: int, pod_set_index: int) -> str:
@@ -48,16 +50,14 @@ def parse_job_name(name: str) -> tuple[int, int] | None:
 
 
 def parse_pod_name(name: str) -> tuple[int, int] | None:
-    """(workload id, pod set index) of a pod of an Allot Job (simulated `-<k>` or real suffix).
+    """(workload id, pod set index) of a pod of an Allot Job, simulated or real.
 
-    Real Kubernetes pods are `<job>-<random 5>`; simulated ones are `<job>-<k>`. Both start with
-    the Job name, which is what billing joins on.
+    Every pod name starts with its Job name, which is what billing joins on.
     """
     match = _POD_RE.match(name)
-    if match is not None:
-        return int(match["workload"]), int(match["index"])
-    head, _, _ = name.rpartition("-")
-    return parse_job_name(head)
+    if match is None:
+        return None
+    return int(match["workload"]), int(match["index"])
 
 
 def job_labels(
