@@ -197,11 +197,11 @@ def cycle_evaluate(
         paths = [p for p in queue_paths if any(s.applies_to_path(p) for s in limits)]
         queues = list(Queue.objects.filter(path__in=paths).only("path", "name"))
         qvars = queue_variables_many(queues, fleet=fleet, usage_by_leaf=usage)
-        for path, queue in qvars.items():
-            # The engine's max may already be lower (a capacity request, another adjuster).
-            for (qpath, key), value in (quota_max or {}).items():
-                if qpath == path and value is not None:
-                    queue["max"][key] = min(queue["max"].get(key, value), float(value))
+        # The engine's max may already be lower (a capacity request, another adjuster).
+        for (qpath, key), value in (quota_max or {}).items():
+            if qpath in qvars and value is not None:
+                current = qvars[qpath]["max"].get(key, value)
+                qvars[qpath]["max"][key] = _plain_number(min(current, float(value)))
         evaluate_limits(limits, qvars.values(), base, fail_open=fail_open(), out=out)
         inputs.update({path: {**base, "queue": q} for path, q in qvars.items()})
     placements = [s for s in specs if s.kind == "placement"]
@@ -236,6 +236,10 @@ def cycle_evaluate(
             for _, r in group:
                 inputs[r["name"]] = {**team_base, "request": r}
     return out, inputs
+
+
+def _plain_number(value: float) -> Any:
+    return int(value) if float(value).is_integer() else value
 
 
 def policy_cycle_adjuster(ctx: Any) -> None:
