@@ -2,8 +2,13 @@
 
 Frozen dataclasses in (`Snapshot`), decisions out (`CycleResult`). See `types` for the
 interface and QUOTA-SEMANTICS.md for the rules.
+
+- `schedule(snapshot) -> CycleResult`: one cycle (the workers' entry point).
+- `check_request(workload, snapshot) -> list[Reason]`: reasons to reject at submission.
+- `Engine`: the live state the simulator keeps between cycles (`submit`, `end`, `cycle`).
 """
 
+from scheduling.engine.engine import Engine, backoff_delay, check_request, schedule
 from scheduling.engine.types import (
     DEFAULT_PRIORITY_CLASSES,
     Admit,
@@ -37,6 +42,7 @@ __all__ = [
     "ClusterSpec",
     "CycleResult",
     "DisruptionBudget",
+    "Engine",
     "FlavorSpec",
     "Key",
     "KeyQuota",
@@ -54,4 +60,7 @@ __all__ = [
     "Settings",
     "Snapshot",
     "WorkloadSpec",
+    "backoff_delay",
+    "check_request",
+    "schedule",
 ]

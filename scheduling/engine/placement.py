@@ -1,0 +1,346 @@
+"""Placement (QUOTA-SEMANTICS.md §7): clusters, node pools per flavor, node-level fit.
+
+Choices where the semantics page is silent:
+- "Most allocated node" means fewest free GPUs (best fit) for GPU pods and least free CPU for
+  CPU-only pods; spread takes the opposite. Ties: the node's index in its pool.
+- Pods are placed one by one in pod-set order (greedy, like Kueue's TAS); a gang either gets
+  every pod in one cluster or the tentative placement is rolled back.
+- `topology: {same: rack}` tries racks in the order of the strategy (binpack: fewest free GPUs
+  first; spread: most), ties by rack name.
+- A CPU-only pod on a GPU node may only use the cores beyond `cpu_per_gpu_reserved` per free
+  GPU, so CPU work cannot strand GPUs.
+- Cluster utilisation (the packing term) is over the cluster's GPUs, or its CPUs when it has
+  no GPUs; the cost term divides the price by the highest price among the candidates.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduling.engine.accounting import EPS, fmt
+from scheduling.engine.types import ClusterSpec, Reason, ReasonCode
+
+Pod = tuple[int, float, float]  # gpus, cpu, memory of one pod
+
+
+class Pool:
+    """The nodes of one flavor in one cluster, with free resources and a free-GPU index."""
+
+    def __init__(self, cluster: str, flavor: str) -> None:
+        self.cluster = cluster
+        self.flavor = flavor
+        self.names: list[str] = []
+        self.gpus: list[int] = []
+        self.cpu: list[float] = []
+        self.mem: list[float] = []
+        self.rack: list[str] = []
+        self.ready: list[bool] = []
+        self.fg: list[int] = []
+        self.fc: list[float] = []
+        self.fm: list[float] = []
+        self.buckets: list[list[int]] = []  # free GPUs -> sorted ready node indices
+        self.max_gpus = 0
+
+    def add_node(self, name: str, gpus: int, cpu: float, mem: float, rack: str,
+                 ready: bool) -> None:
+        self.names.append(name)
+        self.gpus.append(gpus)
+        self.cpu.append(cpu)
+        self.mem.append(mem)
+        self.rack.append(rack)
+        self.ready.append(ready)
+        self.fg.append(gpus)
+        self.fc.append(cpu)
+        self.fm.append(mem)
+
+    def build_index(self) -> None:
+        self.max_gpus = max(self.gpus, default=0)
+        self.buckets = [[] for _ in range(self.max_gpus + 1)]
+        for i, r in enumerate(self.ready):
+            if r:
+                self.buckets[self.fg[i]].append(i)
+
+    # Totals over ready nodes.
+    def totals(self) -> tuple[int, float, float]:
+        g = c = m = 0.0
+        for i, r in enumerate(self.ready):
+            if r:
+                g += self.gpus[i]
+                c += self.cpu[i]
+                m += self.mem[i]
+        return int(g), c, m
+
+    def free_gpus(self) -> int:
+        return sum(b * len(nodes) for b, nodes in enumerate(self.buckets))
+
+    def largest_free(self) -> int:
+        for b in range(self.max_gpus, -1, -1):
+            if self.buckets[b]:
+                return b
+        return 0
+
+    def take(self, i: int, pod: Pod) -> None:
+        g, c, m = pod
+        if g and self.ready[i]:
+            b = self.buckets[self.fg[i]]
+            del b[bisect_left(b, i)]
+            insort(self.buckets[self.fg[i] - g], i)
+        self.fg[i] -= g
+        self.fc[i] -= c
+        self.fm[i] -= m
+
+    def give(self, i: int, pod: Pod) -> None:
+        g, c, m = pod
+        if g and self.ready[i]:
+            b = self.buckets[self.fg[i]]
+            del b[bisect_left(b, i)]
+            insort(self.buckets[self.fg[i] + g], i)
+        self.fg[i] += g
+        self.fc[i] += c
+        self.fm[i] += m
+
+    def set_ready(self, i: int, ready: bool) -> None:
+        if self.ready[i] == ready:
+            return
+        self.ready[i] = ready
+        if ready:
+            insort(self.buckets[self.fg[i]], i)
+        else:
+            b = self.buckets[self.fg[i]]
+            del b[bisect_left(b, i)]
+
+    def _node_fits(self, i: int, pod: Pod, reserve: float) -> bool:
+        g, c, m = pod
+        if self.fg[i] < g or self.fm[i] + EPS < m:
+            return False
+        if g == 0 and self.gpus[i]:
+            return self.fc[i] - reserve * self.fg[i] + EPS >= c
+        return self.fc[i] + EPS >= c
+
+    def pick(self, pod: Pod, spread: bool, reserve: float, rack: str | None) -> int:
+        """The node for one pod (-1 when none fits)."""
+        g = pod[0]
+        if g > 0 and rack is None:
+            rng = range(self.max_gpus, g - 1, -1) if spread else range(g, self.max_gpus + 1)
+            for b in rng:
+                for i in self.buckets[b]:
+                    if self._node_fits(i, pod, reserve):
+                        return i
+            return -1
+        best, best_key = -1, 0.0
+        for i in range(len(self.names)):
+            if not self.ready[i] or (rack is not None and self.rack[i] != rack):
+                continue
+            if not self._node_fits(i, pod, reserve):
+                continue
+            k = float(self.fg[i]) if g > 0 else self.fc[i]
+            if best < 0 or (k > best_key if spread else k < best_key):
+                best, best_key = i, k
+        return best
+
+    def place(self, pods: Sequence[Pod], spread: bool, reserve: float,
+              rack: str | None) -> list[int] | None:
+        """Place every pod (tentatively taking resources); None and rolled back on failure."""
+        chosen: list[int] = []
+        for pod in pods:
+            i = self.pick(pod, spread, reserve, rack)
+            if i < 0:
+                for j, p in zip(chosen, pods, strict=False):
+                    self.give(j, p)
+                return None
+            self.take(i, pod)
+            chosen.append(i)
+        return chosen
+
+    def empty_copy(self) -> Pool:
+        """The same nodes, all ready and empty (for "could it ever fit" checks)."""
+        pool = Pool(self.cluster, self.flavor)
+        for i, name in enumerate(self.names):
+            pool.add_node(name, self.gpus[i], self.cpu[i], self.mem[i], self.rack[i], True)
+        pool.build_index()
+        return pool
+
+    def racks(self, spread: bool) -> list[str]:
+        free: dict[str, int] = {}
+        for i, r in enumerate(self.ready):
+            if r:
+                free[self.rack[i]] = free.get(self.rack[i], 0) + self.fg[i]
+        return sorted(free, key=lambda name: ((-free[name] if spread else free[name]), name))
+
+
+@dataclass
+class ClusterState:
+    """A cluster's live state: health, price, datasets and its pools per flavor."""
+
+    name: str
+    region: str
+    health: float
+    price: float
+    datasets: frozenset[str]
+    pools: dict[str, Pool]
+    gpu_total: float = 0.0
+    gpu_used: float = 0.0
+    cpu_total: float = 0.0
+    cpu_used: float = 0.0
+
+    def recount(self) -> None:
+        self.gpu_total = self.cpu_total = 0.0
+        for pool in self.pools.values():
+            g, c, _ = pool.totals()
+            self.gpu_total += g
+            self.cpu_total += c
+
+    def utilisation(self, extra_gpus: float, extra_cpu: float) -> float:
+        if self.gpu_total > 0:
+            return min(1.0, (self.gpu_used + extra_gpus) / self.gpu_total)
+        if self.cpu_total > 0:
+            return min(1.0, (self.cpu_used + extra_cpu) / self.cpu_total)
+        return 1.0
+
+
+class Fleet:
+    """All clusters, their pools, and the node lookup by name."""
+
+    def __init__(self, clusters: Sequence[ClusterSpec], min_health: float,
+                 reserve_cpu_per_gpu: float) -> None:
+        self.min_health = min_health
+        self.reserve = reserve_cpu_per_gpu
+        self.clusters: list[ClusterState] = []
+        self.by_name: dict[str, ClusterState] = {}
+        self.node_loc: dict[str, tuple[str, str, int]] = {}
+        self.flavor_clusters: dict[str, list[ClusterState]] = {}
+        for spec in sorted(clusters, key=lambda c: c.name):
+            pools: dict[str, Pool] = {}
+            for node in spec.nodes:
+                pool = pools.get(node.flavor)
+                if pool is None:
+                    pool = pools[node.flavor] = Pool(spec.name, node.flavor)
+                self.node_loc[node.name] = (spec.name, node.flavor, len(pool.names))
+                pool.add_node(node.name, int(node.gpus), float(node.cpu),
+                              float(node.memory_gib), node.rack, node.ready)
+            for pool in pools.values():
+                pool.build_index()
+            state = ClusterState(spec.name, spec.region, float(spec.health), float(spec.price),
+                                 frozenset(spec.datasets), pools)
+            state.recount()
+            self.clusters.append(state)
+            self.by_name[spec.name] = state
+            for flavor in pools:
+                self.flavor_clusters.setdefault(flavor, []).append(state)
+
+    def healthy(self, cluster: ClusterState) -> bool:
+        return cluster.health > self.min_health
+
+    def capacity(self, used_on_unhealthy: dict[tuple[str, str], float]) -> dict[tuple[str, str],
+                                                                                float]:
+        """Per key: healthy clusters' ready nodes plus what is used on unhealthy ones."""
+        cap: dict[tuple[str, str], float] = dict(used_on_unhealthy)
+        for cluster in self.clusters:
+            if not self.healthy(cluster):
+                continue
+            for flavor, pool in cluster.pools.items():
+                g, c, m = pool.totals()
+                for res, v in (("gpu", g), ("cpu", c), ("memory", m)):
+                    cap[(flavor, res)] = cap.get((flavor, res), 0.0) + v
+        return cap
+
+    def assign(self, cluster: str, flavor: str, nodes: Sequence[int], pods: Sequence[Pod]) -> None:
+        state = self.by_name[cluster]
+        pool = state.pools[flavor]
+        for i, pod in zip(nodes, pods, strict=True):
+            pool.take(i, pod)
+            state.gpu_used += pod[0]
+            state.cpu_used += pod[1]
+
+    def unassign(self, cluster: str, flavor: str, nodes: Sequence[int],
+                 pods: Sequence[Pod]) -> None:
+        state = self.by_name[cluster]
+        pool = state.pools[flavor]
+        for i, pod in zip(nodes, pods, strict=True):
+            pool.give(i, pod)
+            state.gpu_used -= pod[0]
+            state.cpu_used -= pod[1]
+
+    def try_place(
+        self, flavor: str, pods: Sequence[Pod], *, spread: bool, same_rack: bool,
+        allowed: frozenset[str] | None, dataset: str, weights: tuple[float, float, float, float],
+        commit: bool,
+    ) -> tuple[str, list[int]] | Reason:
+        """Choose a cluster by score and nodes in it; take them when `commit`.
+
+        Returns (cluster name, node indices per pod) or the reason nothing fits.
+        """
+        holders = self.flavor_clusters.get(flavor, [])
+        ready = [c for c in holders if any(c.pools[flavor].ready)]
+        if not ready:
+            return Reason(ReasonCode.FLAVOR_UNAVAILABLE,
+                          f"flavor {flavor}: no cluster has ready {flavor} nodes")
+        allowed_c = [c for c in ready if allowed is None or c.name in allowed]
+        if not allowed_c:
+            names = ", ".join(sorted(allowed or ()))
+            return Reason(ReasonCode.POLICY_DENIED,
+                          f"flavor {flavor}: allowed clusters [{names}] hold no ready "
+                          f"{flavor} nodes")
+        healthy = [c for c in allowed_c if self.healthy(c)]
+        if not healthy:
+            detail = ", ".join(f"{c.name} {fmt(c.health)}" for c in allowed_c)
+            return Reason(ReasonCode.CLUSTER_UNHEALTHY,
+                          f"flavor {flavor}: every cluster is at or below health "
+                          f"{fmt(self.min_health)} ({detail})")
+        dg = sum(p[0] for p in pods)
+        dc = sum(p[1] for p in pods)
+        w_fit, w_aff, w_health, w_cost = weights
+        top_price = max(c.price for c in healthy) or 1.0
+        scored = []
+        for c in healthy:
+            pool = c.pools[flavor]
+            if dg and pool.free_gpus() < dg:
+                continue
+            util = c.utilisation(dg, dc)
+            packing = 1.0 - util if spread else util
+            cached = 1.0 if dataset and dataset in c.datasets else 0.0
+            score = (w_fit * packing + w_aff * cached + w_health * c.health
+                     - w_cost * (c.price / top_price))
+            scored.append((-score, c.name, c))
+        scored.sort(key=lambda t: (t[0], t[1]))
+        topology_only = False
+        max_pod = max((p[0] for p in pods), default=0)
+        for _, _, c in scored:
+            pool = c.pools[flavor]
+            if max_pod and pool.largest_free() < max_pod:
+                continue
+            if same_rack:
+                got = None
+                for rack in pool.racks(spread):
+                    got = pool.place(pods, spread, self.reserve, rack)
+                    if got is not None:
+                        break
+                if got is None and not topology_only:
+                    free = pool.place(pods, spread, self.reserve, None)
+                    if free is not None:
+                        topology_only = True
+                        for i, p in zip(free, pods, strict=True):
+                            pool.give(i, p)
+            else:
+                got = pool.place(pods, spread, self.reserve, None)
+            if got is None:
+                continue
+            if commit:
+                c.gpu_used += dg
+                c.cpu_used += dc
+            else:
+                for i, p in zip(got, pods, strict=True):
+                    pool.give(i, p)
+            return c.name, got
+        n = len(pods)
+        shape = f"{n} pod{'s' if n != 1 else ''} of {max_pod} GPU" if max_pod else f"{n} pods"
+        if topology_only:
+            return Reason(ReasonCode.TOPOLOGY_UNSATISFIABLE,
+                          f"flavor {flavor}: {shape} fit in a cluster but not within one rack")
+        best = max(healthy, key=lambda c: (c.pools[flavor].free_gpus(), c.name))
+        bp = best.pools[flavor]
+        return Reason(ReasonCode.NO_CAPACITY, (
+            f"flavor {flavor}: no healthy cluster can place {shape} ({dg} GPUs); most free: "
+            f"{best.name} {bp.free_gpus()} GPUs, largest node {bp.largest_free()} free"))

@@ -1,0 +1,41 @@
+"""`manage.py simulate FILE [--out F]`: replay a scenario; no database needed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from scheduling.simulate import ScenarioError, load_scenario, run_scenario
+
+
+class Command(BaseCommand):
+    """Replay a scenario file (YAML or JSON) through the engine and print the JSON result."""
+
+    help = "Replay a scenario (SCENARIO-FORMAT.md) on a simulated clock; JSON on stdout."
+    requires_system_checks: list[str] = []
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("file", help="scenario file (.yaml, .yml or .json)")
+        parser.add_argument("--out", help="write the JSON result to this file instead")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            scenario = load_scenario(options["file"])
+        except ScenarioError as exc:
+            for line in exc.problems:
+                sys.stderr.write(f"{line}\n")
+            sys.stderr.flush()
+            sys.exit(2)
+        for warning in scenario.warnings:
+            sys.stderr.write(f"warning: {warning}\n")
+        result = run_scenario(scenario)
+        text = json.dumps(result, indent=1, ensure_ascii=False)
+        if options.get("out"):
+            with open(options["out"], "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        else:
+            self.stdout.write(text)

@@ -1,0 +1,442 @@
+"""Replay a scenario through the engine on a simulated clock (SCENARIO-FORMAT.md).
+
+Event-driven: the clock jumps from event to event (submissions, finishes, cancellations, ends
+of grace periods, fleet events, pods becoming ready, backoffs and cooldowns running out). At
+each event time what ends is applied first, then one scheduling cycle runs. While anything is
+pending a cycle also runs every `cycle_interval_s` (on multiples of it); a periodic cycle is
+skipped when nothing happened since the last one and no time threshold (starvation, cooldown,
+backoff, pods-ready timeout) was crossed, because it would decide exactly the same. So the cost
+grows with events and decisions, not with simulated seconds.
+
+Choices where the format is silent:
+- `nodes_down: N` is absolute: the last N nodes of that flavor in that cluster (by index) are
+  down, the others up. Workloads with pods on a node that goes down are released at once and
+  requeued (keeping checkpointed progress), with a NO_CAPACITY reason naming the node.
+- A workload preempted and then cancelled during its grace keeps its capacity until the grace
+  ends, then stays cancelled.
+- Capacity in the metrics is the GPUs of ready nodes (healthy or not). The p95 is the
+  nearest-rank percentile. Jain's index skips leaves with min 0 on GPU keys (no min-share);
+  it is 1.0 when fewer than one leaf qualifies.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from scheduling.engine import Engine, Reason, ReasonCode
+from scheduling.engine.accounting import EPS
+from scheduling.simulate.loader import Scenario, SimWorkload
+
+# Event kinds in the order they apply at one instant: what ends first, then what begins.
+FINISH, CANCEL, GRACE_END, FLEET, RUNNING, SUBMIT, WAKE = range(7)
+
+
+class _W:
+    """The simulator's record of one workload."""
+
+    __slots__ = ("sim", "state", "admissions", "preemptions", "reasons", "finished_at",
+                 "last_code", "token", "progress", "run_start", "first_admit", "gpus",
+                 "admitted_at", "cancelled", "counted")
+
+    def __init__(self, sim: SimWorkload) -> None:
+        self.sim = sim
+        self.state = "pending"
+        self.admissions: list[dict[str, Any]] = []
+        self.preemptions: list[dict[str, Any]] = []
+        self.reasons: list[dict[str, Any]] = []
+        self.finished_at: float | None = None
+        self.last_code = ""
+        self.token = 0
+        self.progress = 0.0
+        self.run_start: float | None = None
+        self.first_admit: float | None = None
+        self.gpus = sum(ps.count * ps.gpus for ps in sim.spec.pod_sets)
+        self.admitted_at: float | None = None
+        self.cancelled = False
+        self.counted = False  # in demand(t)
+
+
+def _num(v: float) -> float | int:
+    if float(v).is_integer():
+        return int(v)
+    return round(v, 6)
+
+
+class Runner:
+    """One replay of one scenario."""
+
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.eng = Engine(queues=sc.queues, clusters=sc.clusters, flavors=sc.flavors,
+                          settings=sc.settings, budgets=sc.budgets)
+        self.ws = {w.spec.name: _W(w) for w in sc.workloads}
+        self.heap: list[tuple[float, int, int, str, int]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.changed = True
+        self.preemption_count = 0
+        # Metric integrals.
+        self.t_last = 0.0
+        self.cap = self._ready_gpus()
+        self.demand = 0.0
+        self.alloc = 0.0
+        self.alloc_area = 0.0
+        self.cap_area = 0.0
+        self.bounded_area = 0.0
+        self.leaf_alloc: dict[str, float] = {}
+        self.leaf_demand: set[str] = set()
+        self.violation_s = 0.0
+        self.violating = False
+
+    # ---- events ------------------------------------------------------------------------
+
+    def push(self, at: float, kind: int, name: str = "", token: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (at, kind, self.seq, name, token))
+
+    def _ready_gpus(self) -> float:
+        return float(sum(
+            g for c in self.eng.fleet.clusters for pool in c.pools.values()
+            for g, r in zip(pool.gpus, pool.ready, strict=True) if r))
+
+    def _advance(self, t: float) -> None:
+        dt = t - self.t_last
+        if dt > 0:
+            self.alloc_area += self.alloc * dt
+            self.cap_area += self.cap * dt
+            self.bounded_area += min(self.cap, self.demand) * dt
+            if self.violating:
+                self.violation_s += dt
+            self.t_last = t
+
+    def _reason(self, w: _W, at: float, reason: Reason) -> None:
+        code = str(reason.code)
+        if code == w.last_code:
+            return
+        w.last_code = code
+        w.reasons.append({"at": _num(at), "code": code, "message": reason.message})
+
+    def _alloc_end(self, w: _W, t: float) -> None:
+        if w.admitted_at is None:
+            return
+        leaf = w.sim.spec.queue
+        self.leaf_alloc[leaf] = self.leaf_alloc.get(leaf, 0.0) + w.gpus * (t - w.admitted_at)
+        self.alloc -= w.gpus
+        w.admitted_at = None
+
+    def _drop_demand(self, w: _W) -> None:
+        if w.counted:
+            self.demand -= w.gpus
+            w.counted = False
+
+    # ---- the replay --------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        sc = self.sc
+        until = sc.until
+        for name, w in self.ws.items():
+            if w.sim.spec.submitted_at <= until:
+                self.push(w.sim.spec.submitted_at, SUBMIT, name)
+            if w.sim.cancel_at is not None and w.sim.cancel_at <= until:
+                self.push(w.sim.cancel_at, CANCEL, name)
+        for i, ev in enumerate(sc.events):
+            if ev.at <= until:
+                self.push(ev.at, FLEET, str(i))
+        interval = sc.settings.cycle_interval_s
+        next_wake = math.inf
+        while self.heap:
+            t = self.heap[0][0]
+            if t > until:
+                break
+            self._advance(t)
+            self.now = t
+            while self.heap and self.heap[0][0] <= t + EPS:
+                _, kind, _, name, token = heapq.heappop(self.heap)
+                self._apply(kind, name, token, t)
+            if not self.changed and t + EPS < next_wake:
+                # A periodic tick with nothing new: the cycle would decide the same.
+                self._schedule_tick(t, interval, next_wake)
+                continue
+            self._cycle(t)
+            next_wake = self._next_threshold(t)
+            self._schedule_tick(t, interval, next_wake)
+        self._advance(until)
+        return self._output()
+
+    def _schedule_tick(self, t: float, interval: float, next_wake: float) -> None:
+        if not self.eng.pending and not self._any_reserved():
+            return
+        tick = (math.floor(t / interval + EPS) + 1) * interval
+        if not self.changed and next_wake > tick:
+            if next_wake == math.inf:
+                return
+            tick = math.ceil(next_wake / interval - EPS) * interval
+        if self.heap and self.heap[0][0] <= tick and self.heap[0][1] == WAKE:
+            return
+        self.push(tick, WAKE)
+
+    def _any_reserved(self) -> bool:
+        return any(not a.running for a in self.eng.admitted.values())
+
+    def _next_threshold(self, t: float) -> float:
+        """The earliest future time a cycle could decide differently with no event."""
+        s = self.sc.settings
+        nxt = math.inf
+        for p in self.eng.pending.values():
+            if p.not_before is not None and p.not_before > t + EPS:
+                nxt = min(nxt, p.not_before)
+            st = p.spec.submitted_at + s.starvation_s
+            if st >= t - EPS:
+                nxt = min(nxt, st + 1e-6)
+        for until in self.eng.cooldown.values():
+            if until > t + EPS:
+                nxt = min(nxt, until)
+        for a in self.eng.admitted.values():
+            if not a.running and a.grace_until is None:
+                nxt = min(nxt, a.admitted_at + s.pods_ready_timeout_s)
+        return nxt
+
+    def _apply(self, kind: int, name: str, token: int, t: float) -> None:
+        eng = self.eng
+        if kind == WAKE:
+            return
+        self.changed = True
+        if kind == FLEET:
+            self._fleet(self.sc.events[int(name)], t)
+            return
+        w = self.ws[name]
+        if kind == SUBMIT:
+            reasons = eng.check(w.sim.spec)
+            if reasons:
+                w.state = "rejected"
+                for r in reasons:
+                    w.reasons.append({"at": _num(t), "code": str(r.code), "message": r.message})
+                return
+            eng.submit(w.sim.spec)
+            w.counted = True
+            self.demand += w.gpus
+            self.leaf_demand.add(w.sim.spec.queue)
+        elif kind == RUNNING:
+            if token != w.token or w.state != "reserved":
+                return
+            eng.mark_running(name)
+            w.state = "running"
+            w.run_start = t
+            self._schedule_finish(w, t)
+        elif kind == FINISH:
+            if token != w.token or w.state != "running":
+                return
+            a = eng.admitted.get(name)
+            if a is not None and a.grace_until is not None:
+                return  # in grace: the grace end decides
+            eng.end(name, t)
+            self._alloc_end(w, t)
+            self._drop_demand(w)
+            w.state = "finished"
+            w.finished_at = t
+        elif kind == CANCEL:
+            if w.state in ("finished", "rejected", "cancelled"):
+                return
+            w.cancelled = True
+            self._drop_demand(w)
+            if name in eng.pending:
+                eng.remove_pending(name)
+                w.state = "cancelled"
+                return
+            a = eng.admitted.get(name)
+            if a is not None and a.grace_until is None:
+                eng.end(name, t)
+                self._alloc_end(w, t)
+                w.state = "cancelled"
+                w.token += 1
+            elif a is None:
+                w.state = "cancelled"
+        elif kind == GRACE_END:
+            if token != w.token:
+                return
+            eng.end(name, t)
+            self._alloc_end(w, t)
+            w.run_start = None
+            if w.cancelled:
+                w.state = "cancelled"
+                return
+            w.state = "pending"
+            eng.submit(w.sim.spec)
+
+    def _schedule_finish(self, w: _W, t: float) -> None:
+        if w.sim.duration_s is None:
+            return
+        remaining = max(0.0, w.sim.duration_s - w.progress)
+        self.push(t + remaining, FINISH, w.sim.spec.name, w.token)
+
+    def _fleet(self, ev: Any, t: float) -> None:
+        eng = self.eng
+        if ev.health is not None:
+            eng.set_health(ev.cluster, ev.health)
+        if ev.nodes_down is not None:
+            pool = eng.fleet.by_name[ev.cluster].pools[ev.flavor]
+            n = len(pool.names)
+            evicted: set[str] = set()
+            for i, node in enumerate(pool.names):
+                ready = i < n - ev.nodes_down
+                if pool.ready[i] != ready:
+                    hit = eng.set_node_ready(node, ready)
+                    if not ready:
+                        for name in hit:
+                            if name not in evicted:
+                                evicted.add(name)
+                                self._evict(name, node, t)
+            self.cap = self._ready_gpus()
+
+    def _evict(self, name: str, node: str, t: float) -> None:
+        w = self.ws[name]
+        self._stop_progress(w, t)
+        self.eng.end(name, t)
+        self._alloc_end(w, t)
+        w.token += 1
+        if w.cancelled:
+            w.state = "cancelled"
+            return
+        w.state = "pending"
+        self._reason(w, t, Reason(ReasonCode.NO_CAPACITY, f"node {node} went down"))
+        self.eng.submit(w.sim.spec)
+
+    def _stop_progress(self, w: _W, t: float) -> None:
+        if w.run_start is not None:
+            if w.sim.spec.checkpoint:
+                w.progress += t - w.run_start
+            else:
+                w.progress = 0.0
+        w.run_start = None
+
+    def _cycle(self, t: float) -> None:
+        eng = self.eng
+        res = eng.cycle(t)
+        self.changed = False
+        for rel in res.released:
+            w = self.ws[rel.workload]
+            self._alloc_end(w, t)
+            w.token += 1
+            w.state = "pending"
+            self._reason(w, t, rel.reason)
+            self.push(rel.not_before, WAKE)
+        for pre in res.preempted:
+            w = self.ws[pre.workload]
+            self.preemption_count += 1
+            w.preemptions.append({"at": _num(t), "by": pre.by, "kind": str(pre.kind)})
+            w.last_code = ""
+            self._reason(w, t, pre.reason)
+            self._stop_progress(w, t)
+            w.token += 1
+            if w.state == "reserved":
+                w.state = "running"  # holding capacity until the grace ends
+            self.push(pre.grace_until, GRACE_END, pre.workload, w.token)
+        for adm in res.admitted:
+            w = self.ws[adm.workload]
+            w.state = "reserved"
+            w.last_code = ""
+            w.admissions.append({"at": _num(t), "cluster": adm.cluster, "flavor": adm.flavor,
+                                 "borrowed": adm.borrowed, "nodes": list(adm.nodes)})
+            if w.first_admit is None:
+                w.first_admit = t
+            w.admitted_at = t
+            self.alloc += w.gpus
+            w.token += 1
+            delay = w.sim.start_delay_s
+            if delay <= 0:
+                eng.mark_running(adm.workload)
+                w.state = "running"
+                w.run_start = t
+                self._schedule_finish(w, t)
+            else:
+                self.push(t + delay, RUNNING, adm.workload, w.token)
+        for name, reason in res.reasons.items():
+            self._reason(self.ws[name], t, reason)
+        self.violating = self._violation(res.reasons)
+        # Preemptions free nothing until their graces end, which are events of their own.
+        self.changed = bool(res.admitted or res.released)
+
+    def _violation(self, reasons: Mapping[str, Reason]) -> bool:
+        """Some leaf below min has within-guarantee work that would fit if all borrowed
+        capacity were given back, and no reclaim is under way for it."""
+        eng = self.eng
+        tree = eng.tree
+        checked: set[int] = {eng.pending[n].leaf for n in eng.waiting if n in eng.pending}
+        for name, reason in reasons.items():
+            if reason.code == ReasonCode.WAITING_FOR_PREEMPTION:
+                continue
+            p = eng.pending.get(name)
+            if p is None or not p.flavors or p.leaf in checked:
+                continue
+            f = p.flavors[0]
+            d = p.demand[f]
+            if not d or not tree.within_guarantee(p.leaf, d):
+                continue
+            if not any(tree.u[p.leaf][k] < tree.mn[p.leaf][k] - EPS for k, _ in d):
+                continue
+            checked.add(p.leaf)
+            if eng.fits_if_borrowed_returned(name):
+                return True
+        return False
+
+    # ---- output ------------------------------------------------------------------------
+
+    def _output(self) -> dict[str, Any]:
+        until = self.sc.until
+        waits: list[float] = []
+        workloads: dict[str, Any] = {}
+        for name, w in self.ws.items():
+            if w.admitted_at is not None:
+                self._alloc_end(w, until)
+            if w.first_admit is not None:
+                waits.append(w.first_admit - w.sim.spec.submitted_at)
+            workloads[name] = {
+                "state": w.state,
+                "admissions": w.admissions,
+                "preemptions": w.preemptions,
+                "finished_at": None if w.finished_at is None else _num(w.finished_at),
+                "reasons": w.reasons,
+            }
+        waits.sort()
+        mean_wait = sum(waits) / len(waits) if waits else 0.0
+        p95 = waits[max(0, math.ceil(0.95 * len(waits)) - 1)] if waits else 0.0
+        return {
+            "scenario": self.sc.name,
+            "workloads": workloads,
+            "metrics": {
+                "gpu_allocation_rate": _num(self.alloc_area / self.cap_area)
+                if self.cap_area > 0 else 0,
+                "demand_bounded_allocation_rate": _num(min(1.0, self.alloc_area
+                                                           / self.bounded_area))
+                if self.bounded_area > 0 else 1,
+                "mean_wait_s": _num(mean_wait),
+                "p95_wait_s": _num(p95),
+                "preemptions": self.preemption_count,
+                "jain_fairness": _num(self._jain()),
+                "min_guarantee_violation_s": _num(self.violation_s),
+            },
+        }
+
+    def _jain(self) -> float:
+        tree = self.eng.tree
+        xs = []
+        for leaf in sorted(self.leaf_demand):
+            q = tree.index[leaf]
+            share = sum(tree.mn[q][k] for k, key in enumerate(tree.keys) if key[1] == "gpu")
+            if share <= 0:
+                continue
+            xs.append(self.leaf_alloc.get(leaf, 0.0) / share)
+        if len(xs) < 1:
+            return 1.0
+        sq = sum(x * x for x in xs)
+        if sq <= 0:
+            return 1.0
+        return sum(xs) ** 2 / (len(xs) * sq)
+
+
+def run_scenario(scenario: Scenario) -> dict[str, Any]:
+    """Replay a loaded scenario; return the output JSON as a dict."""
+    return Runner(scenario).run()
