@@ -1,0 +1,246 @@
+"""Kueue: ResourceFlavor, Cohort (hierarchical, `parentName`), ClusterQueue, LocalQueue.
+
+Mapping (QUOTA-SEMANTICS.md §2): `nominalQuota` -> min, `nominalQuota + borrowingLimit` -> max,
+`lendingLimit` -> lendable. A cohort's min is its own `nominalQuota` plus its children's min,
+so on export a cohort's `nominalQuota` is its min less its children's. Queues with children
+become Cohorts, leaves ClusterQueues with a LocalQueue in the leaf's namespace. Allot's
+top-level queues share the fleet, so the exporter puts them under one root Cohort
+(`allot-root`, annotated `allot.io/root: "true"`), which the importer drops again.
+
+Kueue wants every flavor of a resource group to list every covered resource, so the exporter
+pads missing ones with `nominalQuota: 0` and no limits; the importer reads such an entry as
+"not set" (the same quota: min 0, lendable 0, max inherited).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from quotas.interop.common import (
+    ANNOTATION_GPU_MEMORY,
+    ExportQueue,
+    Key,
+    Node,
+    Obj,
+    annotations_for,
+    export_name,
+)
+from quotas.interop.quantities import format_quantity
+from quotas.services import FlavorDef
+from quotas.tree_rules import QuotaSpec
+
+GROUP = "kueue.x-k8s.io"
+KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue")
+RESOURCE_NAMES = {"nvidia.com/gpu": "gpu", "amd.com/gpu": "gpu", "cpu": "cpu", "memory": "memory"}
+EXPORT_NAMES = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
+RESOURCE_ORDER = ("cpu", "memory", "gpu")
+NS_LABEL = "kubernetes.io/metadata.name"
+ROOT_COHORT = "allot-root"
+ANNOTATION_ROOT = "allot.io/root"
+
+
+def _resource_groups(obj: Obj, node: Node) -> None:
+    groups = obj.get("spec.resourceGroups", list, [])
+    seen: set[Key] = set()
+    for gi, group in enumerate(groups):
+        gpath = f"spec.resourceGroups[{gi}]"
+        if not isinstance(group, Mapping):
+            obj.fail(gpath, "must be a mapping")
+        covered = group.get("coveredResources") or []
+        if not isinstance(covered, list) or not all(isinstance(c, str) for c in covered):
+            obj.fail(f"{gpath}.coveredResources", "must be a list of resource names")
+        flavors = group.get("flavors") or []
+        if not isinstance(flavors, list):
+            obj.fail(f"{gpath}.flavors", "must be a list")
+        for fi, flavor in enumerate(flavors):
+            fpath = f"{gpath}.flavors[{fi}]"
+            if not isinstance(flavor, Mapping) or not isinstance(flavor.get("name"), str):
+                obj.fail(fpath, "must be a mapping with a name")
+            resources = flavor.get("resources") or []
+            if not isinstance(resources, list):
+                obj.fail(f"{fpath}.resources", "must be a list")
+            for ri, res in enumerate(resources):
+                rpath = f"{fpath}.resources[{ri}]"
+                if not isinstance(res, Mapping) or not isinstance(res.get("name"), str):
+                    obj.fail(rpath, "must be a mapping with a name")
+                rname = res["name"]
+                if rname not in RESOURCE_NAMES:
+                    obj.fail(f"{rpath}.name", f"unknown resource {rname!r} (known: "
+                             f"{', '.join(RESOURCE_NAMES)})")
+                if covered and rname not in covered:
+                    obj.fail(f"{rpath}.name", f"{rname!r} is not in coveredResources")
+                resource = RESOURCE_NAMES[rname]
+                key = (flavor["name"], resource)
+                if key in seen:
+                    obj.fail(rpath, f"{key[0]}/{key[1]} is listed twice")
+                seen.add(key)
+                if "nominalQuota" not in res:
+                    obj.fail(f"{rpath}.nominalQuota", "is required")
+                nominal = obj.amount(f"{rpath}.nominalQuota", resource, res["nominalQuota"])
+                borrow = lend = None
+                if res.get("borrowingLimit") is not None:
+                    borrow = obj.amount(f"{rpath}.borrowingLimit", resource,
+                                        res["borrowingLimit"])
+                if res.get("lendingLimit") is not None:
+                    lend = obj.amount(f"{rpath}.lendingLimit", resource, res["lendingLimit"])
+                if nominal == 0 and borrow is None and lend is None:
+                    continue  # padding for the resource group: the same as not set
+                node.nominal[key] = nominal
+                if borrow is not None:
+                    node.borrowing[key] = borrow
+                node.quota[key] = QuotaSpec(min=nominal, lendable=lend)
+
+
+def read(objs: list[Obj]) -> tuple[list[Node], list[FlavorDef], list[str]]:
+    """Nodes and flavors from Kueue objects; warnings for what is ignored."""
+    nodes: list[Node] = []
+    flavors: list[FlavorDef] = []
+    local_ns: dict[str, tuple[str, Obj]] = {}
+    warnings: list[str] = []
+    cohorts_referenced: dict[str, Obj] = {}
+    roots: set[str] = set()
+    for obj in objs:
+        if obj.kind == "ResourceFlavor":
+            labels = obj.get("spec.nodeLabels", Mapping, {})
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+                obj.fail("spec.nodeLabels", "must map label names to strings")
+            mem = obj.annotations().get(ANNOTATION_GPU_MEMORY)
+            gpu_mem = None
+            if mem is not None:
+                if not str(mem).isdigit() or int(str(mem)) <= 0:
+                    obj.fail(f"metadata.annotations[{ANNOTATION_GPU_MEMORY}]",
+                             f"{mem!r} is not a positive whole number")
+                gpu_mem = int(str(mem))
+            flavors.append(FlavorDef(name=obj.name, node_selector=dict(labels),
+                                     gpu_memory_gib=gpu_mem))
+        elif obj.kind == "Cohort" and obj.annotations().get(ANNOTATION_ROOT) == "true":
+            roots.add(obj.name)
+        elif obj.kind in ("Cohort", "ClusterQueue"):
+            if obj.kind == "Cohort":
+                parent = obj.get("spec.parentName", str) or obj.get("spec.parent", str)
+            else:
+                parent = obj.get("spec.cohortName", str) or obj.get("spec.cohort", str)
+                if parent:
+                    cohorts_referenced.setdefault(parent, obj)
+            node = Node(obj=obj, name=obj.name, parent=parent or None, add_children=True,
+                        strategy=obj.strategy(), description=obj.description())
+            _resource_groups(obj, node)
+            if obj.kind == "ClusterQueue":
+                ns = obj.get("spec.namespaceSelector.matchLabels", Mapping, {}).get(NS_LABEL)
+                if isinstance(ns, str):
+                    node.namespace = ns
+            nodes.append(node)
+        elif obj.kind == "LocalQueue":
+            namespace = obj.get("metadata.namespace", str)
+            cq = obj.get("spec.clusterQueue", str)
+            if not namespace:
+                obj.fail("metadata.namespace", "is required (the leaf's namespace)")
+            if not cq:
+                obj.fail("spec.clusterQueue", "is required")
+            if cq in local_ns and local_ns[cq][0] != namespace:
+                obj.fail("metadata.namespace", f"ClusterQueue {cq} already has a LocalQueue in "
+                         f"namespace {local_ns[cq][0]} ({local_ns[cq][1].label}); Allot maps a "
+                         "leaf queue to one namespace")
+            local_ns[cq] = (namespace, obj)
+        else:
+            warnings.append(f"{obj.source}: {obj.label}: kind not imported (skipped)")
+    for node in nodes:
+        if node.parent in roots:
+            node.parent = None
+    defined = {n.name for n in nodes}
+    for cohort, obj in cohorts_referenced.items():
+        if cohort in roots:
+            continue
+        if cohort not in defined:
+            # Kueue creates a cohort implicitly when a ClusterQueue names it.
+            nodes.append(Node(obj=obj, name=cohort, parent=None, add_children=True,
+                              implicit=True))
+            defined.add(cohort)
+    for cq, (namespace, obj) in local_ns.items():
+        match = [n for n in nodes if n.name == cq and n.obj.kind == "ClusterQueue"]
+        if not match:
+            obj.fail("spec.clusterQueue", f"ClusterQueue {cq!r} is not defined")
+        match[0].namespace = namespace
+    return nodes, flavors, warnings
+
+
+def _group(quota: Mapping[Key, dict[str, Any]]) -> list[dict[str, Any]]:
+    if not quota:
+        return []
+    resources = sorted({k[1] for k in quota}, key=RESOURCE_ORDER.index)
+    flavors = []
+    for flavor in sorted({k[0] for k in quota}):
+        entries = []
+        for resource in resources:
+            cell = quota.get((flavor, resource), {"nominalQuota": "0"})
+            entries.append({"name": EXPORT_NAMES[resource], **cell})
+        flavors.append({"name": flavor, "resources": entries})
+    return [{"coveredResources": [EXPORT_NAMES[r] for r in resources], "flavors": flavors}]
+
+
+def write(tree: list[ExportQueue], flavors: list[Any], *, version: str = "v1beta2") -> list[dict]:
+    """Kueue manifests for the stored tree (`version`: v1beta1 or v1beta2)."""
+    api = f"{GROUP}/{version}"
+    by_path = {q.path: q for q in tree}
+    docs: list[dict[str, Any]] = []
+    if tree:
+        docs.append({
+            "apiVersion": api, "kind": "Cohort",
+            "metadata": {"name": ROOT_COHORT, "annotations": {ANNOTATION_ROOT: "true"}},
+            "spec": {},
+        })
+    for flavor in flavors:
+        meta: dict[str, Any] = {"name": flavor.name}
+        if flavor.gpu_memory_gib:
+            meta["annotations"] = {ANNOTATION_GPU_MEMORY: str(flavor.gpu_memory_gib)}
+        doc: dict[str, Any] = {"apiVersion": api, "kind": "ResourceFlavor", "metadata": meta}
+        doc["spec"] = {"nodeLabels": dict(flavor.node_selector)} if flavor.node_selector else {}
+        docs.append(doc)
+    for q in tree:
+        cells: dict[Key, dict[str, Any]] = {}
+        for key, spec in q.quota.items():
+            qmin = Decimal(spec.min or 0)
+            own = qmin - sum(
+                (Decimal(by_path[c].quota[key].min or 0) for c in q.children
+                 if key in by_path[c].quota), Decimal(0)
+            )
+            cell: dict[str, Any] = {"nominalQuota": format_quantity(key[1], own)}
+            if spec.max is not None:
+                cell["borrowingLimit"] = format_quantity(key[1], Decimal(spec.max) - qmin)
+            if spec.lendable is not None:
+                cell["lendingLimit"] = format_quantity(key[1], Decimal(spec.lendable))
+            cells[key] = cell
+        meta = {"name": export_name(q.path)}
+        notes = annotations_for(q.strategy, q.description)
+        if notes:
+            meta["annotations"] = notes
+        spec_doc: dict[str, Any] = {}
+        parent = export_name(q.parent) if q.parent else ROOT_COHORT
+        groups = _group(cells)
+        if q.children:
+            if parent:
+                spec_doc["parentName"] = parent
+            if groups:
+                spec_doc["resourceGroups"] = groups
+            docs.append({"apiVersion": api, "kind": "Cohort", "metadata": meta, "spec": spec_doc})
+            continue
+        if parent:
+            spec_doc["cohortName" if version == "v1beta2" else "cohort"] = parent
+        spec_doc["namespaceSelector"] = {"matchLabels": {NS_LABEL: q.namespace}}
+        spec_doc["queueingStrategy"] = "BestEffortFIFO"
+        spec_doc["preemption"] = {
+            "reclaimWithinCohort": "Any",
+            "withinClusterQueue": "LowerPriority",
+        }
+        if groups:
+            spec_doc["resourceGroups"] = groups
+        docs.append({"apiVersion": api, "kind": "ClusterQueue", "metadata": meta,
+                     "spec": spec_doc})
+        docs.append({
+            "apiVersion": api, "kind": "LocalQueue",
+            "metadata": {"name": q.name, "namespace": q.namespace},
+            "spec": {"clusterQueue": export_name(q.path)},
+        })
+    return docs

@@ -1,0 +1,53 @@
+"""`manage.py import_quotas FILE...`: Kueue, Volcano or Koordinator YAML into the tree."""
+
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from quotas.interop import quotas_import
+from quotas.interop.loader import MAX_BYTES
+
+
+class Command(BaseCommand):
+    help = ("Import a quota tree from Kueue (ResourceFlavor, Cohort, ClusterQueue, LocalQueue), "
+            "Volcano (Queue) or Koordinator (ElasticQuota) manifests; all or nothing.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("files", nargs="+", help="YAML files ('-' for standard input)")
+        parser.add_argument("--flavor", help="flavor of plain nvidia.com/gpu, cpu, memory "
+                            "(Volcano, Koordinator)")
+        parser.add_argument("--replace", action="store_true",
+                            help="delete queues the files do not name")
+        parser.add_argument("--dry-run", action="store_true", help="validate, save nothing")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        sources = []
+        for name in options["files"]:
+            if name == "-":
+                sources.append(("<stdin>", self.stdin.read() if hasattr(self, "stdin") else ""))
+                continue
+            path = Path(name)
+            if not path.is_file():
+                raise CommandError(f"{name}: no such file")
+            if path.stat().st_size > MAX_BYTES:
+                raise CommandError(f"{name}: {path.stat().st_size} bytes is larger than the "
+                                   f"limit of {MAX_BYTES}")
+            sources.append((name, path.read_bytes()))
+        try:
+            result = quotas_import(sources, default_flavor=options["flavor"],
+                                   prune=options["replace"], dry_run=options["dry_run"])
+        except ValidationError as exc:
+            raise CommandError("import refused, nothing changed:\n  "
+                               + "\n  ".join(exc.messages)) from exc
+        r = result.replaced
+        verb = "would import" if result.dry_run else "imported"
+        self.stdout.write(
+            f"{verb} {result.system}: {len(r.created)} queue(s) created, {len(r.updated)} "
+            f"updated, {len(r.deleted)} deleted, {len(r.flavors_created)} flavor(s) created"
+        )
+        for line in result.skipped:
+            self.stdout.write(f"note: {line}")
+        for warning in r.warnings:
+            self.stdout.write(self.style.WARNING(f"warning: {warning}"))
