@@ -45,6 +45,7 @@ from .evaluation import (
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
 KEY_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*/(gpu|cpu|memory)$")
+RESERVED_NAMES = ("validate", "new", "try", "violations")
 FIELDS = ("name", "description", "kind", "mode", "scope", "order", "key", "match", "rule",
           "message")
 
@@ -63,6 +64,8 @@ def check_fields(data: Mapping[str, Any]) -> dict[str, list[str]]:
     name = str(data.get("name", "") or "")
     if not NAME_RE.match(name):
         add("name", f"{name!r} is not a valid name (lowercase letters, digits and dashes)")
+    elif name in RESERVED_NAMES:
+        add("name", f"{name!r} is reserved (it is a page or API path)")
     kind = data.get("kind")
     if kind not in KINDS:
         add("kind", f"{kind!r} is not a kind (one of {', '.join(KINDS)})")

@@ -1,0 +1,130 @@
+"""/api/v1/policies and friends: CRUD with versions, CEL errors as 400s, try, replay,
+violations and approvals, permissions, and the OpenAPI schema."""
+
+from datetime import timedelta
+
+from django.urls import reverse
+from django.utils import timezone
+
+from quotas.policies.models import Policy, PolicyViolation
+from quotas.policies.services import policy_create
+
+from .conftest import NOW
+
+H100 = {"name": "h100-approved", "kind": "validate", "mode": "audit",
+        "match": 'request.flavors.exists(f, f.startsWith("h100"))',
+        "rule": '"h100" in team.approvals',
+        "message": '"team " + team.name + " lacks the h100 approval"'}
+
+
+def test_create_read_update_with_versions(admin_api):
+    created = admin_api.post("/api/v1/policies", H100, format="json")
+    assert created.status_code == 201, created.json()
+    body = created.json()
+    assert (body["name"], body["mode"], body["version"], body["updated_by"]) == (
+        "h100-approved", "audit", 1, "root")
+    changed = admin_api.patch("/api/v1/policies/h100-approved",
+                              {"mode": "enforce", "comment": "canary went fine"}, format="json")
+    assert changed.status_code == 200 and changed.json()["version"] == 2
+    versions = admin_api.get("/api/v1/policies/h100-approved/versions").json()
+    assert [(v["version"], v["author"], v["comment"]) for v in versions] == [
+        (2, "root", "canary went fine"), (1, "root", "created")]
+    assert "+mode: enforce" in versions[0]["diff"]
+    listed = admin_api.get("/api/v1/policies").json()
+    assert [(p["name"], p["mode"], p["hits"], p["denials"]) for p in listed] == [
+        ("h100-approved", "enforce", 0, 0)]
+
+
+def test_invalid_cel_is_a_400_with_the_position(admin_api):
+    rule = '"h100" in team.approvals &&'
+    response = admin_api.post("/api/v1/policies", {**H100, "rule": rule}, format="json")
+    assert response.status_code == 400
+    assert response.json()["rule"][0].startswith("line 1, column 28: Syntax error")
+    assert not Policy.objects.exists()
+
+
+def test_validate_endpoint(admin_api):
+    response = admin_api.post("/api/v1/policies/validate",
+                              {"policy": {**H100, "kind": "limit"}}, format="json")
+    assert response.json()["valid"] is False
+    assert "needs the quota key" in response.json()["errors"]["key"][0]
+    ok = admin_api.post("/api/v1/policies/validate", {"policy": H100}, format="json").json()
+    assert ok == {"valid": True, "errors": {}}
+
+
+def test_try_with_unsaved_changes(admin_api, org):
+    policy_create(user=org.admin, data=H100)
+    sample = {"request": {"flavors": ["h100-80g"], "gpus": 8}, "team": {"name": "nlp"}}
+    result = admin_api.post("/api/v1/policies/h100-approved/try", {"input": sample},
+                            format="json").json()
+    assert result == {"matched": True, "value": False, "decision": "deny",
+                      "message": "team nlp lacks the h100 approval", "error": ""}
+    loosened = admin_api.post("/api/v1/policies/h100-approved/try",
+                              {"input": sample, "policy": {"rule": "request.gpus <= 8"}},
+                              format="json").json()
+    assert loosened["decision"] == "allow"
+
+
+def test_replay_endpoint(admin_api, org):
+    policy_create(user=org.admin, data=H100)
+    org.pending(org.team_a, 8, name="long-ago", flavors=["h100-80g"],
+                at=timezone.now() - timedelta(days=8))
+    org.pending(org.team_a, 8, name="recent", flavors=["h100-80g"],
+                at=timezone.now() - timedelta(hours=1))
+    report = admin_api.post("/api/v1/policies/h100-approved/replay", {}, format="json").json()
+    assert (report["replayed"], report["denied"]) == (1, 1)
+    assert [(h["name"], h["message"]) for h in report["hits"]] == [
+        ("recent", "team team-a lacks the h100 approval")]
+
+
+def test_violations_list_is_for_admins_and_filters(admin_api, user_api, org):
+    policy = policy_create(user=org.admin, data=H100)
+    PolicyViolation.objects.create(policy=policy, policy_version=1, mode="audit",
+                                   outcome="audited", at=NOW, subject="x",
+                                   queue_path="rd/team-a", message="m")
+    PolicyViolation.objects.create(policy=policy, policy_version=1, mode="audit",
+                                   outcome="error", at=NOW, subject="y",
+                                   queue_path="rd/team-b", message="e")
+    assert user_api.get("/api/v1/policy-violations").status_code == 403
+    body = admin_api.get("/api/v1/policy-violations?outcome=audited").json()
+    assert [v["subject"] for v in body["results"]] == ["x"]
+    body = admin_api.get("/api/v1/policy-violations?queue=rd/team-b").json()
+    assert [v["subject"] for v in body["results"]] == ["y"]
+
+
+def test_researchers_read_but_cannot_write(user_api, org):
+    policy_create(user=org.admin, data=H100)
+    assert user_api.get("/api/v1/policies/h100-approved").json()["rule"] == H100["rule"]
+    assert user_api.patch("/api/v1/policies/h100-approved", {"mode": "off"},
+                          format="json").status_code == 403
+    assert user_api.post("/api/v1/policies", {**H100, "name": "x"},
+                         format="json").status_code == 403
+    assert user_api.get("/api/v1/policies/nope").status_code == 404
+
+
+def test_approvals_grant_and_revoke(admin_api, org):
+    granted = admin_api.post("/api/v1/policy-approvals",
+                             {"team": "team-a", "name": "h100", "note": "project X"},
+                             format="json")
+    assert granted.status_code == 201 and granted.json()["granted_by"] == "root"
+    assert admin_api.post("/api/v1/policy-approvals", {"team": "zzz", "name": "h100"},
+                          format="json").json() == {"team": ["no team named 'zzz'"]}
+    assert admin_api.delete("/api/v1/policy-approvals/team-a/h100").status_code == 204
+    assert admin_api.get("/api/v1/policy-approvals").json() == []
+
+
+def test_delete(admin_api, org):
+    policy_create(user=org.admin, data=H100)
+    assert admin_api.delete("/api/v1/policies/h100-approved").status_code == 204
+    assert not Policy.objects.exists()
+
+
+def test_policies_are_in_the_openapi_schema(admin_api):
+    schema = admin_api.get(reverse("api-schema"), {"format": "json"}).json()
+    paths = schema["paths"]
+    for path in ("/api/v1/policies", "/api/v1/policies/{name}",
+                 "/api/v1/policies/{name}/versions", "/api/v1/policies/{name}/try",
+                 "/api/v1/policies/{name}/replay", "/api/v1/policy-violations",
+                 "/api/v1/policy-approvals"):
+        assert path in paths, path
+    assert set(paths["/api/v1/policies"]) >= {"get", "post"}
