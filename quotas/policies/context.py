@@ -146,11 +146,13 @@ EMPTY_COST_CENTER = {
 }
 
 
-def cost_center_variables(team: Team | None) -> dict[str, Any]:
-    """`cost_center` from billing's selectors when billing provides them, else empty values.
+def cost_center_variables(team: Team | None, *, now: datetime | None = None) -> dict[str, Any]:
+    """`cost_center` from billing when billing is there, else empty values.
 
-    Looks for `billing.selectors.cost_center_summary(team=...)` returning a mapping with
-    name, currency, budget, spent, forecast (money as Decimal; turned into float for CEL).
+    Uses `billing.selectors.cost_center_summary(team=...)` if billing provides it; otherwise
+    billing's cost center of the team (`cost_center_of`), its active budget (monthly first)
+    with `budget_forecast` (spent this period and the forecast at its end), or, without a
+    budget, the cost center's ledger this month (`spent_in`). Money becomes float for CEL.
     """
     if team is None:
         return dict(EMPTY_COST_CENTER)
@@ -158,13 +160,10 @@ def cost_center_variables(team: Team | None) -> dict[str, Any]:
         from billing import selectors as billing_selectors  # noqa: PLC0415
     except ImportError:
         return dict(EMPTY_COST_CENTER)
-    summary_fn = getattr(billing_selectors, "cost_center_summary", None)
-    if summary_fn is None:
-        return dict(EMPTY_COST_CENTER)
     try:
-        summary = summary_fn(team=team)
-    except Exception:  # billing is optional: a failure there must not block every submission
-        logger.exception("cost_center_summary failed for team %s", team)
+        summary = _billing_summary(billing_selectors, team, now or timezone.now())
+    except Exception:  # billing is optional here: its failure must not block every submission
+        logger.exception("cost center of team %s could not be read from billing", team)
         return dict(EMPTY_COST_CENTER)
     if not summary:
         return dict(EMPTY_COST_CENTER)
@@ -175,6 +174,32 @@ def cost_center_variables(team: Team | None) -> dict[str, Any]:
         out[field] = float(summary.get(field) or 0)
     out["remaining"] = out["budget"] - out["spent"]
     out["over_budget"] = bool(out["budget"]) and out["spent"] >= out["budget"]
+    return out
+
+
+def _billing_summary(billing_selectors: Any, team: Team, now: datetime) -> dict[str, Any] | None:
+    summary_fn = getattr(billing_selectors, "cost_center_summary", None)
+    if summary_fn is not None:
+        return summary_fn(team=team)
+    cost_center_of = getattr(billing_selectors, "cost_center_of", None)
+    if cost_center_of is None:
+        return None
+    cc = cost_center_of(team)
+    if cc is None:
+        return None
+    out: dict[str, Any] = {"name": cc.code, "currency": cc.currency}
+    budget = cc.budgets.filter(active=True).order_by("period").first() if hasattr(
+        cc, "budgets") else None
+    forecast_fn = getattr(billing_selectors, "budget_forecast", None)
+    if budget is not None and forecast_fn is not None:
+        f = forecast_fn(budget, now)
+        out.update(budget=budget.amount, spent=f["spent"], forecast=f["forecast"])
+        return out
+    from billing.services import budgets as billing_budgets  # noqa: PLC0415
+
+    start, end = billing_budgets.period_bounds("monthly", now)
+    spent = billing_budgets.spent_in(cc.pk, start, end)
+    out.update(budget=0, spent=spent, forecast=spent)
     return out
 
 
@@ -326,7 +351,7 @@ def submission_variables(
         ),
         "queue": queue_variables_many([queue], fleet=fleet, usage_by_leaf=usage)[queue.path],
         "team": team_variables(team, now=now),
-        "cost_center": cost_center_variables(team),
+        "cost_center": cost_center_variables(team, now=now),
         "fleet": fleet,
         "now": now_variables(now),
     }
