@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "quotas.policies",
     "quotas.capacity",
     "scheduling",
+    "scheduling.backends.simulated",
     "billing",
 ]
 

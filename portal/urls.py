@@ -24,4 +24,5 @@ urlpatterns = [
     path("", include("portal.pages.urls")),
     path("", include("scheduling.urls")),
     path("", include("billing.urls")),
+    path("", include("scheduling.backends.simulated.urls")),
 ]

@@ -1,0 +1,350 @@
+"""The simulated backend: clusters from the database that run admitted workloads in real time.
+
+A workload's Jobs are SimJob rows; pods pend for `start_delay_s`, run for the workload's
+duration and succeed, all in simulated seconds (`speedup` simulated seconds per wall second).
+The cluster is steered by `Cluster.connection`:
+
+    {"speedup": 60, "start_delay_s": 5,          # clock and pod start latency
+     "refuse": true,                              # refuse every dispatch
+     "fail": ["allot-w12-0"], "fail_after_s": 30, # these Jobs fail after 30 s of running
+     "forbidden_namespaces": ["ops"]}             # 403 on these namespaces
+
+and at run time by its SimControl row (`manage.py sim_cluster NAME --refuse/--accept/
+--fail-next N/--refuse-next N`). Nodes are the cluster's Node rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from scheduling.backends.base import (
+    DispatchRefused,
+    EventType,
+    FlavorMatch,
+    NodeInfo,
+    PodSetStatus,
+    PriorityClassSpec,
+    RefusalReason,
+    WorkloadRef,
+    WorkloadSpec,
+    WorkloadStatus,
+)
+from scheduling.backends.naming import parse_job_name
+
+
+class SimulatedBackend:
+    """A simulated cluster whose state is in the database (shared by every process)."""
+
+    def __init__(self, *, name: str, clock: Callable[[], datetime] | None = None):
+        self.name = name
+        self.clock = clock or timezone.now
+
+    # -------------------------------------------------------------- helpers
+    def _cluster(self) -> Any:
+        from scheduling.models import Cluster
+
+        try:
+            return Cluster.objects.get(name=self.name)
+        except Cluster.DoesNotExist:
+            from scheduling.backends.base import BackendError
+
+            raise BackendError(
+                f"simulated cluster {self.name} does not exist in the database", retryable=False
+            ) from None
+
+    def _jobs(self, ref: WorkloadRef) -> dict[str, Any]:
+        from scheduling.backends.simulated.models import SimJob
+
+        jobs = SimJob.objects.filter(
+            cluster__name=self.name, namespace=ref.namespace, name__in=ref.job_names
+        )
+        return {job.name: job for job in jobs}
+
+    # -------------------------------------------------------------- nodes
+    def list_nodes(self, flavors: Sequence[FlavorMatch] | None = None) -> list[NodeInfo]:
+        """The cluster's Node rows (a simulated cluster's inventory is what was declared)."""
+        from scheduling.models import Node
+
+        nodes = Node.objects.filter(cluster__name=self.name).select_related("flavor")
+        return [
+            NodeInfo(
+                name=node.name, flavor=node.flavor.name, gpus=node.gpus, cpu=node.cpu,
+                memory_gib=node.memory_gib, ready=node.ready, rack=node.rack,
+                labels=dict(node.labels or {}),
+            )
+            for node in nodes.order_by("name")
+        ]
+
+    # -------------------------------------------------------------- namespaces
+    def ensure_namespace(self, namespace: str) -> None:
+        """Namespaces always exist, except those the connection forbids."""
+        self._check_namespace(self._cluster(), namespace)
+
+    def _check_namespace(self, cluster: Any, namespace: str) -> None:
+        forbidden = (cluster.connection or {}).get("forbidden_namespaces") or []
+        if namespace in forbidden:
+            raise DispatchRefused(
+                RefusalReason.NAMESPACE_FORBIDDEN,
+                f'namespace "{namespace}" forbidden on simulated cluster {self.name}',
+            )
+
+    # -------------------------------------------------------------- workloads
+    def create_workload(self, spec: WorkloadSpec) -> WorkloadRef:
+        """Create suspended SimJobs, unless the cluster refuses or an assigned node is gone."""
+        cluster = self._cluster()
+        ref = spec.ref
+        existing = self._jobs(ref)
+        if existing:
+            owners = {job.workload_id for job in existing.values()}
+            if owners != {spec.workload_id}:
+                raise DispatchRefused(
+                    RefusalReason.CONFLICT,
+                    f"Jobs {sorted(existing)} in namespace {spec.namespace} on simulated "
+                    f"cluster {self.name} belong to workload(s) {sorted(owners)}, "
+                    f"not {spec.workload_id}",
+                )
+            if len(existing) == len(ref.job_names):
+                return ref  # a retried dispatch: already created
+        # The refuse-next countdown must be committed even though we then raise.
+        refusal = self._consume_refusal(cluster)
+        if refusal is not None:
+            raise refusal
+        self._check_namespace(cluster, spec.namespace)
+        self._check_spec(cluster, spec)
+        self._create_jobs(cluster, spec, existing)
+        return ref
+
+    def _consume_refusal(self, cluster: Any) -> DispatchRefused | None:
+        from scheduling.backends.simulated.models import SimControl
+
+        if (cluster.connection or {}).get("refuse"):
+            return DispatchRefused(
+                RefusalReason.REFUSED, f"simulated cluster {self.name} refuses dispatches"
+            )
+        with transaction.atomic():
+            control, _ = SimControl.objects.select_for_update().get_or_create(cluster=cluster)
+            if control.refuse:
+                return DispatchRefused(
+                    RefusalReason.REFUSED, f"simulated cluster {self.name} refuses dispatches"
+                )
+            if control.refuse_next:
+                control.refuse_next -= 1
+                control.save(update_fields=["refuse_next", "updated_at"])
+                return DispatchRefused(
+                    RefusalReason.REFUSED,
+                    f"simulated cluster {self.name} refused this dispatch (refuse-next; "
+                    f"{control.refuse_next} more to refuse)",
+                )
+        return None
+
+    def _check_spec(self, cluster: Any, spec: WorkloadSpec) -> None:
+        from scheduling.models import Node
+
+        if not spec.pod_sets or any(p.count < 1 for p in spec.pod_sets):
+            raise DispatchRefused(
+                RefusalReason.INVALID,
+                f"workload {spec.workload_id} has no pods to create "
+                f"(pod counts {[p.count for p in spec.pod_sets]})",
+            )
+        speedup = float((cluster.connection or {}).get("speedup") or 1.0)
+        if speedup <= 0:
+            raise DispatchRefused(
+                RefusalReason.INVALID,
+                f"simulated cluster {self.name}: speedup must be > 0 (got {speedup:g})",
+            )
+        wanted_nodes = {n for p in spec.pod_sets for n in p.nodes}
+        if not wanted_nodes:
+            return
+        ready = dict(
+            Node.objects.filter(cluster=cluster, name__in=wanted_nodes)
+            .values_list("name", "ready")
+        )
+        for node in sorted(wanted_nodes):
+            if node not in ready:
+                raise DispatchRefused(
+                    RefusalReason.NODE_GONE,
+                    f"node {node} no longer exists on simulated cluster {self.name}",
+                )
+            if not ready[node]:
+                raise DispatchRefused(
+                    RefusalReason.NODE_GONE,
+                    f"node {node} on simulated cluster {self.name} is not ready",
+                )
+
+    @transaction.atomic
+    def _create_jobs(self, cluster: Any, spec: WorkloadSpec, existing: dict[str, Any]) -> None:
+        from scheduling.backends.simulated.models import SimControl, SimJob
+
+        connection = dict(cluster.connection or {})
+        control = SimControl.objects.select_for_update().get(cluster=cluster)
+        fail = control.fail_next > 0
+        if fail:
+            control.fail_next -= 1
+            control.save(update_fields=["fail_next", "updated_at"])
+        now = self.clock()
+        fail_names = set(connection.get("fail") or [])
+        rows = []
+        for pod_set, name in zip(spec.pod_sets, spec.ref.job_names, strict=True):
+            if name in existing:
+                continue
+            fails = fail or name in fail_names
+            rows.append(SimJob(
+                cluster=cluster, namespace=spec.namespace, name=name,
+                workload_id=spec.workload_id, pod_set_index=pod_set.index,
+                flavor=pod_set.flavor, pods=pod_set.count, gpus_per_pod=pod_set.gpus,
+                cpu_per_pod=pod_set.cpu, memory_gib_per_pod=pod_set.memory_gib,
+                nodes=list(pod_set.nodes), priority_class=spec.priority_class,
+                termination_grace_s=max(0, int(spec.termination_grace_s)),
+                labels=dict(spec.labels), duration_s=spec.duration_s,
+                speedup=float(connection.get("speedup") or 1.0),
+                start_delay_s=float(connection.get("start_delay_s") or 0.0),
+                fail_after_s=self._fail_after(connection, spec.duration_s) if fails else None,
+                suspended=True, created_at=now,
+            ))
+        try:
+            with transaction.atomic():
+                SimJob.objects.bulk_create(rows)
+        except IntegrityError:
+            # Another worker created them between our read and our write: same outcome.
+            if set(self._jobs(spec.ref)) != set(spec.ref.job_names):
+                raise
+
+    @staticmethod
+    def _fail_after(connection: dict[str, Any], duration_s: float | None) -> float:
+        if connection.get("fail_after_s") is not None:
+            return float(connection["fail_after_s"])
+        return duration_s / 2 if duration_s else 0.0
+
+    def start_workload(self, ref: WorkloadRef) -> None:
+        """Unsuspend: pods restart from the beginning, as a resumed Job's pods do."""
+        from scheduling.backends.simulated.models import SimJob
+
+        with transaction.atomic():
+            jobs = list(SimJob.objects.select_for_update().filter(
+                cluster__name=self.name, namespace=ref.namespace, name__in=ref.job_names
+            ))
+            missing = sorted(set(ref.job_names) - {job.name for job in jobs})
+            if missing:
+                raise DispatchRefused(
+                    RefusalReason.JOB_GONE,
+                    f"Jobs {missing} in namespace {ref.namespace} on simulated cluster "
+                    f"{self.name} no longer exist",
+                )
+            now = self.clock()
+            for job in jobs:
+                if job.suspended:
+                    job.suspended, job.started_at, job.suspended_at = False, now, None
+                    job.save(update_fields=["suspended", "started_at", "suspended_at"])
+
+    def fail_job(self, *, namespace: str, job_name: str) -> bool:
+        """Make a running Job fail now (a pod crashes); False if there is no such Job."""
+        from scheduling.backends.simulated.models import SimJob
+
+        with transaction.atomic():
+            job = SimJob.objects.select_for_update().filter(
+                cluster__name=self.name, namespace=namespace, name=job_name
+            ).first()
+            if job is None:
+                return False
+            ran = 0.0
+            if not job.suspended and job.started_at is not None:
+                elapsed = (self.clock() - job.started_at).total_seconds() * job.speedup
+                ran = max(0.0, elapsed - job.start_delay_s)
+            job.fail_after_s = ran
+            job.save(update_fields=["fail_after_s"])
+            return True
+
+    def suspend_workload(self, ref: WorkloadRef, grace_s: int) -> None:
+        """Suspend; the pods' GPUs stay busy for the grace period (seen in the metrics)."""
+        from scheduling.backends.simulated.models import SimJob
+
+        now = self.clock()
+        SimJob.objects.filter(
+            cluster__name=self.name, namespace=ref.namespace, name__in=ref.job_names,
+            suspended=False,
+        ).update(suspended=True, suspended_at=now, termination_grace_s=max(0, int(grace_s)))
+
+    def delete_workload(self, ref: WorkloadRef) -> None:
+        """Delete the SimJobs (missing ones are fine)."""
+        from scheduling.backends.simulated.models import SimJob
+
+        SimJob.objects.filter(
+            cluster__name=self.name, namespace=ref.namespace, name__in=ref.job_names
+        ).delete()
+
+    def workload_status(self, ref: WorkloadRef) -> WorkloadStatus:
+        """Pods by state, computed from the clock."""
+        jobs = self._jobs(ref)
+        now = self.clock()
+        sets = []
+        for name in ref.job_names:
+            job = jobs.get(name)
+            if job is None:
+                sets.append(PodSetStatus(job_name=name, exists=False))
+                continue
+            pods = job.pods_at(now)
+            sets.append(PodSetStatus(
+                job_name=name, exists=True, count=job.pods, suspended=pods.suspended,
+                pending=pods.pending, running=pods.running, succeeded=pods.succeeded,
+                failed=pods.failed, job_failed=pods.job_failed, message=pods.message,
+            ))
+        return WorkloadStatus(ref=ref, pod_sets=tuple(sets))
+
+    def list_workloads(self) -> list[WorkloadRef]:
+        """Every workload with SimJobs on this cluster."""
+        from scheduling.backends.simulated.models import SimJob
+
+        grouped: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        for namespace, name in SimJob.objects.filter(cluster__name=self.name).values_list(
+            "namespace", "name"
+        ):
+            parsed = parse_job_name(name)
+            if parsed is not None:
+                grouped.setdefault((namespace, parsed[0]), []).append((parsed[1], name))
+        return [
+            WorkloadRef(namespace=ns, workload_id=wid,
+                        job_names=tuple(n for _, n in sorted(names)))
+            for (ns, wid), names in sorted(grouped.items())
+        ]
+
+    # -------------------------------------------------------------- events
+    def post_event(
+        self, ref: WorkloadRef, type: EventType | str, reason: str, message: str
+    ) -> None:
+        """Store an Event about each existing Job of the workload."""
+        from scheduling.backends.simulated.models import SimEvent
+
+        event_type = EventType(type)
+        jobs = self._jobs(ref)
+        now = self.clock()
+        SimEvent.objects.bulk_create([
+            SimEvent(
+                cluster_id=job.cluster_id, namespace=ref.namespace, job_name=name,
+                type=event_type.value, reason=reason[:128], note=message[:1024], at=now,
+            )
+            for name, job in sorted(jobs.items())
+        ])
+
+    # -------------------------------------------------------------- priority classes
+    def sync_priority_classes(self, classes: Sequence[PriorityClassSpec]) -> None:
+        """Remember the classes (as a real cluster would hold them)."""
+        from scheduling.backends.simulated.models import SimControl
+
+        with transaction.atomic():
+            control, _ = SimControl.objects.select_for_update().get_or_create(
+                cluster=self._cluster()
+            )
+            stored = dict(control.priority_classes or {})
+            for pc in classes:
+                stored[pc.name] = {
+                    "value": pc.value, "description": pc.description,
+                    "preemption_policy": pc.preemption_policy,
+                }
+            if stored != control.priority_classes:
+                control.priority_classes = stored
+                control.save(update_fields=["priority_classes", "updated_at"])
