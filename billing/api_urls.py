@@ -1,5 +1,13 @@
-"""URL patterns of this app."""
+"""Billing API under /api/v1/."""
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from billing import api
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("usage", api.UsageView.as_view(), name="api-usage"),
+    path("invoices", api.InvoiceListView.as_view(), name="api-invoices"),
+    path("invoices/<int:pk>", api.InvoiceDetailView.as_view(), name="api-invoice"),
+    path("budgets", api.BudgetListView.as_view(), name="api-budgets"),
+    path("rates", api.RateListView.as_view(), name="api-rates"),
+]

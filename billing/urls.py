@@ -1,5 +1,15 @@
-"""URL patterns of this app."""
+"""Billing pages."""
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from billing import views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("billing/", views.overview, name="billing-overview"),
+    path("billing/invoices/", views.invoice_list, name="billing-invoices"),
+    path("billing/invoices/<int:pk>/", views.invoice_detail, name="billing-invoice"),
+    path("billing/invoices/<int:pk>.<str:fmt>", views.invoice_download,
+         name="billing-invoice-download"),
+    path("billing/reconciliation/", views.reconciliation, name="billing-reconciliation"),
+    path("billing/rates/", views.rates, name="billing-rates"),
+]

@@ -1,0 +1,122 @@
+"""Billing pages: cost overview with charts, invoices (and downloads), reconciliation, rates."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+
+from billing import charts, selectors
+from billing.models import ReconciliationRun
+from billing.services.budgets import period_bounds
+from billing.services.invoices import invoice_as_csv, invoice_as_dict
+
+
+def _day(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.combine(date.fromisoformat(value), time(), tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _chart(key: str, title: str, figure: dict) -> dict:
+    return {"id": f"chart-{key}", "data_id": f"chart-{key}-data", "title": title,
+            "json": figure}
+
+
+@login_required
+def overview(request: HttpRequest) -> HttpResponse:
+    """Cost over a date range (default: month to date) for the teams the user may see."""
+    now = timezone.now()
+    month_start, _ = period_bounds("monthly", now)
+    start = _day(request.GET.get("from")) or month_start
+    end = _day(request.GET.get("to"))
+    end = end + timedelta(days=1) if end else now
+    group_by = request.GET.get("group_by", "team")
+    if group_by not in selectors.GROUPS:
+        group_by = "team"
+    user = request.user
+    currency = selectors.default_currency()
+    gpu_series = selectors.gpu_hours_daily(user=user, start=start, end=end)
+    top = selectors.top_workloads(user=user, start=start, end=end)
+    figures = [
+        _chart("spend", "Spend by team", charts.spend_by_team_figure(
+            selectors.spend_by_team_daily(user=user, start=start, end=end), currency)),
+        _chart("gpuhours", "Reserved vs active GPU-hours",
+               charts.reserved_vs_active_figure(gpu_series)),
+        _chart("frozen", "Frozen cost", charts.frozen_cost_figure(gpu_series, currency)),
+        _chart("top", "Top workloads", charts.top_workloads_figure(top, currency)),
+    ]
+    idle = None
+    if selectors.is_admin(user):
+        idle = selectors.idle_capacity_cost(start=start, end=end, now=now)
+        figures.append(_chart("idle", "Idle capacity cost", charts.idle_cost_figure(idle)))
+    budgets = []
+    for budget in selectors.visible_budgets(user):
+        status = selectors.budget_status(budget, now)
+        budgets.append(status)
+        figures.append(_chart(f"burn-{budget.pk}", f"Budget {budget.cost_center.code}",
+                              charts.burndown_figure(selectors.budget_burndown(budget, now),
+                                                     budget.currency)))
+    return render(request, "billing/overview.html", {
+        "rows": selectors.usage_summary(user=user, group_by=group_by, start=start, end=end),
+        "group_by": group_by, "start": start, "end": end, "figures": figures,
+        "budgets": budgets, "idle": idle, "top": top, "currency": currency,
+        "is_admin": selectors.is_admin(user),
+    })
+
+
+@login_required
+def invoice_list(request: HttpRequest) -> HttpResponse:
+    """Invoices the user may see (admins, and leads of the cost center's teams)."""
+    invoices = selectors.visible_invoices(request.user).order_by("-period_start", "pk")[:500]
+    return render(request, "billing/invoice_list.html", {"invoices": invoices})
+
+
+@login_required
+def invoice_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """An invoice: lines per team/queue/flavor/kind and the per-workload appendix."""
+    invoice = get_object_or_404(selectors.visible_invoices(request.user), pk=pk)
+    return render(request, "billing/invoice_detail.html", {
+        "invoice": invoice, "lines": invoice.lines.all(),
+        "workloads": invoice.workload_lines.all()[:5000],
+    })
+
+
+@login_required
+def invoice_download(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    """The invoice as a CSV or JSON file."""
+    if fmt not in ("csv", "json"):
+        raise Http404("unknown format")
+    invoice = get_object_or_404(selectors.visible_invoices(request.user), pk=pk)
+    if fmt == "csv":
+        response = HttpResponse(invoice_as_csv(invoice), content_type="text/csv")
+    else:
+        response = JsonResponse(invoice_as_dict(invoice))
+    response["Content-Disposition"] = f'attachment; filename="{invoice.number}.{fmt}"'
+    return response
+
+
+@login_required
+def reconciliation(request: HttpRequest) -> HttpResponse:
+    """The daily reconciliation: billed without telemetry, telemetry without admission, gaps."""
+    if not selectors.is_admin(request.user):
+        raise Http404("not found")
+    day = _day(request.GET.get("day"))
+    runs = ReconciliationRun.objects.all()[:31]
+    run = (ReconciliationRun.objects.filter(day=day.date()).first() if day
+           else selectors.latest_reconciliation())
+    return render(request, "billing/reconciliation.html", {
+        "run": run, "runs": runs, "findings": run.findings.all() if run else [],
+    })
+
+
+@login_required
+def rates(request: HttpRequest) -> HttpResponse:
+    """Every rate card version."""
+    return render(request, "billing/rates.html", {"cards": selectors.rate_cards()})
