@@ -14,8 +14,8 @@ Choices where the semantics page is silent (Kueue's behaviour unless said otherw
   workload identical in queue, shape and options to one that already failed in this cycle fails
   the same way without new checks.
 - A starving workload holds its first usable flavor: later workloads in the order take nothing
-  on that flavor. It does not hold when its own leaf's max or its cooldown blocks it (nothing
-  others give back would help, and holding would idle the flavor).
+  on that flavor (any queue: quota and nodes of a flavor are shared up the tree). It does not
+  hold when a policy-lowered max blocks it (that may last; holding would idle the flavor).
 - A preemptor whose victims are still in their grace period does not preempt again; it waits
   (WAITING_FOR_PREEMPTION). Victims in grace are never chosen twice.
 - Reclaim victims run on the preemptor's flavor, in another leaf, are preemptible and not in
@@ -61,6 +61,10 @@ RC = ReasonCode
 def backoff_delay(settings: Settings, n: int) -> float:
     """Pods-ready backoff before retry number n (n >= 1): base * 2^(n-1), capped."""
     return float(min(settings.backoff_max_s, settings.backoff_base_s * 2 ** max(0, n - 1)))
+
+
+def _pods(n: int) -> str:
+    return f"{n} pod" if n == 1 else f"{n} pods"
 
 
 def _expand_pods(w: WorkloadSpec) -> list[Pod]:
@@ -236,15 +240,15 @@ class Engine:
         found: list[Reason] = []
         for f in w.flavors:
             reasons = self._flavor_static(w, f)
-            if not reasons:
+            reasons += self.tree.static_reasons(leaf, self._demand(f, pods),
+                                                preemptible=w.preemptible)
+            if not any(r.code == RC.FLAVOR_UNAVAILABLE for r in reasons):
                 fit = self._fits_empty(f, pods, w.topology_same == "rack")
                 if fit is not None:
                     reasons.append(fit)
-            reasons += self.tree.static_reasons(leaf, self._demand(f, pods),
-                                                preemptible=w.preemptible)
             if not reasons:
                 return []
-            found.append(reasons[0])
+            found.extend(reasons)
         return found
 
     def _invalid(self, w: WorkloadSpec) -> list[Reason]:
@@ -319,11 +323,11 @@ class Engine:
             g = sum(p[0] for p in pods)
             if topo:
                 result = Reason(RC.TOPOLOGY_UNSATISFIABLE,
-                                f"flavor {f}: {len(pods)} pods ({g} GPUs) fit no single rack "
+                                f"flavor {f}: {_pods(len(pods))} ({g} GPUs) fit no single rack "
                                 "of any cluster, even empty")
             else:
                 result = Reason(RC.NO_CAPACITY,
-                                f"flavor {f}: {len(pods)} pods ({g} GPUs) fit no single "
+                                f"flavor {f}: {_pods(len(pods))} ({g} GPUs) fit no single "
                                 "cluster, even empty")
         self._empty_fit[key] = result
         return result
@@ -529,9 +533,7 @@ class Engine:
         res.reasons[name] = reason
         if starving:
             r0 = reasons.get(flav[0], reason)
-            own_max = (r0.code == RC.QUOTA_MAX
-                       and r0.message.startswith(f"queue {tree.paths[leaf]} "))
-            if r0.code != RC.COOLDOWN and not own_max:
+            if not (r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
                 held.setdefault(flav[0], name)
 
     def _waiting_reason(self, name: str, now: float) -> Reason:
@@ -546,7 +548,9 @@ class Engine:
         """Quota, then placement on flavor f; admit on success (None), else the reason."""
         d = p.demand[f]
         if not self.tree.fits(p.leaf, d):
-            return self.tree.quota_reason(p.leaf, d)
+            # An absent or unhealthy flavor explains more than the quota numbers do.
+            return (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
+                    or self.tree.quota_reason(p.leaf, d))
         got = self._place(p, f, commit=True)
         if isinstance(got, Reason):
             return got

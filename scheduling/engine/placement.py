@@ -263,15 +263,8 @@ class Fleet:
             state.gpu_used -= pod[0]
             state.cpu_used -= pod[1]
 
-    def try_place(
-        self, flavor: str, pods: Sequence[Pod], *, spread: bool, same_rack: bool,
-        allowed: frozenset[str] | None, dataset: str, weights: tuple[float, float, float, float],
-        commit: bool,
-    ) -> tuple[str, list[int]] | Reason:
-        """Choose a cluster by score and nodes in it; take them when `commit`.
-
-        Returns (cluster name, node indices per pod) or the reason nothing fits.
-        """
+    def _candidates(self, flavor: str,
+                    allowed: frozenset[str] | None) -> list[ClusterState] | Reason:
         holders = self.flavor_clusters.get(flavor, [])
         ready = [c for c in holders if any(c.pools[flavor].ready)]
         if not ready:
@@ -289,6 +282,26 @@ class Fleet:
             return Reason(ReasonCode.CLUSTER_UNHEALTHY,
                           f"flavor {flavor}: every cluster is at or below health "
                           f"{fmt(self.min_health)} ({detail})")
+        return healthy
+
+    def flavor_problem(self, flavor: str, allowed: frozenset[str] | None) -> Reason | None:
+        """FLAVOR_UNAVAILABLE, POLICY_DENIED or CLUSTER_UNHEALTHY when no cluster qualifies."""
+        found = self._candidates(flavor, allowed)
+        return found if isinstance(found, Reason) else None
+
+    def try_place(
+        self, flavor: str, pods: Sequence[Pod], *, spread: bool, same_rack: bool,
+        allowed: frozenset[str] | None, dataset: str, weights: tuple[float, float, float, float],
+        commit: bool,
+    ) -> tuple[str, list[int]] | Reason:
+        """Choose a cluster by score and nodes in it; take them when `commit`.
+
+        Returns (cluster name, node indices per pod) or the reason nothing fits.
+        """
+        found = self._candidates(flavor, allowed)
+        if isinstance(found, Reason):
+            return found
+        healthy = found
         dg = sum(p[0] for p in pods)
         dc = sum(p[1] for p in pods)
         w_fit, w_aff, w_health, w_cost = weights

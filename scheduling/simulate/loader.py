@@ -210,6 +210,13 @@ def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
                     warnings=warnings)
 
 
+def _label(obj: Any, fallback: str, kind: str) -> str:
+    """Name an item by its own name when it has one ("workload w1"), else by position."""
+    if isinstance(obj, Mapping) and isinstance(obj.get("name"), str) and obj["name"]:
+        return f"{kind} {obj['name']}"
+    return fallback
+
+
 def _settings(c: _Checker, raw: Any) -> tuple[Settings, int]:
     d = Settings()
     if not c.keys(raw, SETTINGS_KEYS, set(), "settings"):
@@ -291,7 +298,7 @@ def _clusters(c: _Checker, raw: list[Any], flavors: set[str]) -> list[ClusterSpe
     out: list[ClusterSpec] = []
     seen: set[str] = set()
     for i, cl in enumerate(raw):
-        where = f"clusters[{i}]"
+        where = _label(cl, f"clusters[{i}]", "cluster")
         if not c.keys(cl, CLUSTER_KEYS, {"name", "nodes"}, where):
             continue
         name = c.text(cl, "name", where)
@@ -310,6 +317,8 @@ def _clusters(c: _Checker, raw: list[Any], flavors: set[str]) -> list[ClusterSpe
             if not c.keys(n, NODE_KEYS, {"flavor"}, nw):
                 continue
             flavor = c.text(n, "flavor", nw)
+            if "flavor" not in n:
+                continue
             if flavor not in flavors:
                 c.problems.append(f"{nw}: unknown flavor {flavor!r}")
                 continue
@@ -338,7 +347,7 @@ def _queues(c: _Checker, raw: list[Any], flavors: set[str], clusters: list[Clust
 
     def walk(items: list[Any], parent: str | None, where: str) -> None:
         for i, q in enumerate(items):
-            qw = f"{where}[{i}]"
+            qw = _label(q, f"{where}[{i}]", "queue")
             if not c.keys(q, QUEUE_KEYS, {"name"}, qw):
                 continue
             name = c.text(q, "name", qw)
@@ -406,7 +415,7 @@ def _workloads(c: _Checker, raw: list[Any], flavors: set[str],
     out: list[SimWorkload] = []
     seen: set[str] = set()
     for i, w in enumerate(raw):
-        where = f"workloads[{i}]"
+        where = _label(w, f"workloads[{i}]", "workload")
         if not c.keys(w, WORKLOAD_KEYS, {"name", "queue", "pods"}, where):
             continue
         name = c.text(w, "name", where)
@@ -417,7 +426,7 @@ def _workloads(c: _Checker, raw: list[Any], flavors: set[str],
             c.problems.append(f"{ww}: name used twice")
         seen.add(name)
         queue = c.text(w, "queue", ww)
-        if queue not in leaves:
+        if "queue" in w and queue not in leaves:
             c.problems.append(f"{ww}: queue {queue!r} is not a leaf queue of the tree")
         pc_name = c.text(w, "priority_class", ww, "training")
         pc = classes.get(pc_name)
@@ -455,8 +464,6 @@ def _workloads(c: _Checker, raw: list[Any], flavors: set[str],
                 cpu=c.num(ps, "cpu", pw, 0.0) or 0.0,
                 memory_gib=c.num(ps, "memory_gib", pw, 0.0) or 0.0,
                 gpu_memory_gib=c.num(ps, "gpu_memory_gib", pw, None)))
-        if len({ps.flavors for ps in pod_sets}) > 1:
-            c.problems.append(f"{ww}: every pod set must list the same flavors")
         spec = WorkloadSpec(
             name=name, queue=leaves.get(queue, queue), pod_sets=tuple(pod_sets),
             submitted_at=c.num(w, "submit_at", ww, 0.0) or 0.0,

@@ -13,7 +13,8 @@ Choices where the format is silent:
   down, the others up. Workloads with pods on a node that goes down are released at once and
   requeued (keeping checkpointed progress), with a NO_CAPACITY reason naming the node.
 - A workload preempted and then cancelled during its grace keeps its capacity until the grace
-  ends, then stays cancelled.
+  ends (deleting a terminating pod does not cut its grace), then stays cancelled; a reserved
+  or running workload cancelled outside a grace frees its capacity at once.
 - Capacity in the metrics is the GPUs of ready nodes (healthy or not). The p95 is the
   nearest-rank percentile. Jain's index skips leaves with min 0 on GPU keys (no min-share);
   it is 1.0 when fewer than one leaf qualifies.
@@ -250,8 +251,8 @@ class Runner:
             if a is not None and a.grace_until is None:
                 eng.end(name, t)
                 self._alloc_end(w, t)
-                w.state = "cancelled"
                 w.token += 1
+                w.state = "cancelled"
             elif a is None:
                 w.state = "cancelled"
         elif kind == GRACE_END:
