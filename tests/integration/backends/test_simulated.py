@@ -2,6 +2,8 @@
 failures, events, and the DCGM-format exporter parsed back."""
 
 import re
+import shutil
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -454,3 +456,17 @@ def test_metrics_of_unknown_or_kubernetes_clusters_are_404(client, cluster):
     ClusterFactory(name="k8s-bj", backend="kubernetes")
     assert client.get(reverse("sim-dcgm-metrics", args=["k8s-bj"])).status_code == 404
     assert client.get(reverse("sim-dcgm-metrics", args=["nope"])).status_code == 404
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Prometheus) not installed")
+def test_exposition_parses_with_prometheus_own_checker(cluster, client):
+    backend = SimulatedBackend(name=cluster.name)
+    backend.start_workload(backend.create_workload(make_spec(duration_s=None)))
+    text = client.get(reverse("sim-dcgm-metrics", args=["sim-bj"])).content
+    checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                             timeout=30, check=False)
+    output = (checked.stdout + checked.stderr).decode()
+    assert "parsing error" not in output
+    # Only the lint dcgm-exporter's own output draws too: its camelCase labels (UUID, ...).
+    problems = [line for line in output.splitlines() if line.strip()]
+    assert all("camelCase" in line for line in problems), problems
