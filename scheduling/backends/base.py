@@ -273,6 +273,11 @@ class ClusterBackend(Protocol):
         """Pods pending/running/succeeded/failed per pod set."""
         ...
 
+    def workload_statuses(self, refs: Sequence[WorkloadRef]) -> list[WorkloadStatus]:
+        """workload_status of many workloads at once, in the order given (few round trips:
+        one query on a simulated cluster, two list calls per namespace on Kubernetes)."""
+        ...
+
     def list_workloads(self) -> list[WorkloadRef]:
         """Every Allot workload present on the cluster (for cleanup of orphans)."""
         ...

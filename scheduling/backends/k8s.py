@@ -512,41 +512,52 @@ class KubernetesBackend:
 
     def workload_status(self, ref: WorkloadRef) -> WorkloadStatus:
         """Per pod set: Job spec/conditions, and pod phases from the pods list."""
-        pods_what = f"list pods of workload {ref.workload_id} in namespace {ref.namespace}"
-        try:
-            pods = self._call(
-                pods_what, self.core.list_namespaced_pod, ref.namespace,
-                label_selector=f"{LABEL_WORKLOAD_ID}={ref.workload_id}",
-            ).items
-        except k8s.ApiException as error:
-            if error.status != 404:
-                raise self._unexpected(pods_what, error) from error
-            pods = []
-        phases: dict[str, dict[str, int]] = {}
-        for pod in pods:
-            pod_labels = pod.metadata.labels or {}
-            job = next((pod_labels[k] for k in JOB_NAME_LABELS if k in pod_labels), "")
-            if pod.metadata.deletion_timestamp is not None:
-                continue  # terminating pods no longer count as running
-            phase = (pod.status and pod.status.phase) or "Pending"
-            counts = phases.setdefault(job, {})
-            counts[phase] = counts.get(phase, 0) + 1
-        return WorkloadStatus(
-            ref=ref,
-            pod_sets=tuple(self._pod_set_status(ref, name, phases.get(name, {}))
-                           for name in ref.job_names),
-        )
+        return self.workload_statuses([ref])[0]
 
-    def _pod_set_status(
-        self, ref: WorkloadRef, name: str, phases: dict[str, int]
-    ) -> PodSetStatus:
-        what = f'read Job "{name}" in namespace "{ref.namespace}"'
+    def workload_statuses(self, refs: Sequence[WorkloadRef]) -> list[WorkloadStatus]:
+        """Statuses of many workloads with two list calls per namespace (Jobs and pods)."""
+        by_namespace: dict[str, list[WorkloadRef]] = {}
+        for ref in refs:
+            by_namespace.setdefault(ref.namespace, []).append(ref)
+        jobs: dict[tuple[str, str], Any] = {}
+        phases: dict[tuple[str, str], dict[str, int]] = {}
+        for namespace, group in by_namespace.items():
+            ids = ",".join(sorted({str(r.workload_id) for r in group}))
+            selector = f"{LABEL_WORKLOAD_ID} in ({ids})"
+            for job in self._list_in(namespace, "Jobs", self.batch.list_namespaced_job, selector):
+                jobs[(namespace, job.metadata.name)] = job
+            for pod in self._list_in(namespace, "pods", self.core.list_namespaced_pod, selector):
+                if pod.metadata.deletion_timestamp is not None:
+                    continue  # terminating pods no longer count as running
+                labels = pod.metadata.labels or {}
+                job_name = next((labels[k] for k in JOB_NAME_LABELS if k in labels), "")
+                phase = (pod.status and pod.status.phase) or "Pending"
+                counts = phases.setdefault((namespace, job_name), {})
+                counts[phase] = counts.get(phase, 0) + 1
+        return [
+            WorkloadStatus(ref=ref, pod_sets=tuple(
+                self._pod_set_status(name, jobs.get((ref.namespace, name)),
+                                     phases.get((ref.namespace, name), {}))
+                for name in ref.job_names
+            ))
+            for ref in refs
+        ]
+
+    def _list_in(
+        self, namespace: str, kind: str, fn: Callable[..., Any], selector: str
+    ) -> list[Any]:
+        what = f"list {kind} in namespace {namespace}"
         try:
-            job = self._call(what, self.batch.read_namespaced_job, name, ref.namespace)
+            return list(self._call(what, fn, namespace, label_selector=selector).items)
         except k8s.ApiException as error:
             if error.status == 404:
-                return PodSetStatus(job_name=name, exists=False)
+                return []
             raise self._unexpected(what, error) from error
+
+    @staticmethod
+    def _pod_set_status(name: str, job: Any, phases: dict[str, int]) -> PodSetStatus:
+        if job is None:
+            return PodSetStatus(job_name=name, exists=False)
         status = job.status
         conditions = (status and status.conditions) or []
         failed_condition = next(

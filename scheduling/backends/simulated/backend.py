@@ -279,21 +279,34 @@ class SimulatedBackend:
 
     def workload_status(self, ref: WorkloadRef) -> WorkloadStatus:
         """Pods by state, computed from the clock."""
-        jobs = self._jobs(ref)
+        return self.workload_statuses([ref])[0]
+
+    def workload_statuses(self, refs: Sequence[WorkloadRef]) -> list[WorkloadStatus]:
+        """Statuses of many workloads in one query."""
+        from scheduling.backends.simulated.models import SimJob
+
+        names = {name for ref in refs for name in ref.job_names}
+        jobs = {
+            (job.namespace, job.name): job
+            for job in SimJob.objects.filter(cluster__name=self.name, name__in=names)
+        }
         now = self.clock()
-        sets = []
-        for name in ref.job_names:
-            job = jobs.get(name)
-            if job is None:
-                sets.append(PodSetStatus(job_name=name, exists=False))
-                continue
-            pods = job.pods_at(now)
-            sets.append(PodSetStatus(
-                job_name=name, exists=True, count=job.pods, suspended=pods.suspended,
-                pending=pods.pending, running=pods.running, succeeded=pods.succeeded,
-                failed=pods.failed, job_failed=pods.job_failed, message=pods.message,
-            ))
-        return WorkloadStatus(ref=ref, pod_sets=tuple(sets))
+        statuses = []
+        for ref in refs:
+            sets = []
+            for name in ref.job_names:
+                job = jobs.get((ref.namespace, name))
+                if job is None:
+                    sets.append(PodSetStatus(job_name=name, exists=False))
+                    continue
+                pods = job.pods_at(now)
+                sets.append(PodSetStatus(
+                    job_name=name, exists=True, count=job.pods, suspended=pods.suspended,
+                    pending=pods.pending, running=pods.running, succeeded=pods.succeeded,
+                    failed=pods.failed, job_failed=pods.job_failed, message=pods.message,
+                ))
+            statuses.append(WorkloadStatus(ref=ref, pod_sets=tuple(sets)))
+        return statuses
 
     def list_workloads(self) -> list[WorkloadRef]:
         """Every workload with SimJobs on this cluster."""

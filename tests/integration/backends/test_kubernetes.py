@@ -524,3 +524,23 @@ def test_missing_connection_settings_are_a_clear_error():
     with pytest.raises(BackendError, match="needs 'kubeconfig', 'in_cluster' or 'host'") as err:
         backend.list_nodes(FLAVORS)
     assert not err.value.retryable
+
+
+def test_statuses_of_many_workloads_take_two_calls_per_namespace(kube, backend):
+    running = backend.create_workload(make_spec(workload_id=3))
+    backend.start_workload(running)
+    kube.state.set_pod_phases(NS, "allot-w3-0", "Running")
+    suspended = backend.create_workload(make_spec(workload_id=4))
+    other_ns = backend.create_workload(make_spec(workload_id=5, namespace="rd-nlp"))
+    missing = WorkloadRef.for_workload(namespace=NS, workload_id=6, pod_set_indexes=[0])
+    before = len(kube.requests())
+    statuses = backend.workload_statuses([running, suspended, other_ns, missing])
+    assert [s.phase for s in statuses] == [
+        Phase.RUNNING, Phase.SUSPENDED, Phase.SUSPENDED, Phase.MISSING,
+    ]
+    assert [s.ref for s in statuses] == [running, suspended, other_ns, missing]
+    calls = kube.requests()[before:]
+    assert len(calls) == 4
+    assert {c["query"]["labelSelector"] for c in calls} == {
+        "allot.io/workload-id in (3,4,6)", "allot.io/workload-id in (5)",
+    }

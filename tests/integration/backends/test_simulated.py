@@ -470,3 +470,13 @@ def test_exposition_parses_with_prometheus_own_checker(cluster, client):
     # Only the lint dcgm-exporter's own output draws too: its camelCase labels (UUID, ...).
     problems = [line for line in output.splitlines() if line.strip()]
     assert all("camelCase" in line for line in problems), problems
+
+
+def test_statuses_of_many_workloads_in_one_query(backend, clock, django_assert_num_queries):
+    first = backend.create_workload(make_spec(workload_id=3))
+    backend.start_workload(first)
+    second = backend.create_workload(make_spec(workload_id=4))
+    missing = WorkloadRef.for_workload(namespace=NS, workload_id=5, pod_set_indexes=[0])
+    with django_assert_num_queries(1):
+        statuses = backend.workload_statuses([first, second, missing])
+    assert [s.phase for s in statuses] == [Phase.RUNNING, Phase.SUSPENDED, Phase.MISSING]
