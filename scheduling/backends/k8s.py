@@ -369,18 +369,35 @@ class KubernetesBackend:
         }
 
     def _check_nodes(self, spec: WorkloadSpec) -> None:
-        """Two-phase dispatch: an assigned node that vanished or went NotReady is a refusal."""
-        for node_name in sorted({n for p in spec.pod_sets for n in p.nodes}):
-            what = f'read node "{node_name}"'
+        """Two-phase dispatch: an assigned node that vanished or went NotReady is a refusal.
+
+        A few nodes are read one by one; a big gang's nodes with one list call.
+        """
+        wanted = sorted({n for p in spec.pod_sets for n in p.nodes})
+        if not wanted:
+            return
+        nodes: dict[str, Any] = {}
+        if len(wanted) > 3:
             try:
-                node = self._call(what, self.core.read_node, node_name)
+                listed = self._call("list nodes", self.core.list_node).items
             except k8s.ApiException as error:
-                if error.status == 404:
-                    raise DispatchRefused(
-                        RefusalReason.NODE_GONE,
-                        f"node {node_name} no longer exists on cluster {self.name}",
-                    ) from error
-                raise self._unexpected(what, error) from error
+                raise self._unexpected("list nodes", error) from error
+            nodes = {n.metadata.name: n for n in listed}
+        else:
+            for node_name in wanted:
+                what = f'read node "{node_name}"'
+                try:
+                    nodes[node_name] = self._call(what, self.core.read_node, node_name)
+                except k8s.ApiException as error:
+                    if error.status != 404:
+                        raise self._unexpected(what, error) from error
+        for node_name in wanted:
+            node = nodes.get(node_name)
+            if node is None:
+                raise DispatchRefused(
+                    RefusalReason.NODE_GONE,
+                    f"node {node_name} no longer exists on cluster {self.name}",
+                )
             conditions = (node.status and node.status.conditions) or []
             ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
             if not ready or (node.spec is not None and node.spec.unschedulable):

@@ -544,3 +544,18 @@ def test_statuses_of_many_workloads_take_two_calls_per_namespace(kube, backend):
     assert {c["query"]["labelSelector"] for c in calls} == {
         "allot.io/workload-id in (3,4,6)", "allot.io/workload-id in (5)",
     }
+
+
+def test_a_big_gang_checks_its_nodes_with_one_list_call(kube, backend):
+    for i in range(3, 8):
+        kube.state.add_node(f"bj-a100-{i}", labels=dict(A100.node_selector))
+    nodes = ("bj-a100-0", "bj-a100-1", "bj-a100-3", "bj-a100-4", "bj-a100-5")
+    pod_set = PodSetSpec(index=0, count=5, flavor="a100-80g", gpus=8, cpu=Decimal(8),
+                         memory_gib=Decimal(64), node_selector=dict(A100.node_selector),
+                         nodes=nodes)
+    backend.create_workload(make_spec(pod_sets=(pod_set,)))
+    assert len(kube.requests("GET", r"/api/v1/nodes$")) == 1
+    assert not kube.requests("GET", r"/api/v1/nodes/")
+    kube.state.set_node_ready("bj-a100-4", False)
+    with pytest.raises(DispatchRefused, match="node bj-a100-4 on cluster bj is not ready"):
+        backend.create_workload(make_spec(workload_id=8, pod_sets=(pod_set,)))
