@@ -1,5 +1,14 @@
-"""URL patterns of this app."""
+"""Workload pages."""
 
-from django.urls import URLPattern, URLResolver
+from django.urls import path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from scheduling import views
+
+urlpatterns = [
+    path("workloads/", views.workload_list, name="workload-list"),
+    path("workloads/new/", views.workload_new, name="workload-new"),
+    path("workloads/new/check/", views.workload_check, name="workload-check"),
+    path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
+    path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
+    path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
+]

@@ -57,3 +57,32 @@ def api_for(user) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {raw}")
     return client
+
+
+@pytest.fixture
+def priority_classes(db):
+    """The seeded defaults (a data migration; tests may run without migrations)."""
+    from scheduling.models import PriorityClass
+
+    for name, value, can in (("inference-high", 10000, True), ("training", 1000, False),
+                             ("batch-low", 100, False)):
+        PriorityClass.objects.get_or_create(name=name, defaults={"value": value,
+                                                                 "can_preempt": can})
+
+
+def submission(**over):
+    """A valid workload submission (the API's JSON shape) for rd/vision."""
+    data = {"name": "resnet", "queue": "rd/vision", "priority_class": "training",
+            "preemptible": True, "checkpoint": True, "image": "registry.local/train:1.4",
+            "command": ["python", "train.py"], "duration_hint_s": 3600,
+            "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 4, "cpu": 16,
+                      "memory_gib": 128}]}
+    data.update(over)
+    return data
+
+
+def submit(user, **over):
+    """Submit through the real service, without nudging a cycle."""
+    from scheduling.services import workload_submit
+
+    return workload_submit(user=user, data=submission(**over), nudge=False)

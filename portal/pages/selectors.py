@@ -1,0 +1,202 @@
+"""Reads behind the portal pages: dashboard rows, fleet headroom, time series for charts.
+
+Every function returns plain data (dicts, lists, numbers); the chart code never queries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Q
+
+from portal.pages.access import Scope
+from quotas.selectors import queue_rows
+from scheduling.models import ACTIVE_STATES, Admission, Cluster, Node, Workload, WorkloadState
+from scheduling.selectors import fleet_usage, queue_usage
+
+ZERO = Decimal(0)
+
+
+def _bar(cell: dict[str, Any]) -> dict[str, Any]:
+    """Widths (percent of the bar's scale) for the used-within-min, borrowed and lent parts."""
+    qmin, qmax = cell["min"] or ZERO, cell["max"]
+    used, lent = cell["used"], cell["lent"]
+    scale = max(qmax if qmax is not None else ZERO, qmin, used + lent, Decimal(1))
+    within = min(used, qmin)
+    borrowed = max(ZERO, used - qmin)
+
+    def pct(v: Decimal) -> float:
+        return round(float(v / scale * 100), 2)
+
+    return {"guaranteed": pct(within), "borrowed": pct(borrowed), "lent": pct(lent),
+            "min_at": pct(qmin), "scale": scale}
+
+
+def dashboard_queues(*, user: Any, scope: Scope) -> list[dict[str, Any]]:
+    """Leaf queues the user may submit to, with per-GPU-model used/min/max and a bar."""
+    usage = queue_usage()
+    rows = []
+    for row in queue_rows(user=user):
+        if not row["is_leaf"] or not scope.can_submit_to(row["id"]):
+            continue
+        keys = []
+        for flavor, resources in row["quota"].items():
+            cell = resources.get("gpu")
+            if cell is None:
+                continue
+            use = usage.get(row["path"], {}).get((flavor, "gpu"), {})
+            full = {
+                "flavor": flavor, "min": cell["min"], "max": cell["max"],
+                "lendable": cell["lendable"],
+                "used": use.get("used", ZERO), "borrowed": use.get("borrowed", ZERO),
+                "lent": use.get("lent", ZERO), "pending": use.get("pending", ZERO),
+            }
+            full["bar"] = _bar(full)
+            keys.append(full)
+        rows.append({"id": row["id"], "path": row["path"], "keys": keys})
+    return rows
+
+
+def pending_counts(queue_ids: list[int]) -> dict[int, int]:
+    """Pending workloads per leaf queue id."""
+    counts: dict[int, int] = defaultdict(int)
+    rows = Workload.objects.filter(queue_id__in=queue_ids, state=WorkloadState.PENDING)
+    for qid in rows.values_list("queue_id", flat=True):
+        counts[qid] += 1
+    return dict(counts)
+
+
+def my_live_workloads(*, user: Any, limit: int = 20) -> list[Workload]:
+    """The user's own running and waiting workloads, newest first."""
+    live = [WorkloadState.PENDING, *ACTIVE_STATES]
+    return list(
+        Workload.objects.filter(owner=user, state__in=live)
+        .select_related("queue", "priority_class").prefetch_related("pod_sets")
+        .order_by("-submitted_at", "-id")[:limit]
+    )
+
+
+def fleet_headroom(*, min_health: float = 0.5) -> list[dict[str, Any]]:
+    """Per GPU model: GPUs on ready nodes of healthy enabled clusters, used, free."""
+    capacity: dict[str, int] = defaultdict(int)
+    installed: dict[str, int] = defaultdict(int)
+    nodes = Node.objects.filter(gpus__gt=0).values(
+        "flavor__name", "gpus", "ready", "cluster__enabled", "cluster__health")
+    for n in nodes:
+        installed[n["flavor__name"]] += n["gpus"]
+        if n["ready"] and n["cluster__enabled"] and n["cluster__health"] >= min_health:
+            capacity[n["flavor__name"]] += n["gpus"]
+    used: dict[str, Decimal] = defaultdict(Decimal)
+    for (_cluster, flavor), amounts in fleet_usage().items():
+        used[flavor] += amounts["gpu"]
+    out = []
+    for flavor in sorted(installed):
+        u = int(used.get(flavor, ZERO))
+        out.append({"flavor": flavor, "installed": installed[flavor],
+                    "usable": capacity[flavor], "used": u,
+                    "free": max(0, capacity[flavor] - u)})
+    return out
+
+
+# --- time series ------------------------------------------------------------------------------
+
+
+def _buckets(start: datetime, end: datetime, step: timedelta) -> list[datetime]:
+    out, t = [], start
+    while t < end:
+        out.append(t)
+        t += step
+    return out
+
+
+def _spread(intervals: list[tuple[datetime, datetime | None, float]], start: datetime,
+            end: datetime, step: timedelta) -> list[float]:
+    """Average amount held per bucket (amount x overlap / bucket length)."""
+    buckets = _buckets(start, end, step)
+    values = [0.0] * len(buckets)
+    span = step.total_seconds()
+    for a_start, a_end, amount in intervals:
+        lo, hi = max(a_start, start), min(a_end or end, end)
+        if hi <= lo:
+            continue
+        first = int((lo - start) / step)
+        last = min(len(buckets) - 1, int((hi - start) / step))
+        for i in range(first, last + 1):
+            b_lo, b_hi = buckets[i], buckets[i] + step
+            overlap = (min(hi, b_hi) - max(lo, b_lo)).total_seconds()
+            if overlap > 0:
+                values[i] += amount * overlap / span
+    return values
+
+
+def _admissions(start: datetime, end: datetime, extra: Q) -> Any:
+    return Admission.objects.filter(
+        Q(reserved_at__lt=end) & (Q(ended_at__isnull=True) | Q(ended_at__gt=start)) & extra
+    )
+
+
+def queue_usage_series(*, path: str, flavor: str | None, start: datetime, end: datetime,
+                       step: timedelta) -> dict[str, Any]:
+    """GPUs held by a queue's subtree per bucket (average), with its min/max as lines."""
+    extra = Q(workload__queue__path=path) | Q(workload__queue__path__startswith=f"{path}/")
+    if flavor:
+        extra &= Q(flavor__name=flavor)
+    rows = _admissions(start, end, extra).values_list("reserved_at", "ended_at", "gpus")
+    intervals = [(s, e, float(g)) for s, e, g in rows]
+    return {"t": _buckets(start, end, step), "used": _spread(intervals, start, end, step)}
+
+
+def cluster_allocation_series(*, start: datetime, end: datetime, step: timedelta
+                              ) -> dict[str, Any]:
+    """GPUs allocated per cluster per bucket (average), and each cluster's installed GPUs."""
+    rows = _admissions(start, end, Q()).values_list("cluster__name", "reserved_at", "ended_at",
+                                                    "gpus")
+    by_cluster: dict[str, list[tuple[datetime, datetime | None, float]]] = defaultdict(list)
+    for name, s, e, g in rows:
+        by_cluster[name].append((s, e, float(g)))
+    installed: dict[str, int] = defaultdict(int)
+    for name, gpus in Node.objects.values_list("cluster__name", "gpus"):
+        installed[name] += gpus
+    names = sorted(set(installed) | set(by_cluster) | set(
+        Cluster.objects.values_list("name", flat=True)))
+    return {
+        "t": _buckets(start, end, step),
+        "clusters": {n: _spread(by_cluster.get(n, []), start, end, step) for n in names},
+        "installed": dict(installed),
+    }
+
+
+def queue_waits(*, start: datetime, now: datetime, queue_ids: frozenset[int] | None = None
+                ) -> list[dict[str, Any]]:
+    """Per leaf queue: how long admitted work waited (median, p90, minutes) since `start`,
+    and how long its pending work has waited so far."""
+    firsts = Admission.objects.filter(workload__submitted_at__gte=start)
+    pend = Workload.objects.filter(state=WorkloadState.PENDING)
+    if queue_ids is not None:
+        firsts = firsts.filter(workload__queue_id__in=queue_ids)
+        pend = pend.filter(queue_id__in=queue_ids)
+    first_by_workload: dict[int, tuple[str, datetime, datetime]] = {}
+    rows = firsts.values_list("workload_id", "workload__queue__path", "workload__submitted_at",
+                              "reserved_at").order_by("workload_id", "reserved_at")
+    for wid, path, submitted, reserved in rows:
+        first_by_workload.setdefault(wid, (path, submitted, reserved))
+    waits: dict[str, list[float]] = defaultdict(list)
+    for path, submitted, reserved in first_by_workload.values():
+        waits[path].append(max(0.0, (reserved - submitted).total_seconds() / 60))
+    pending: dict[str, list[float]] = defaultdict(list)
+    for path, submitted in pend.values_list("queue__path", "submitted_at"):
+        pending[path].append(max(0.0, (now - submitted).total_seconds() / 60))
+    out = []
+    for path in sorted(set(waits) | set(pending)):
+        w = sorted(waits.get(path, []))
+        p = pending.get(path, [])
+        out.append({
+            "queue": path, "admitted": len(w),
+            "median_min": w[len(w) // 2] if w else None,
+            "p90_min": w[min(len(w) - 1, int(len(w) * 0.9))] if w else None,
+            "pending": len(p), "pending_max_min": max(p) if p else None,
+        })
+    return out

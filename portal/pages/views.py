@@ -1,0 +1,253 @@
+"""Portal pages: dashboard, approval inbox, quota tree (view and editor), queue charts, fleet."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from portal.pages import charts
+from portal.pages import selectors as page_selectors
+from portal.pages.access import user_scope
+from portal.pages.tree_editor import editor_apply, editor_keys, editor_rows
+from quotas import selectors as tree_selectors
+from quotas import services as tree_services
+from quotas.capacity.selectors import capacity_requests_to_decide
+from quotas.models import Queue
+from scheduling import approvals
+from scheduling.models import Workload, WorkloadState
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """A researcher's start page: their queues' standing, their work, fleet headroom."""
+    scope = user_scope(request.user)
+    queues = page_selectors.dashboard_queues(user=request.user, scope=scope)
+    counts = page_selectors.pending_counts([q["id"] for q in queues])
+    for q in queues:
+        q["pending_count"] = counts.get(q["id"], 0)
+    min_health = float(settings.ALLOT_ENGINE.get("min_cluster_health", 0.5))
+    return render(request, "portal/dashboard.html", {
+        "queues": queues,
+        "workloads": page_selectors.my_live_workloads(user=request.user),
+        "headroom": page_selectors.fleet_headroom(min_health=min_health),
+        "scope": scope,
+    })
+
+
+def _workloads_to_decide(scope: Any) -> Any:
+    qs = Workload.objects.filter(needs_approval=True, state=WorkloadState.PENDING)
+    if not scope.is_admin:
+        qs = qs.filter(queue_id__in=scope.decide_queue_ids)
+    return (qs.select_related("queue", "owner", "priority_class").prefetch_related("pod_sets")
+            .order_by("submitted_at", "id"))
+
+
+@login_required
+def approval_inbox(request: HttpRequest) -> HttpResponse:
+    """Capacity requests and held workloads the user may decide."""
+    scope = user_scope(request.user)
+    max_gpus, max_hours = approvals.approval_thresholds()
+    return render(request, "portal/approvals.html", {
+        "requests": list(capacity_requests_to_decide(request.user)[:200]),
+        "workloads": list(_workloads_to_decide(scope)[:200]),
+        "scope": scope, "max_gpus": max_gpus, "max_hours": max_hours,
+    })
+
+
+@login_required
+@require_POST
+def workload_decision(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """Approve or deny a held workload from the inbox."""
+    scope = user_scope(request.user)
+    workload = _workloads_to_decide(scope).filter(pk=pk).first()
+    if workload is None or action not in ("approve", "deny"):
+        raise Http404("no such workload waiting for your approval")
+    comment = request.POST.get("comment", "")
+    try:
+        if action == "approve":
+            approvals.workload_approve(user=request.user, workload=workload, comment=comment)
+        else:
+            approvals.workload_deny(user=request.user, workload=workload, comment=comment)
+    except (ValidationError, PermissionDenied) as exc:
+        text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        messages.error(request, f"{action.capitalize()} refused: {text}")
+    else:
+        messages.success(request, f"{workload.name}: {action}d.")
+    return redirect("approval-inbox")
+
+
+def _tree_context(request: HttpRequest, state: Any = None, post: Any = None) -> dict[str, Any]:
+    specs = state.specs if state is not None else tree_selectors.tree_specs()
+    scope = user_scope(request.user)
+    keys = editor_keys(specs)
+    rows = editor_rows(specs, keys, post)
+    if not scope.is_admin:
+        rows = [r for r in rows if scope.can_see_queue(r["id"])]
+    return {"rows": rows, "keys": keys, "state": state, "can_edit": scope.is_admin,
+            "parents": Queue.objects.order_by("path").only("id", "path")}
+
+
+@login_required
+def queue_tree(request: HttpRequest) -> HttpResponse:
+    """The tree with min/max/lendable per key; admins edit it in place."""
+    scope = user_scope(request.user)
+    if request.method == "POST":
+        if not scope.is_admin:
+            raise PermissionDenied("only platform admins edit the tree")
+        state = editor_apply(request.POST)
+        if state.ok and state.changed:
+            try:
+                result = tree_services.tree_replace(queues=[
+                    tree_services.QueueDef(path=path, quota=state.specs[path].quota,
+                                           **_kept(path))
+                    for path in state.changed
+                ])
+            except ValidationError as exc:
+                for message in exc.messages:
+                    state.errors.setdefault("(tree)", []).append(message)
+            else:
+                messages.success(request, f"Saved {len(state.changed)} queue(s): "
+                                 f"{', '.join(state.changed)}.")
+                for w in result.warnings:
+                    messages.warning(request, w)
+                return redirect("queue-tree")
+        elif state.ok:
+            messages.info(request, "Nothing changed.")
+            return redirect("queue-tree")
+        return render(request, "portal/queue_tree.html",
+                      _tree_context(request, state, request.POST), status=400)
+    return render(request, "portal/queue_tree.html", _tree_context(request))
+
+
+def _kept(path: str) -> dict[str, str]:
+    q = Queue.objects.get(path=path)
+    return {"strategy": q.strategy, "namespace": q.namespace, "description": q.description}
+
+
+@login_required
+@require_POST
+def queue_tree_check(request: HttpRequest) -> HttpResponse:
+    """htmx: the problems the edited tree would have, shown before saving."""
+    if not user_scope(request.user).is_admin:
+        raise PermissionDenied("only platform admins edit the tree")
+    state = editor_apply(request.POST)
+    ids = dict(Queue.objects.values_list("path", "id"))
+    return render(request, "portal/partials/tree_problems.html", {"state": state, "ids": ids})
+
+
+@login_required
+@require_POST
+def queue_add(request: HttpRequest) -> HttpResponse:
+    """Add a queue under a parent (admins), through the tree service."""
+    if not user_scope(request.user).is_admin:
+        raise PermissionDenied("only platform admins edit the tree")
+    parent = Queue.objects.filter(pk=request.POST.get("parent") or 0).first()
+    try:
+        change = tree_services.queue_create(name=request.POST.get("name", "").strip(),
+                                            parent=parent)
+    except ValidationError as exc:
+        messages.error(request, "Queue not added: " + "; ".join(exc.messages))
+    else:
+        messages.success(request, f"Added {change.queue.path}.")
+        for w in change.warnings:
+            messages.warning(request, w)
+    return redirect("queue-tree")
+
+
+@login_required
+@require_POST
+def queue_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    """Delete an empty queue (admins), through the tree service."""
+    if not user_scope(request.user).is_admin:
+        raise PermissionDenied("only platform admins edit the tree")
+    queue = Queue.objects.filter(pk=pk).first()
+    if queue is None:
+        raise Http404("no such queue")
+    try:
+        tree_services.queue_delete(queue=queue)
+    except ValidationError as exc:
+        messages.error(request, "Queue not removed: " + "; ".join(exc.messages))
+    else:
+        messages.success(request, f"Removed {queue.path}.")
+    return redirect("queue-tree")
+
+
+@login_required
+def queue_detail(request: HttpRequest, path: str) -> HttpResponse:
+    """One queue: quotas and usage per key, charts over 24 h and 30 days."""
+    scope = user_scope(request.user)
+    queue = Queue.objects.filter(path=path).first()
+    if queue is None or not scope.can_see_queue(queue.pk):
+        raise Http404("no such queue")
+    node = tree_selectors.queue_tree(user=request.user, root=queue.path)[0]
+    usage = page_selectors.queue_usage()
+    now = timezone.now()
+    figures = []
+    for flavor, resources in node["quota"].items():
+        cell = resources.get("gpu")
+        if cell is None:
+            continue
+        use = usage.get(queue.path, {}).get((flavor, "gpu"), {})
+        cell.update({k: use.get(k, cell[k]) for k in ("used", "borrowed", "lent", "pending")})
+        for label, span, step in (("24 h", timedelta(hours=24), timedelta(minutes=30)),
+                                  ("30 days", timedelta(days=30), timedelta(hours=12))):
+            series = page_selectors.queue_usage_series(
+                path=queue.path, flavor=flavor, start=now - span, end=now, step=step)
+            figures.append({
+                "id": f"chart-{flavor}-{label.replace(' ', '')}",
+                "data_id": f"chart-{flavor}-{label.replace(' ', '')}-data",
+                "title": f"{flavor} GPUs, last {label}",
+                "json": charts.queue_usage_figure(
+                    series, title=f"{queue.path} {flavor} GPUs, last {label}",
+                    qmin=cell["min"], qmax=cell["max"]),
+            })
+    return render(request, "portal/queue_detail.html", {
+        "queue": queue, "node": node, "figures": figures,
+        "can_submit": scope.can_submit_to(queue.pk) and node["is_leaf"],
+    })
+
+
+@login_required
+def fleet(request: HttpRequest) -> HttpResponse:
+    """Clusters with capacity, used and health per GPU model; allocation and waits charts."""
+    now = timezone.now()
+    scope = user_scope(request.user)
+    allocation = page_selectors.cluster_allocation_series(
+        start=now - timedelta(hours=24), end=now, step=timedelta(minutes=30))
+    waits = page_selectors.queue_waits(
+        start=now - timedelta(days=7), now=now,
+        queue_ids=None if scope.is_admin else scope.visible_queue_ids)
+    clusters = tree_selectors.cluster_list()
+    for cluster in clusters:
+        for f in cluster["flavors"].values():
+            f["free"] = max(0, f["allocatable"]["gpu"] - f["used"]["gpu"])
+    return render(request, "portal/fleet.html", {
+        "clusters": clusters,
+        "figures": [
+            {"id": "chart-allocation", "data_id": "chart-allocation-data",
+             "title": "Allocation over the last 24 h",
+             "json": charts.cluster_allocation_figure(allocation)},
+            {"id": "chart-waits", "data_id": "chart-waits-data",
+             "title": "Waits per queue (last 7 days)",
+             "json": charts.queue_waits_figure(waits)},
+        ],
+        "waits": waits,
+    })
+
+
+@login_required
+def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """One cluster with its nodes."""
+    found = tree_selectors.cluster_list(name=name)
+    if not found:
+        raise Http404("no such cluster")
+    return render(request, "portal/cluster_detail.html", {"cluster": found[0]})

@@ -1,0 +1,160 @@
+"""What the request form shows while the user types: can it ever fit, the queue's headroom,
+whether it would borrow, and a rough start estimate. Reads only; nothing is saved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from quotas.models import Queue
+from quotas.tree_rules import fmt, validate_tree
+from scheduling.models import ACTIVE_STATES, Admission, Node, PodSet, PriorityClass, Workload
+from scheduling.models import WorkloadState as S
+
+ZERO = Decimal(0)
+
+
+@dataclass
+class FlavorVerdict:
+    """One acceptable flavor: can the request ever fit on it, and if not, why."""
+
+    flavor: str
+    possible: bool
+    reasons: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Preview:
+    """The live feedback of the request form."""
+
+    gpus: int
+    flavors: list[FlavorVerdict]
+    flavor: str | None = None  # the first flavor that can ever fit
+    levels: list[dict[str, Any]] = field(default_factory=list)  # queue and ancestors
+    headroom: Decimal | None = None  # GPUs the queue may still take (None: unlimited)
+    guaranteed_room: Decimal = ZERO  # GPUs it may take without borrowing
+    fleet_free: Decimal = ZERO  # free GPUs of the flavor on ready nodes
+    would_borrow: bool = False
+    fits_now: bool = False
+    pending_ahead: int = 0
+    pending_ahead_gpus: int = 0
+    estimated_start: datetime | None = None
+    estimate_note: str = ""
+
+    @property
+    def impossible(self) -> bool:
+        return not any(f.possible for f in self.flavors)
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime) -> Preview:
+    """Feedback for a submission dict as `workload_submit` takes it (already form-cleaned)."""
+    from quotas.selectors import tree_specs
+    from scheduling.cycle import request_check
+    from scheduling.selectors import fleet_usage, queue_usage
+
+    pods = submission["pods"]
+    gpus = sum(int(p["count"]) * int(p["gpus"]) for p in pods)
+    pc = PriorityClass.objects.filter(name=submission.get("priority_class")).first()
+    if pc is None:
+        pc = PriorityClass(name="training", value=1000)
+    draft = Workload(
+        name=submission["name"] or "draft", queue=queue, priority_class=pc,
+        preemptible=submission["preemptible"], checkpoint=submission["checkpoint"],
+        strategy=submission["strategy"], dataset=submission["dataset"],
+        termination_grace_s=30, topology=submission["topology"], submitted_at=now,
+    )
+    verdicts: list[FlavorVerdict] = []
+    for flavor in pods[0]["flavors"]:
+        sets = [PodSet(index=i, count=p["count"], flavors=[flavor], gpus=p["gpus"],
+                       cpu=p["cpu"], memory_gib=p["memory_gib"],
+                       gpu_memory_gib=p.get("gpu_memory_gib"))
+                for i, p in enumerate(pods)]
+        reasons = request_check(draft, sets, now=now)
+        verdicts.append(FlavorVerdict(flavor=flavor, possible=not reasons, reasons=reasons))
+    preview = Preview(gpus=gpus, flavors=verdicts)
+    possible = [v.flavor for v in verdicts if v.possible]
+    if not possible:
+        return preview
+    flavor = preview.flavor = possible[0]
+    key = (flavor, "gpu")
+
+    report = validate_tree(tree_specs().values())
+    usage = queue_usage()
+    headroom: Decimal | None = None
+    guaranteed: Decimal | None = None
+    for path in _ancestors(queue.path):
+        res = report.resolved.get(path, {}).get(key)
+        used = usage.get(path, {}).get(key, {}).get("used", ZERO)
+        if res is None:  # the key is not quota-accounted: only nodes limit it
+            continue
+        qmin, qmax = Decimal(res.min), None if res.max is None else Decimal(res.max)
+        preview.levels.append({"path": path, "min": qmin, "max": qmax, "used": used})
+        if qmax is not None:
+            room = max(ZERO, qmax - used)
+            headroom = room if headroom is None else min(headroom, room)
+        g = max(ZERO, qmin - used)
+        guaranteed = g if guaranteed is None else min(guaranteed, g)
+    preview.headroom = headroom
+    preview.guaranteed_room = guaranteed if guaranteed is not None else Decimal(gpus)
+
+    capacity = Decimal(sum(
+        Node.objects.filter(flavor__name=flavor, ready=True, cluster__enabled=True)
+        .values_list("gpus", flat=True)
+    ))
+    used_fleet = sum((u["gpu"] for (c, f), u in fleet_usage().items() if f == flavor), ZERO)
+    preview.fleet_free = max(ZERO, capacity - used_fleet)
+    preview.would_borrow = gpus > preview.guaranteed_room
+
+    ahead = Workload.objects.filter(queue=queue, state=S.PENDING,
+                                    priority_class__value__gte=pc.value)
+    preview.pending_ahead = ahead.count()
+    preview.pending_ahead_gpus = sum(
+        ps["count"] * ps["gpus"]
+        for ps in PodSet.objects.filter(workload__in=ahead).values("count", "gpus")
+    )
+    limit = preview.fleet_free if headroom is None else min(headroom, preview.fleet_free)
+    need = Decimal(gpus + preview.pending_ahead_gpus)
+    blocked_by_guarantee = preview.would_borrow and not submission["preemptible"]
+    preview.fits_now = need <= limit and not blocked_by_guarantee
+    if preview.fits_now:
+        preview.estimated_start = now
+        preview.estimate_note = "at the next scheduling cycle (a few seconds)"
+        return preview
+    if blocked_by_guarantee:
+        preview.estimate_note = (
+            f"not preemptible: it waits until {gpus} GPUs fit within the guaranteed "
+            f"{fmt(preview.guaranteed_room)} left (or mark it preemptible to borrow)"
+        )
+    # When the queue's own admitted work ends (at its duration hints), enough may be freed.
+    ends: list[tuple[datetime, int]] = []
+    unknown = 0
+    active = Admission.objects.filter(
+        workload__queue=queue, ended_at__isnull=True, workload__state__in=ACTIVE_STATES
+    ).select_related("workload")
+    for adm in active:
+        hint = adm.workload.duration_hint_s
+        if hint is None:
+            unknown += 1
+            continue
+        started = adm.running_at or adm.reserved_at
+        left = max(0.0, hint - adm.workload.progress_s)
+        ends.append((max(now, started + timedelta(seconds=left)), adm.gpus))
+    freed = limit
+    for end, g in sorted(ends):
+        freed += g
+        if freed >= need:
+            preview.estimated_start = end
+            break
+    if preview.estimated_start is None and not preview.estimate_note:
+        preview.estimate_note = (
+            "unknown: it depends on other queues' work ending"
+            + (f" ({unknown} running job(s) of this queue gave no duration)" if unknown else "")
+        )
+    return preview

@@ -1,0 +1,142 @@
+"""Workload pages: request GPUs (with live feedback), my workloads, the workload page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from scheduling import selectors, services
+from scheduling.filters import WorkloadFilter
+from scheduling.forms import WorkloadRequestForm, submission_errors_to_form
+from scheduling.models import TERMINAL_STATES
+from scheduling.preview import workload_preview
+
+LIVE_POLL_S = 3
+
+
+class WorkloadPageFilter(WorkloadFilter):
+    """The API's WorkloadFilter, plus what a person sorts and narrows a page by."""
+
+    flavor = django_filters.CharFilter(method="filter_flavor", label="GPU model")
+    submitted_after = django_filters.DateFilter(field_name="submitted_at", lookup_expr="date__gte",
+                                                label="Submitted from")
+    submitted_before = django_filters.DateFilter(field_name="submitted_at",
+                                                 lookup_expr="date__lte", label="Submitted to")
+    ordering = django_filters.OrderingFilter(
+        fields=(("submitted_at", "submitted"), ("name", "name"), ("state", "state"),
+                ("queue__path", "queue")),
+        label="Sort by",
+    )
+
+    class Meta(WorkloadFilter.Meta):
+        fields = [*WorkloadFilter.Meta.fields]
+
+    def filter_flavor(self, queryset, name, value):  # type: ignore[no-untyped-def]
+        return queryset.filter(pod_sets__index=0, pod_sets__flavors__contains=[value])
+
+
+@login_required
+def workload_list(request: HttpRequest) -> HttpResponse:
+    """The workloads the user may see, filterable and sortable."""
+    qs = selectors.workload_list(user=request.user)
+    filterset = WorkloadPageFilter(request.GET, queryset=qs)
+    page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
+    return render(request, "scheduling/workload_list.html", {"filter": filterset, "page": page})
+
+
+def _form(request: HttpRequest, data: Any = None) -> WorkloadRequestForm:
+    queues = services.user_leaf_queues(request.user).order_by("path")
+    initial = {"queue": request.GET.get("queue")} if request.GET.get("queue") else {}
+    return WorkloadRequestForm(data, queues=queues, initial=initial)
+
+
+@login_required
+def workload_new(request: HttpRequest) -> HttpResponse:
+    """The request-GPUs form; on submit, the same service as POST /api/v1/workloads."""
+    form = _form(request, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            workload = services.workload_submit(user=request.user, data=form.as_submission())
+        except ValidationError as exc:
+            submission_errors_to_form(form, exc.message_dict if hasattr(exc, "error_dict")
+                                      else {"__all__": exc.messages})
+        else:
+            if workload.state == "rejected":
+                messages.error(request, f"{workload.name} was rejected: "
+                               f"{workload.reason_message}")
+            else:
+                messages.success(request, f"{workload.name} submitted.")
+            return redirect("workload-detail", pk=workload.pk)
+    return render(request, "scheduling/workload_form.html", {"form": form})
+
+
+@login_required
+@require_POST
+def workload_check(request: HttpRequest) -> HttpResponse:
+    """htmx: live feedback on the form as the user types (nothing is saved)."""
+    form = _form(request, request.POST)
+    preview = None
+    if form.is_valid():
+        preview = workload_preview(queue=form.cleaned_data["queue"],
+                                   submission=form.as_submission(), now=timezone.now())
+    return render(request, "scheduling/partials/feedback.html",
+                  {"form": form, "preview": preview})
+
+
+def _live_context(request: HttpRequest, pk: int) -> dict[str, Any]:
+    workload = selectors.workload_get(user=request.user, pk=pk)
+    if workload is None:
+        raise Http404("no such workload")
+    admission = selectors.workload_current_admission(workload)
+    reasons = selectors.workload_reasons(workload)
+    live = workload.state not in TERMINAL_STATES
+    return {
+        "w": workload, "admission": admission, "live": live, "poll_s": LIVE_POLL_S,
+        "position": selectors.workload_queue_position(workload),
+        "current_reason": ({"code": workload.reason_code, "message": workload.reason_message}
+                           if workload.reason_code else None),
+        "reasons": reasons[-5:],
+        "events": list(workload.events.all()),
+        "pods": selectors.workload_pods(workload, admission),
+        "pod_sets": list(workload.pod_sets.all()),
+        "gpus": sum(ps.count * ps.gpus for ps in workload.pod_sets.all()),
+        "can_cancel": live and services.user_may_manage(request.user, workload),
+    }
+
+
+@login_required
+def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A workload: state, place in queue, reasons, timeline; polls while it is live."""
+    return render(request, "scheduling/workload_detail.html", _live_context(request, pk))
+
+
+@login_required
+def workload_live(request: HttpRequest, pk: int) -> HttpResponse:
+    """htmx: the live part of the workload page; without the poll trigger once it ended."""
+    return render(request, "scheduling/partials/workload_live.html", _live_context(request, pk))
+
+
+@login_required
+@require_POST
+def workload_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel, through the same service as the API."""
+    workload = selectors.workload_get(user=request.user, pk=pk)
+    if workload is None:
+        raise Http404("no such workload")
+    try:
+        services.workload_cancel(user=request.user, workload=workload)
+    except (ValidationError, PermissionDenied) as exc:
+        text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        messages.error(request, f"Cancel refused: {text}")
+    else:
+        messages.success(request, f"{workload.name} cancelled.")
+    return redirect("workload-detail", pk=pk)
