@@ -88,6 +88,14 @@ def compile_expression(src: str) -> Any:
     return cel.compile(src)
 
 
+@lru_cache(maxsize=4096)
+def referenced_roots(src: str) -> frozenset[str]:
+    """The context variables `src` reads (so a context builder can skip the others)."""
+    if not src or not src.strip():
+        return frozenset()
+    return frozenset(v for v in compile_expression(src).variables() if v in ROOTS)
+
+
 def _join(items: Any, sep: Any = ", ") -> str:
     return str(sep).join(_fmt(x) for x in items)
 
@@ -126,6 +134,11 @@ def plain(value: Any) -> Any:
 def make_context(variables: Mapping[str, Any]) -> Any:
     """One CEL context for many evaluations (variables converted once)."""
     return cel.Context(variables=plain(variables), functions=FUNCTIONS)
+
+
+def set_variable(context: Any, name: str, value: Any) -> None:
+    """Replace one variable of a context (much cheaper than building a new context)."""
+    context.add_variable(name, plain(value))
 
 
 def evaluate(src: str, context: Any) -> Any:

@@ -337,21 +337,29 @@ def _int_if_whole(value: float) -> Any:
 
 def submission_variables(
     *, data: Mapping[str, Any], queue: Queue, team: Team | None, user: Any,
-    is_update: bool = False, now: datetime | None = None,
+    is_update: bool = False, now: datetime | None = None, needs: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    """All six variables for one submission."""
+    """All six variables for one submission.
+
+    `needs`: the variables the policies read; the others get neutral values without a query
+    (the fleet, the quota tree and billing cost a few queries each).
+    """
     now = now or timezone.now()
-    usage = _usage_by_leaf()
-    fleet = fleet_variables(usage)
+    needed = set(needs) if needs is not None else {"queue", "team", "cost_center", "fleet"}
+    usage = _usage_by_leaf() if needed & {"queue", "fleet"} else {}
+    fleet = fleet_variables(usage) if needed & {"queue", "fleet"} else EMPTY_FLEET
     username = user.get_username() if user is not None and hasattr(user, "get_username") else ""
     return {
         "request": request_variables(
             data, queue_path=queue.path, team=team.name if team else "", user=username,
             is_update=is_update,
         ),
-        "queue": queue_variables_many([queue], fleet=fleet, usage_by_leaf=usage)[queue.path],
-        "team": team_variables(team, now=now),
-        "cost_center": cost_center_variables(team, now=now),
+        "queue": queue_variables_many([queue], fleet=fleet, usage_by_leaf=usage)[queue.path]
+        if "queue" in needed else {**EMPTY_QUEUE, "path": queue.path, "name": queue.name},
+        "team": team_variables(team, now=now) if "team" in needed else {
+            **EMPTY_TEAM, "name": team.name if team else ""},
+        "cost_center": cost_center_variables(team, now=now) if "cost_center" in needed
+        else dict(EMPTY_COST_CENTER),
         "fleet": fleet,
         "now": now_variables(now),
     }
@@ -361,6 +369,8 @@ EMPTY_REQUEST = request_variables({})
 EMPTY_QUEUE = {"path": "", "name": "", "depth": 0, "parent": "", "min": {}, "max": {},
                "unlimited": [], "used": {}}
 EMPTY_TEAM = {"name": "", "display_name": "", "department": "", "approvals": []}
+EMPTY_FLEET: dict[str, Any] = {"capacity": {}, "used": {}, "utilisation": {}, "resources": {},
+                               "clusters": [], "regions": []}
 
 
 def sample_variables(now: datetime | None = None) -> dict[str, Any]:
@@ -371,8 +381,8 @@ def sample_variables(now: datetime | None = None) -> dict[str, Any]:
         "queue": dict(EMPTY_QUEUE),
         "team": dict(EMPTY_TEAM),
         "cost_center": dict(EMPTY_COST_CENTER),
-        "fleet": {"capacity": {}, "used": {}, "utilisation": {}, "resources": {},
-                  "clusters": [], "regions": []},
+        "fleet": {k: (dict(v) if isinstance(v, dict) else list(v))
+                  for k, v in EMPTY_FLEET.items()},
         "now": now_variables(now or timezone.now()),
     }
 

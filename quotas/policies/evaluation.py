@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .celexpr import PolicyEvaluationError, evaluate, make_context
+from .celexpr import PolicyEvaluationError, evaluate, make_context, set_variable
 
 VALIDATE, LIMIT, PLACEMENT, PRIORITY = "validate", "limit", "placement", "priority"
 ENFORCE, AUDIT, OFF = "enforce", "audit", "off"
@@ -243,12 +243,16 @@ def evaluate_limits(
     limits = [p for p in policies if p.kind == LIMIT and p.mode != OFF and p.key]
     if not limits:
         return out
+    ctx = None
     for queue in queues:
         path = str(queue.get("path", ""))
         active = [p for p in limits if p.applies_to_path(path)]
         if not active:
             continue
-        ctx = make_context({**base, "queue": queue})
+        if ctx is None:
+            ctx = make_context({**base, "queue": queue})
+        else:
+            set_variable(ctx, "queue", queue)
         for policy in active:
             try:
                 if not run_match(policy, ctx):
@@ -312,15 +316,17 @@ def evaluate_placements(
     placements = [p for p in policies if p.kind == PLACEMENT and p.mode != OFF]
     if not placements:
         return out
+    ctx = None
     for workload_id, request in workloads:
         path = str(request.get("queue", ""))
         active = [p for p in placements if p.applies_to_path(path)]
         if not active:
             continue
-        ctx = None
+        if ctx is None:
+            ctx = make_context({**base, "request": request})
+        else:
+            set_variable(ctx, "request", request)
         for policy in active:
-            if ctx is None:
-                ctx = make_context({**base, "request": request})
             try:
                 if not run_match(policy, ctx):
                     continue

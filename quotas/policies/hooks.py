@@ -12,9 +12,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from quotas.models import Queue, Team
 
+from .celexpr import referenced_roots
 from .context import (
     EMPTY_COST_CENTER,
     EMPTY_QUEUE,
@@ -37,7 +39,12 @@ from .evaluation import (
     evaluate_request,
 )
 from .models import CYCLE_KINDS, SUBMISSION_KINDS, Policy, PolicyMode, TeamApproval
-from .services import policy_counters_bump, policy_to_spec, violations_record
+from .services import (
+    policy_counters_bump,
+    policy_to_spec,
+    violations_record,
+    violations_record_many,
+)
 
 
 def fail_open() -> bool:
@@ -45,10 +52,27 @@ def fail_open() -> bool:
     return bool(getattr(settings, "ALLOT_POLICY_FAIL_OPEN", False))
 
 
+_spec_cache: dict[tuple[str, ...], tuple[Any, list[PolicySpec]]] = {}
+
+
 def active_specs(kinds: Sequence[str]) -> list[PolicySpec]:
-    """The policies of these kinds that are not off (one query)."""
-    return [policy_to_spec(p) for p in Policy.objects.filter(kind__in=kinds).exclude(
+    """The policies of these kinds that are not off.
+
+    Cached per process behind a one-row stamp (count, versions, last change, last id), so a change
+    saved anywhere takes effect on the next submission or cycle without loading every row.
+    """
+    from django.db.models import Count, Max, Sum  # noqa: PLC0415
+
+    key = tuple(sorted(kinds))
+    stamp = tuple(Policy.objects.aggregate(n=Count("id"), v=Sum("version"),
+                                           at=Max("updated_at"), last=Max("id")).values())
+    cached = _spec_cache.get(key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    specs = [policy_to_spec(p) for p in Policy.objects.filter(kind__in=kinds).exclude(
         mode=PolicyMode.OFF)]
+    _spec_cache[key] = (stamp, specs)
+    return specs
 
 
 # --- submission ---------------------------------------------------------------------------
@@ -92,8 +116,13 @@ def policy_submission_check(ctx: Any) -> Any:
     specs = active_specs(SUBMISSION_KINDS)
     if not specs:
         return None
+    needs: set[str] = set()
+    for spec in specs:
+        for src in (spec.match, spec.rule, spec.message):
+            needs |= referenced_roots(src)
     variables = submission_variables(
         data=ctx.request, queue=ctx.queue, team=ctx.team, user=ctx.user, is_update=ctx.is_update,
+        needs=needs,
     )
     grandfathered = bool(ctx.is_update) and not grows(
         variables["request"], _previous_request(ctx.request))
@@ -119,10 +148,11 @@ def policy_submission_check(ctx: Any) -> Any:
         findings=findings, variables=variables, subject=variables["request"]["name"],
         queue_path=ctx.queue.path, user=ctx.user,
     )
-    policy_counters_bump(
-        hit_ids=[p.id for p in outcome.matched],
-        denied_ids=[f.policy.id for f in outcome.denials],
-    )
+    hit_ids = [p.id for p in outcome.matched if p.id is not None]
+    denied_ids = [f.policy.id for f in outcome.denials if f.policy.id is not None]
+    # After commit, in its own short statement: counting inside the submission's transaction
+    # would lock the policy rows, serialising every concurrent submission until it commits.
+    transaction.on_commit(lambda: policy_counters_bump(hit_ids=hit_ids, denied_ids=denied_ids))
     denied = {id(f) for f in outcome.denials}
     return SubmissionVerdict(
         deny=[(f.code, f"{f.message} (policy {f.policy.name})") for f in outcome.denials],
@@ -185,13 +215,18 @@ def cycle_evaluate(
     specs: Sequence[PolicySpec], *, now: Any, queue_paths: Sequence[str], clusters: Sequence[str],
     pending: Sequence[Any], quota_max: Mapping[tuple[str, str], Any] | None = None,
 ) -> tuple[CycleOutcome, dict[str, Any]]:
-    """Evaluate the limit and placement policies over the DB's current state."""
+    """Evaluate the limit and placement policies over the DB's current state.
+
+    Returns the outcome and, for each subject of a finding (queue path or workload name), the
+    input it was evaluated on (recorded with the violation).
+    """
     usage = _usage_by_leaf()
     fleet = fleet_variables(usage)
     base = {"request": EMPTY_REQUEST, "queue": EMPTY_QUEUE, "team": EMPTY_TEAM,
             "cost_center": EMPTY_COST_CENTER, "fleet": fleet, "now": now_variables(now)}
     out = CycleOutcome()
-    inputs: dict[str, Any] = {}
+    queue_inputs: dict[str, Any] = {}
+    request_inputs: dict[str, Any] = {}
     limits = [s for s in specs if s.kind == "limit"]
     if limits:
         paths = [p for p in queue_paths if any(s.applies_to_path(p) for s in limits)]
@@ -203,38 +238,44 @@ def cycle_evaluate(
                 current = qvars[qpath]["max"].get(key, value)
                 qvars[qpath]["max"][key] = _plain_number(min(current, float(value)))
         evaluate_limits(limits, qvars.values(), base, fail_open=fail_open(), out=out)
-        inputs.update({path: {**base, "queue": q} for path, q in qvars.items()})
+        queue_inputs = qvars
     placements = [s for s in specs if s.kind == "placement"]
+    team_bases: dict[str, dict[str, Any]] = {}
     if placements and pending:
         from scheduling.models import Cluster  # noqa: PLC0415
 
-        cluster_rows = [c for c in fleet["clusters"] if c["name"] in set(clusters)] or [
+        wanted = set(clusters)
+        cluster_rows = [c for c in fleet["clusters"] if c["name"] in wanted] or [
             {"name": c.name, "region": c.region}
             for c in Cluster.objects.filter(name__in=clusters)
         ]
-        requests = _pending_requests(pending)
-        team_names = {r["team"] for _, r in requests if r["team"]}
-        teams = {t.name: t for t in Team.objects.filter(name__in=team_names)}
+        by_team: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for workload_id, request in _pending_requests(pending):
+            by_team.setdefault(request["team"], []).append((workload_id, request))
+            request_inputs[request["name"]] = request
+        teams = {t.name: t for t in Team.objects.filter(name__in=list(by_team))}
         approvals: dict[str, list[str]] = {}
-        for a in TeamApproval.objects.filter(team__name__in=team_names).select_related("team"):
+        for a in TeamApproval.objects.filter(team__name__in=list(by_team)).select_related("team"):
             if a.expires_at is None or a.expires_at > now:
                 approvals.setdefault(a.team.name, []).append(a.name)
-        per_team: dict[str, dict[str, Any]] = {}
-        for name, team in teams.items():
-            per_team[name] = {
-                "team": {"name": name, "display_name": team.display_name or name,
-                         "department": "", "approvals": sorted(approvals.get(name, []))},
-                "cost_center": cost_center_variables(team),
-            }
-        for team_name in team_names | {""}:
-            group = [(i, r) for i, r in requests if r["team"] == team_name]
-            if not group:
-                continue
-            team_base = {**base, **per_team.get(team_name, {})}
+        for team_name, group in by_team.items():
+            team = teams.get(team_name)
+            team_base = dict(base)
+            if team is not None:
+                team_base["team"] = {
+                    "name": team_name, "display_name": team.display_name or team_name,
+                    "department": "", "approvals": sorted(approvals.get(team_name, []))}
+                team_base["cost_center"] = cost_center_variables(team, now=now)
+            team_bases[team_name] = team_base
             evaluate_placements(placements, group, team_base, cluster_rows,
                                 fail_open=fail_open(), out=out)
-            for _, r in group:
-                inputs[r["name"]] = {**team_base, "request": r}
+    inputs: dict[str, Any] = {}
+    for subject in set(out.subjects):
+        if subject in queue_inputs:
+            inputs[subject] = {**base, "queue": queue_inputs[subject]}
+        elif subject in request_inputs:
+            request = request_inputs[subject]
+            inputs[subject] = {**team_bases.get(request["team"], base), "request": request}
     return out, inputs
 
 
@@ -255,14 +296,15 @@ def policy_cycle_adjuster(ctx: Any) -> None:
         ctx.lower_max(path, key, value, policy=policy)
     for workload_id, (allowed, reason) in out.placements.items():
         ctx.restrict_clusters(workload_id, allowed, reason=reason)
+    items = []
     for finding, subject in zip(out.findings, out.subjects, strict=True):
         if _fresh(finding, subject):
-            violations_record(
-                findings=[finding], variables=inputs.get(subject, {}), subject=subject,
-                queue_path=str(inputs.get(subject, {}).get("queue", {}).get("path", "")
-                               or inputs.get(subject, {}).get("request", {}).get("queue", "")),
-                at=ctx.now,
-            )
+            variables = inputs.get(subject, {})
+            path = variables.get("queue", {}).get("path", "") or variables.get(
+                "request", {}).get("queue", "")
+            items.append((finding, subject, str(path), variables))
+    if items:
+        violations_record_many(items=items, at=ctx.now)
 
 
 def register() -> None:

@@ -195,6 +195,23 @@ def violations_record(
     return PolicyViolation.objects.bulk_create(rows)
 
 
+def violations_record_many(
+    *, items: Iterable[tuple[Finding, str, str, Mapping[str, Any]]], at: datetime | None = None,
+) -> int:
+    """Store (finding, subject, queue path, input) rows in one bulk insert; return the count."""
+    at = at or timezone.now()
+    rows = [
+        PolicyViolation(
+            policy_id=f.policy.id, policy_version=f.policy.version, mode=f.policy.mode,
+            outcome=f.outcome, code=f.code, at=at, subject=subject[:300], queue_path=path,
+            expression=f.expression, message=f.message, input=_json_safe(variables),
+        )
+        for f, subject, path, variables in items if f.policy.id is not None
+    ]
+    PolicyViolation.objects.bulk_create(rows, batch_size=500)
+    return len(rows)
+
+
 def policy_counters_bump(*, hit_ids: Iterable[int], denied_ids: Iterable[int]) -> None:
     """Count hits (the policy matched) and denials: one UPDATE each, whatever the number."""
     hits = [i for i in hit_ids if i is not None]

@@ -34,9 +34,10 @@ def test_no_policies_no_verdict(org):
     assert check(org, request()) is None
 
 
-def test_validate_denies_with_the_message_and_records_it(org):
+def test_validate_denies_with_the_message_and_records_it(org, django_capture_on_commit_callbacks):
     policy_create(user=org.admin, data=H100)
-    verdict = check(org, request())
+    with django_capture_on_commit_callbacks(execute=True):
+        verdict = check(org, request())
     assert verdict.deny == [("POLICY_DENIED", "H100s need the h100 approval: team team-a asked "
                              "for 8 GPUs (policy h100-approved)")]
     violation = PolicyViolation.objects.get()
@@ -50,10 +51,11 @@ def test_validate_denies_with_the_message_and_records_it(org):
     assert (policy.hits, policy.denials) == (1, 1)
 
 
-def test_validate_allows_an_approved_team(org):
+def test_validate_allows_an_approved_team(org, django_capture_on_commit_callbacks):
     policy_create(user=org.admin, data=H100)
     team_approval_grant(user=org.admin, team=org.teams["team-a"], name="h100")
-    verdict = check(org, request())
+    with django_capture_on_commit_callbacks(execute=True):
+        verdict = check(org, request())
     assert verdict.deny == [] and verdict.audit == []
     assert (Policy.objects.get().hits, Policy.objects.get().denials) == (1, 0)
 
@@ -185,3 +187,21 @@ def test_priority_policy_sets_the_stored_class(org):
         nudge=False)
     assert workload.state == "pending"
     assert workload.priority_class.name == "inference-high"
+
+
+def test_query_budget_reads_only_what_the_rules_need(org):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    policy_create(user=org.admin, data={"name": "cap", "kind": "validate", "mode": "enforce",
+                                        "rule": "request.gpus <= 64"})
+    check(org, request())  # loads the policies into the process cache
+    with CaptureQueriesContext(connection) as queries:
+        assert check(org, request()).deny == []
+    assert len(queries) == 1, [q["sql"] for q in queries]  # the policies' stamp; nothing else
+    policy_create(user=org.admin, data=H100)
+    check(org, request())
+    with CaptureQueriesContext(connection) as queries:
+        check(org, request())
+    # the stamp, team approvals, team department, then the violation insert
+    assert len(queries) <= 4, [q["sql"] for q in queries]

@@ -1,0 +1,196 @@
+"""Policy figures: `python -m bench.policies`.
+
+1. Added latency of 100 policies (80 validate, 20 priority) on one submission: the CEL
+   evaluation alone, and the whole submission check (load policies, build the context from the
+   database, evaluate, count hits), p50/p95 over many submissions.
+2. Cost of limit and placement policies per scheduling cycle at 1,000 queues (10 limit and
+   10 placement policies, 2,000 pending workloads): evaluation alone and the whole adjuster.
+
+Runs on a throwaway test database (DATABASE_URL's server, or SQLite in memory by default).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+
+SUBMISSIONS = 300
+CYCLES = 5
+DEPARTMENTS, LEAVES = 10, 99  # 10 + 990 = 1,000 queues
+PENDING = 2000
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def timed(fn: Callable[[], Any], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def build_fleet() -> dict[str, Any]:
+    from django.contrib.auth import get_user_model
+
+    from quotas.models import Flavor, Queue, QuotaEntry, Team
+    from scheduling.models import Cluster, Node
+
+    a100 = Flavor.objects.create(name="a100-80g", gpu_memory_gib=80)
+    h100 = Flavor.objects.create(name="h100-80g", gpu_memory_gib=80)
+    for c, region in enumerate(("east", "east", "north", "west")):
+        cluster = Cluster.objects.create(name=f"c{c}", region=region)
+        Node.objects.bulk_create([
+            Node(cluster=cluster, name=f"c{c}-n{i}", flavor=a100 if i % 4 else h100, gpus=8,
+                 cpu=Decimal(64), memory_gib=Decimal(512)) for i in range(32)])
+    leaves = []
+    for d in range(DEPARTMENTS):
+        dept = Queue.objects.create(name=f"d{d}")
+        QuotaEntry.objects.create(queue=dept, flavor=a100, min=Decimal(0), max=Decimal(256))
+        for leaf in range(LEAVES):
+            leaves.append(Queue(parent=dept, name=f"t{leaf}"))
+    for q in leaves:
+        q.path, q.depth = q.compute_path()
+    Queue.objects.bulk_create(leaves)
+    user = get_user_model().objects.create_user("bench", password="x")
+    team = Team.objects.create(name="bench")
+    leaf = Queue.objects.get(path="d0/t0")
+    team.queues.add(leaf)
+    return {"user": user, "team": team, "queue": leaf}
+
+
+def submission_policies() -> list[dict[str, Any]]:
+    rules = [
+        ('request.flavors.exists(f, f.startsWith("h100"))', '"h100" in team.approvals'),
+        ("true", "request.gpus <= 64"),
+        ('request.queue.startsWith("d0/")', 'fleet.utilisation["a100-80g"] < 0.99'),
+        ("request.pods > 0", "request.gpus / request.pods <= 8"),
+        ("true", "now.hour >= 0 && size(request.labels) < 20"),
+        ('"kind" in request.labels', 'request.labels["kind"] != "forbidden"'),
+        ("true", 'queue.used["a100-80g/gpu"] + request.gpus <= queue.max["a100-80g/gpu"]'),
+        ("true", "cost_center.over_budget == false"),
+    ]
+    out = []
+    for i in range(80):
+        match, rule = rules[i % len(rules)]
+        out.append({"name": f"v{i:03d}", "kind": "validate", "mode": "enforce", "match": match,
+                    "rule": rule, "message": f'"rule {i}: " + string(request.gpus) + " GPUs"'})
+    for i in range(20):
+        out.append({"name": f"p{i:03d}", "kind": "priority", "mode": "enforce",
+                    "match": f'"role" in request.labels && request.labels["role"] == "r{i}"',
+                    "rule": '"inference-high"'})
+    return out
+
+
+def cycle_policies() -> list[dict[str, Any]]:
+    out = []
+    for i in range(10):
+        out.append({"name": f"l{i:03d}", "kind": "limit", "mode": "enforce",
+                    "key": "a100-80g/gpu", "match": f'queue.path.startsWith("d{i}/")',
+                    "rule": 'fleet.utilisation["a100-80g"] < 0.4 ? 32 : 16'})
+        out.append({"name": f"pl{i:03d}", "kind": "placement", "mode": "enforce",
+                    "match": f'"kind" in request.labels && request.labels["kind"] == "k{i}"',
+                    "rule": '["east"]'})
+    return out
+
+
+def main() -> None:
+    from quotas.policies.context import submission_variables
+    from quotas.policies.evaluation import evaluate_request
+    from quotas.policies.hooks import (
+        active_specs,
+        cycle_evaluate,
+        policy_cycle_adjuster,
+        policy_submission_check,
+    )
+    from quotas.policies.models import CYCLE_KINDS, SUBMISSION_KINDS
+    from quotas.policies.services import policy_create
+    from scheduling.extensions import CycleContext, PendingInfo, SubmissionContext
+
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        fleet = build_fleet()
+        request = {"name": "sweep", "queue": "d0/t0", "priority_class": "training",
+                   "labels": {"kind": "train"},
+                   "pods": [{"count": 2, "flavors": ["a100-80g"], "gpus": 8}]}
+        ctx = SubmissionContext(user=fleet["user"], queue=fleet["queue"], team=fleet["team"],
+                                request=request)
+
+        baseline = timed(lambda: policy_submission_check(ctx), SUBMISSIONS)
+        for data in submission_policies():
+            policy_create(user=None, data=data)
+        specs = active_specs(SUBMISSION_KINDS)
+        variables = submission_variables(data=request, queue=fleet["queue"],
+                                         team=fleet["team"], user=fleet["user"])
+        assert evaluate_request(specs, variables).allowed
+        eval_only = timed(lambda: evaluate_request(specs, variables), SUBMISSIONS)
+        full = timed(lambda: policy_submission_check(ctx), SUBMISSIONS)
+        print(f"submission, {len(specs)} policies (80 validate, 20 priority), "
+              f"{SUBMISSIONS} runs:")
+        print(f"  CEL evaluation only:      p50 {pct(eval_only, .5):.3f} ms, "
+              f"p95 {pct(eval_only, .95):.3f} ms  (target p95 < 2 ms)")
+        print(f"  whole check (DB context): p50 {pct(full, .5):.3f} ms, "
+              f"p95 {pct(full, .95):.3f} ms")
+        print(f"  whole check, no policies: p50 {pct(baseline, .5):.3f} ms, "
+              f"p95 {pct(baseline, .95):.3f} ms")
+        print(f"  added by 100 policies:    p95 {pct(full, .95) - pct(baseline, .95):.3f} ms")
+
+        for data in cycle_policies():
+            policy_create(user=None, data=data)
+        from quotas.models import Queue
+
+        paths = list(Queue.objects.values_list("path", flat=True))
+        leaves = [p for p in paths if "/" in p]
+        pending = [
+            PendingInfo(id=10_000_000 + i, name=f"w{i}", queue_path=leaves[i % len(leaves)],
+                        team="bench", owner="bench", priority_class="training",
+                        labels={"kind": f"k{i % 20}"}, dataset="", gpus=8,
+                        flavors=("a100-80g",))
+            for i in range(PENDING)
+        ]
+        now = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
+        clusters = ["c0", "c1", "c2", "c3"]
+
+        def cycle_ctx() -> CycleContext:
+            c = CycleContext(now=now, queue_paths=paths, clusters=clusters, pending=pending)
+            c.quota_max.update({(p, "a100-80g/gpu"): 256.0 for p in paths})
+            return c
+
+        cspecs = active_specs(CYCLE_KINDS)
+        whole = timed(lambda: policy_cycle_adjuster(cycle_ctx()), CYCLES)
+        evaluation = timed(lambda: cycle_evaluate(
+            cspecs, now=now, queue_paths=paths, clusters=clusters, pending=pending), CYCLES)
+        probe = cycle_ctx()
+        policy_cycle_adjuster(probe)
+        capped = sum(1 for v in probe.max_policy.values() if v)
+        placed = len(probe.allowed_clusters)
+        print(f"cycle, {len(paths)} queues, {PENDING} pending, 10 limit + 10 placement "
+              f"policies ({capped} queue keys capped, {placed} workloads placed), "
+              f"{CYCLES} runs:")
+        print(f"  evaluate over DB state:   median {statistics.median(evaluation):.1f} ms")
+        print(f"  whole adjuster:           median {statistics.median(whole):.1f} ms, "
+              f"max {max(whole):.1f} ms")
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+if __name__ == "__main__":
+    main()
