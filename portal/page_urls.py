@@ -1,4 +1,4 @@
-"""Portal pages: the home page."""
+"""Portal pages: the home page and its queue-tree partial."""
 
 from django.urls import path
 
@@ -6,4 +6,5 @@ from portal import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("home/tree/", views.home_tree, name="home-tree"),
 ]
