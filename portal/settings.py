@@ -147,13 +147,29 @@ CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = "UTC"
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed"):
+    for sub in ("in", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "in"),
         "data_folder_out": str(BROKER_DIR / "in"),
         "data_folder_processed": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
     }
+
+# The workers' periodic tasks (scheduling/tasks.py): the cycle is also nudged on submit/finish.
+CELERY_BEAT_SCHEDULE = {
+    "scheduling-cycle": {"task": "scheduling.cycle",
+                         "schedule": env.float("ALLOT_CYCLE_INTERVAL_S", default=3.0)},
+    "scheduling-sync": {"task": "scheduling.sync_all",
+                        "schedule": env.float("ALLOT_SYNC_INTERVAL_S", default=2.0)},
+    "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0},
+}
+ALLOT_WORKERS = {
+    "dispatch_penalty_s": env.float("ALLOT_DISPATCH_PENALTY_S", default=300.0),
+    "dispatch_penalty": env.float("ALLOT_DISPATCH_PENALTY", default=0.6),
+    "cleanup_ttl_s": env.float("ALLOT_CLEANUP_TTL_S", default=600.0),
+    "preempting_stuck_s": env.float("ALLOT_PREEMPTING_STUCK_S", default=600.0),
+}
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.
 ALLOT_ENGINE = {

@@ -2,7 +2,18 @@
 
 from django.urls import URLPattern, URLResolver, path
 
+from scheduling import api_workloads
+
 urlpatterns: list[URLPattern | URLResolver] = []
+
+# Workloads (workers helper).
+urlpatterns += [
+    path("workloads", api_workloads.WorkloadListCreateApi.as_view(), name="api-workloads"),
+    path("workloads/<int:pk>", api_workloads.WorkloadDetailApi.as_view(),
+         name="api-workload-detail"),
+    path("workloads/<int:pk>/cancel", api_workloads.WorkloadCancelApi.as_view(),
+         name="api-workload-cancel"),
+]
 
 # Clusters (foundation helper).
 from scheduling import api as api_clusters  # noqa: E402

@@ -1,0 +1,176 @@
+"""Workloads REST API (API.md): submit, list, detail, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling import selectors, services
+from scheduling.filters import WorkloadFilter
+from scheduling.models import Workload
+
+
+class PodSetInputSerializer(serializers.Serializer):
+    count = serializers.IntegerField(min_value=1, max_value=10000, default=1)
+    flavors = serializers.ListField(child=serializers.CharField(max_length=63),
+                                    allow_empty=False)
+    gpus = serializers.IntegerField(min_value=0, max_value=64, default=0)
+    cpu = serializers.DecimalField(max_digits=10, decimal_places=3, min_value=0, default=0)
+    memory_gib = serializers.DecimalField(max_digits=12, decimal_places=3, min_value=0,
+                                          default=0)
+    gpu_memory_gib = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+
+
+class WorkloadInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=63)
+    queue = serializers.CharField(max_length=512)
+    priority_class = serializers.CharField(max_length=63, default="training")
+    preemptible = serializers.BooleanField(default=True)
+    checkpoint = serializers.BooleanField(default=True)
+    strategy = serializers.ChoiceField(choices=["", "binpack", "spread"], default="",
+                                       allow_blank=True)
+    image = serializers.CharField(max_length=500, default="", allow_blank=True)
+    command = serializers.ListField(child=serializers.CharField(), default=list)
+    dataset = serializers.CharField(max_length=200, default="", allow_blank=True)
+    duration_hint_s = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    termination_grace_s = serializers.IntegerField(min_value=0, max_value=3600, default=30)
+    topology = serializers.DictField(default=dict)
+    labels = serializers.DictField(child=serializers.CharField(max_length=63), default=dict)
+    pods = PodSetInputSerializer(many=True, allow_empty=False)
+
+
+class PodSetOutputSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    count = serializers.IntegerField()
+    flavors = serializers.ListField(child=serializers.CharField())
+    gpus = serializers.IntegerField()
+    cpu = serializers.DecimalField(max_digits=10, decimal_places=3, coerce_to_string=False)
+    memory_gib = serializers.DecimalField(max_digits=12, decimal_places=3,
+                                          coerce_to_string=False)
+    gpu_memory_gib = serializers.IntegerField(allow_null=True)
+
+
+class WorkloadListSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    queue = serializers.CharField(source="queue.path")
+    team = serializers.CharField(source="team.name", allow_null=True, default=None)
+    owner = serializers.CharField(source="owner.username")
+    state = serializers.CharField()
+    priority_class = serializers.CharField(source="priority_class.name")
+    preemptible = serializers.BooleanField()
+    checkpoint = serializers.BooleanField()
+    submitted_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.SerializerMethodField()
+    gpus = serializers.SerializerMethodField()
+    pod_sets = PodSetOutputSerializer(many=True)
+
+    def get_reason(self, obj: Workload) -> dict[str, str] | None:
+        if not obj.reason_code:
+            return None
+        return {"code": obj.reason_code, "message": obj.reason_message}
+
+    def get_gpus(self, obj: Workload) -> int:
+        return sum(ps.count * ps.gpus for ps in obj.pod_sets.all())
+
+
+class WorkloadDetailSerializer(WorkloadListSerializer):
+    strategy = serializers.CharField()
+    image = serializers.CharField()
+    command = serializers.ListField(child=serializers.CharField())
+    dataset = serializers.CharField()
+    duration_hint_s = serializers.IntegerField(allow_null=True)
+    termination_grace_s = serializers.IntegerField()
+    topology = serializers.DictField()
+    labels = serializers.DictField()
+    progress_s = serializers.FloatField()
+    backoff_count = serializers.IntegerField()
+    not_before = serializers.DateTimeField(allow_null=True)
+    queue_position = serializers.SerializerMethodField()
+    reasons = serializers.SerializerMethodField()
+    admission = serializers.SerializerMethodField()
+    admissions = serializers.SerializerMethodField()
+    events = serializers.SerializerMethodField()
+    pods = serializers.SerializerMethodField()
+
+    def get_queue_position(self, obj: Workload) -> dict[str, Any] | None:
+        return selectors.workload_queue_position(obj)
+
+    def get_reasons(self, obj: Workload) -> list[dict[str, Any]]:
+        return selectors.workload_reasons(obj)
+
+    @staticmethod
+    def _admission(a: Any) -> dict[str, Any]:
+        return {
+            "cluster": a.cluster.name, "flavor": a.flavor.name, "nodes": a.nodes,
+            "borrowed": a.borrowed, "gpus": a.gpus, "admitted_at": a.reserved_at,
+            "dispatched_at": a.dispatched_at, "running_at": a.running_at,
+            "ended_at": a.ended_at, "end_reason": a.end_reason,
+        }
+
+    def get_admission(self, obj: Workload) -> dict[str, Any] | None:
+        current = selectors.workload_current_admission(obj)
+        return self._admission(current) if current is not None else None
+
+    def get_admissions(self, obj: Workload) -> list[dict[str, Any]]:
+        return [self._admission(a) for a in obj.admissions.all()]
+
+    def get_events(self, obj: Workload) -> list[dict[str, Any]]:
+        return [
+            {"at": e.at, "type": e.type, "actor": e.actor.username if e.actor else None,
+             "code": e.code, "message": e.message, "payload": e.payload}
+            for e in obj.events.all()
+        ]
+
+    def get_pods(self, obj: Workload) -> list[dict[str, Any]]:
+        return selectors.workload_pods(obj, selectors.workload_current_admission(obj))
+
+
+def _detail(request: Request, pk: int) -> Workload:
+    workload = selectors.workload_get(user=request.user, pk=pk)
+    if workload is None:
+        raise Http404("no such workload")
+    return workload
+
+
+class WorkloadListCreateApi(generics.ListAPIView):
+    """List visible workloads (newest first, filterable) or submit one."""
+
+    serializer_class = WorkloadListSerializer
+    filterset_class = WorkloadFilter
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        return selectors.workload_list(user=self.request.user)
+
+    @extend_schema(request=WorkloadInputSerializer, responses={201: WorkloadDetailSerializer})
+    def post(self, request: Request) -> Response:
+        data = WorkloadInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        workload = services.workload_submit(user=request.user, data=data.validated_data)
+        out = WorkloadDetailSerializer(_detail(request, workload.pk))
+        return Response(out.data, status=status.HTTP_201_CREATED)
+
+
+class WorkloadDetailApi(APIView):
+    """One workload with its reasons, admission, timeline, pods and queue position."""
+
+    @extend_schema(responses=WorkloadDetailSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(WorkloadDetailSerializer(_detail(request, pk)).data)
+
+
+class WorkloadCancelApi(APIView):
+    """Cancel a workload (owner, team lead or admin)."""
+
+    @extend_schema(request=None, responses=WorkloadDetailSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        workload = _detail(request, pk)
+        services.workload_cancel(user=request.user, workload=workload)
+        return Response(WorkloadDetailSerializer(_detail(request, pk)).data)

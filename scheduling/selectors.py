@@ -1,0 +1,254 @@
+"""Workload reads: visibility, detail, queue usage and a workload's place in its queue."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Prefetch, Q, QuerySet, Sum
+from django.utils import timezone
+
+from scheduling.models import (
+    ACTIVE_STATES,
+    Admission,
+    EventType,
+    PodSet,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+
+Key = tuple[str, str]
+ZERO = Decimal(0)
+
+
+def workloads_visible(user: Any) -> QuerySet[Workload]:
+    """Workloads `user` may see: admins all; others their own and their teams'."""
+    qs = Workload.objects.select_related("queue", "team", "owner", "priority_class")
+    if user.is_staff or user.is_superuser:
+        return qs
+    return qs.filter(Q(owner=user) | Q(team__members=user)).distinct()
+
+
+def workload_list(*, user: Any) -> QuerySet[Workload]:
+    """The list the API and the pages show: visible, newest first, pod sets prefetched."""
+    return workloads_visible(user).prefetch_related("pod_sets").order_by("-submitted_at", "-id")
+
+
+def workload_get(*, user: Any, pk: int) -> Workload | None:
+    """One visible workload with everything its detail shows, or None (foreign ids too)."""
+    return (
+        workloads_visible(user)
+        .prefetch_related(
+            "pod_sets",
+            Prefetch("events", queryset=WorkloadEvent.objects.select_related("actor")
+                     .order_by("at", "id")),
+            Prefetch("admissions", queryset=Admission.objects.select_related("cluster", "flavor")
+                     .order_by("reserved_at", "id")),
+        )
+        .filter(pk=pk)
+        .first()
+    )
+
+
+def workload_reasons(workload: Workload) -> list[dict[str, Any]]:
+    """Every reason the workload was given, in time order (from its events)."""
+    return [
+        {"code": e.code, "message": e.message, "at": e.at}
+        for e in workload.events.all()
+        if e.type in (EventType.REASON, EventType.REFUSED, EventType.TIMEOUT) and e.code
+    ]
+
+
+def workload_current_admission(workload: Workload) -> Admission | None:
+    """The open admission interval, else the latest one (None if never admitted)."""
+    admissions = list(workload.admissions.all())
+    open_ones = [a for a in admissions if a.ended_at is None]
+    if open_ones:
+        return open_ones[-1]
+    return admissions[-1] if admissions else None
+
+
+def workload_pods(workload: Workload, admission: Admission | None) -> list[dict[str, Any]]:
+    """One row per pod: name, pod set, node (when admitted) and a coarse phase."""
+    from scheduling.backends.naming import job_name, pod_name
+
+    nodes = list(admission.nodes) if admission is not None and admission.ended_at is None else []
+    phase = {
+        WorkloadState.RUNNING: "running", WorkloadState.RESERVED: "pending",
+        WorkloadState.PREEMPTING: "terminating", WorkloadState.FINISHED: "succeeded",
+        WorkloadState.FAILED: "failed",
+    }.get(workload.state, "")
+    rows = []
+    k = 0
+    for ps in workload.pod_sets.all():
+        for i in range(ps.count):
+            rows.append({
+                "name": pod_name(job_name(workload.pk, ps.index), i), "pod_set": ps.index,
+                "node": nodes[k] if k < len(nodes) else None, "phase": phase if nodes else "",
+            })
+            k += 1
+    return rows
+
+
+# --- usage ------------------------------------------------------------------------------------
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def workload_demand(pod_sets: list[PodSet] | list[dict[str, Any]], flavor: str
+                    ) -> dict[Key, Decimal]:
+    """A workload's demand per key on one flavor: the sum over its pods."""
+    demand: dict[Key, Decimal] = defaultdict(Decimal)
+    for ps in pod_sets:
+        get = ps.get if isinstance(ps, dict) else (lambda f, p=ps: getattr(p, f))
+        count = Decimal(get("count"))
+        demand[(flavor, "gpu")] += count * Decimal(get("gpus"))
+        demand[(flavor, "cpu")] += count * Decimal(get("cpu"))
+        demand[(flavor, "memory")] += count * Decimal(get("memory_gib"))
+    return demand
+
+
+def queue_usage() -> dict[str, dict[Key, dict[str, Decimal]]]:
+    """Per queue path and key: used, borrowed, lent and pending, summed up the tree.
+
+    used: admitted work (reserved, running, or preempting in its grace) in the subtree;
+    borrowed: used above min; lent: the idle lendable part of min that siblings borrow now;
+    pending: demand of pending work on its first acceptable flavor. Keys no queue sets have
+    min 0 and report no borrowing.
+    """
+    from quotas.models import QuotaEntry
+
+    usage: dict[str, dict[Key, dict[str, Decimal]]] = defaultdict(
+        lambda: defaultdict(lambda: {"used": ZERO, "borrowed": ZERO, "lent": ZERO,
+                                     "pending": ZERO}))
+    rows = (
+        Admission.objects.filter(ended_at__isnull=True)
+        .values("workload__queue__path", "flavor__name")
+        .annotate(gpu=Sum("gpus"), cpu=Sum("cpu"), memory=Sum("memory_gib"))
+    )
+    for row in rows:
+        for path in _ancestors(row["workload__queue__path"]):
+            for resource in ("gpu", "cpu", "memory"):
+                usage[path][(row["flavor__name"], resource)]["used"] += Decimal(
+                    row[resource] or 0)
+    pending = (
+        PodSet.objects.filter(workload__state=WorkloadState.PENDING)
+        .values("workload__queue__path", "count", "flavors", "gpus", "cpu", "memory_gib")
+    )
+    for ps in pending:
+        if not ps["flavors"]:
+            continue
+        for key, value in workload_demand([ps], ps["flavors"][0]).items():
+            for path in _ancestors(ps["workload__queue__path"]):
+                usage[path][key]["pending"] += value
+
+    # min and lendable resolve locally (unset: 0; lendable unset: min), so the quota rows
+    # suffice; only max needs the parent, and usage does not use max.
+    quota: dict[Key, dict[str, tuple[Decimal, Decimal]]] = defaultdict(dict)
+    for row in QuotaEntry.objects.values("queue__path", "flavor__name", "resource", "min",
+                                         "lendable"):
+        qmin = Decimal(row["min"] or 0)
+        lendable = qmin if row["lendable"] is None else Decimal(row["lendable"])
+        quota[(row["flavor__name"], row["resource"])][row["queue__path"]] = (qmin, lendable)
+    for key, per_queue in quota.items():
+        paths = set(per_queue) | {p for p, keys in usage.items() if key in keys}
+        siblings: dict[str, list[str]] = defaultdict(list)
+        for path in paths:
+            siblings[path.rpartition("/")[0]].append(path)
+            qmin = per_queue.get(path, (ZERO, ZERO))[0]
+            cell = usage[path][key]
+            cell["borrowed"] = max(ZERO, cell["used"] - qmin)
+        for group in siblings.values():
+            borrowed = sum((usage[s][key]["borrowed"] for s in group), ZERO)
+            for path in group:
+                qmin, lendable = per_queue.get(path, (ZERO, ZERO))
+                cell = usage[path][key]
+                idle = min(lendable, max(ZERO, qmin - cell["used"]))
+                cell["lent"] = min(idle, borrowed - cell["borrowed"])
+    return {path: dict(keys) for path, keys in usage.items()}
+
+
+def fleet_usage() -> dict[tuple[str, str], dict[str, Decimal]]:
+    """Used gpu/cpu/memory per (cluster, flavor) from the open admissions."""
+    rows = (
+        Admission.objects.filter(ended_at__isnull=True)
+        .values("cluster__name", "flavor__name")
+        .annotate(gpu=Sum("gpus"), cpu=Sum("cpu"), memory=Sum("memory_gib"))
+    )
+    return {
+        (r["cluster__name"], r["flavor__name"]): {
+            "gpu": Decimal(r["gpu"] or 0), "cpu": Decimal(r["cpu"] or 0),
+            "memory": Decimal(r["memory"] or 0),
+        }
+        for r in rows
+    }
+
+
+# --- queue position ---------------------------------------------------------------------------
+
+def _gpus(workload: Workload) -> int:
+    return sum(ps.count * ps.gpus for ps in workload.pod_sets.all())
+
+
+def workload_queue_position(workload: Workload, *, now: datetime | None = None
+                            ) -> dict[str, Any] | None:
+    """Where a pending workload stands in its leaf queue (None unless pending).
+
+    `in_queue`: 1 + the pending workloads of the queue ordered before it (higher priority,
+    then earlier submission, as the engine orders within one queue); `ahead_gpus`: their GPUs;
+    `estimated_start`: when the admitted work of the queue, ending at its duration hints, frees
+    enough GPUs for those ahead and this one (None when a hint is missing or it never frees
+    enough). A rough guide: borrowing and other queues' work can make it earlier or later.
+    """
+    if workload.state != WorkloadState.PENDING:
+        return None
+    now = now or timezone.now()
+    value = workload.priority_class.value
+    ahead = (
+        Workload.objects.filter(queue_id=workload.queue_id, state=WorkloadState.PENDING)
+        .exclude(pk=workload.pk)
+        .filter(
+            Q(priority_class__value__gt=value)
+            | Q(priority_class__value=value, submitted_at__lt=workload.submitted_at)
+            | Q(priority_class__value=value, submitted_at=workload.submitted_at,
+                pk__lt=workload.pk)
+        )
+    )
+    ahead_gpus = sum(
+        ps["count"] * ps["gpus"]
+        for ps in PodSet.objects.filter(workload__in=ahead).values("count", "gpus")
+    )
+    in_queue = ahead.count() + 1
+    need = ahead_gpus + _gpus(workload)
+    estimated: datetime | None = now if need == 0 else None
+    if need > 0:
+        active = (
+            Admission.objects.filter(workload__queue_id=workload.queue_id,
+                                     ended_at__isnull=True,
+                                     workload__state__in=ACTIVE_STATES)
+            .select_related("workload")
+        )
+        ends: list[tuple[datetime, int]] = []
+        unknown = False
+        for adm in active:
+            hint = adm.workload.duration_hint_s
+            if hint is None:
+                unknown = True
+                continue
+            started = adm.running_at or adm.reserved_at
+            left = max(0.0, hint - adm.workload.progress_s)
+            ends.append((max(now, started + timedelta(seconds=left)), adm.gpus))
+        freed = 0
+        for end, gpus in sorted(ends):
+            freed += gpus
+            if freed >= need:
+                estimated = end
+                break
+        if estimated is None and not unknown and not ends:
+            estimated = now  # nothing runs in the queue: only capacity elsewhere decides
+    return {"in_queue": in_queue, "ahead_gpus": ahead_gpus, "estimated_start": estimated}

@@ -1,0 +1,450 @@
+"""Workload writes: submission, cancellation, and the state moves the workers make.
+
+Every state change goes through `workload_transition`, which checks `ALLOWED_TRANSITIONS` and
+returns the event row to save in the same transaction (the cycle bulk-creates them).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.models import Flavor, Queue, Team, TeamRole
+from scheduling import extensions
+from scheduling.models import (
+    Admission,
+    EndReason,
+    EventType,
+    PodSet,
+    PriorityClass,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+
+logger = logging.getLogger(__name__)
+
+S = WorkloadState
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.RESERVED, S.REJECTED, S.CANCELLED, S.FAILED}),
+    # reserved -> pending: refused dispatch, pods-ready timeout, reclaimed while stuck.
+    S.RESERVED: frozenset({S.RUNNING, S.PENDING, S.PREEMPTING, S.CANCELLED, S.FINISHED,
+                           S.FAILED}),
+    # running -> pending: the backend lost the pods and the workload may retry.
+    S.RUNNING: frozenset({S.FINISHED, S.FAILED, S.PREEMPTING, S.CANCELLED, S.PENDING}),
+    # preempting -> finished: it completed inside its grace period.
+    S.PREEMPTING: frozenset({S.PENDING, S.CANCELLED, S.FINISHED, S.FAILED}),
+    S.FINISHED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.REJECTED: frozenset(),
+    S.FAILED: frozenset(),
+}
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+MAX_POD_SETS = 8
+MAX_GRACE_S = 3600
+STRATEGIES = ("", "binpack", "spread")
+
+
+class TransitionError(ValueError):
+    """A state change the transitions table does not allow."""
+
+
+def workload_transition(
+    workload: Workload,
+    to: str,
+    *,
+    at: datetime,
+    event_type: str,
+    actor: Any = None,
+    code: str = "",
+    message: str = "",
+    payload: Mapping[str, Any] | None = None,
+) -> WorkloadEvent:
+    """Move `workload` to state `to` (in memory) and return its unsaved event row.
+
+    The caller saves both in one transaction (the cycle does it in bulk).
+    """
+    if to not in ALLOWED_TRANSITIONS[workload.state]:
+        raise TransitionError(f"workload {workload.pk} ({workload.name}): {workload.state} -> "
+                              f"{to} is not an allowed transition")
+    workload.state = to
+    workload.state_changed_at = at
+    if to in (S.FINISHED, S.CANCELLED, S.REJECTED, S.FAILED):
+        workload.finished_at = at
+    return WorkloadEvent(
+        workload=workload, at=at, type=event_type, actor=actor, code=code, message=message,
+        payload=dict(payload or {}),
+    )
+
+
+def event_new(
+    workload: Workload, event_type: str, *, at: datetime, code: str = "", message: str = "",
+    actor: Any = None, payload: Mapping[str, Any] | None = None,
+) -> WorkloadEvent:
+    """An unsaved event row that is not a state change (a reason, a dispatch step)."""
+    return WorkloadEvent(workload=workload, at=at, type=event_type, actor=actor, code=code,
+                         message=message, payload=dict(payload or {}))
+
+
+# --- submission -------------------------------------------------------------------------------
+
+def _decimal(value: Any, field: str, errors: dict[str, list[str]]) -> Decimal | None:
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        errors.setdefault(field, []).append(f"{value!r} is not a number")
+        return None
+    if not number.is_finite():
+        errors.setdefault(field, []).append(f"{value!r} is not a finite number")
+        return None
+    return number
+
+
+def _int(value: Any, field: str, errors: dict[str, list[str]], *, minimum: int = 0,
+         maximum: int | None = None) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        errors.setdefault(field, []).append(f"{value!r} is not a whole number")
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        errors.setdefault(field, []).append(f"{value!r} is not a whole number")
+        return None
+    if number < minimum:
+        errors.setdefault(field, []).append(f"{number} < {minimum}: must be at least {minimum}")
+        return None
+    if maximum is not None and number > maximum:
+        errors.setdefault(field, []).append(f"{number} > {maximum}: must be at most {maximum}")
+        return None
+    return number
+
+
+def user_leaf_queues(user: Any) -> Any:
+    """The leaf queues `user` may submit to (admins: every leaf; a team's queue covers the
+    leaves below it)."""
+    from quotas.selectors import submittable_queue_ids
+
+    leaves = Queue.objects.filter(children__isnull=True)
+    if user.is_staff or user.is_superuser:
+        return leaves
+    return leaves.filter(pk__in=submittable_queue_ids(user))
+
+
+def _team_for(user: Any, queue: Queue) -> Team | None:
+    """The team a workload is accounted to: the user's team granted this leaf or an ancestor
+    (else any team granted it, for admins submitting on a team's behalf)."""
+    parts = queue.path.split("/")
+    paths = ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+    grants = Team.queues.through.objects.filter(queue__path__in=paths).select_related(
+        "team", "queue").order_by("team__name")
+    for members_only in (True, False):
+        rows = grants.filter(team__members=user) if members_only else grants
+        by_path: dict[str, Team] = {}
+        for row in rows:
+            by_path.setdefault(row.queue.path, row.team)
+        for path in paths:  # the nearest grant wins
+            if path in by_path:
+                return by_path[path]
+    return None
+
+
+def _validate(user: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a submission's fields; raise ValidationError naming every bad field at once."""
+    errors: dict[str, list[str]] = {}
+    if not isinstance(data, Mapping):
+        raise ValidationError({"non_field_errors": ["expected a JSON object"]})
+    clean: dict[str, Any] = {}
+
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        errors["name"] = ["required: a DNS-safe name (lowercase letters, digits, '-')"]
+    elif not DNS_LABEL.match(name):
+        errors["name"] = [f"{name!r} is not DNS-safe: use at most 63 lowercase letters, digits "
+                          "and '-', starting and ending with a letter or digit"]
+    clean["name"] = name
+
+    queue_path = data.get("queue")
+    queue = None
+    if not isinstance(queue_path, str) or not queue_path:
+        errors["queue"] = ["required: the path of a leaf queue, e.g. rd/vision"]
+    else:
+        queue = Queue.objects.filter(path=queue_path).first()
+        if queue is None:
+            errors["queue"] = [f"unknown queue {queue_path!r}"]
+        elif queue.children.exists():
+            errors["queue"] = [f"{queue_path} is not a leaf queue: submit to one of its leaves"]
+        elif not user_leaf_queues(user).filter(pk=queue.pk).exists():
+            errors["queue"] = [f"none of your teams may use queue {queue_path}"]
+    clean["queue"] = queue
+
+    pc_name = data.get("priority_class") or "training"
+    pc = PriorityClass.objects.filter(name=pc_name).first()
+    if pc is None:
+        known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
+        errors["priority_class"] = [f"unknown priority class {pc_name!r} (one of {known})"]
+    clean["priority_class"] = pc
+
+    for flag, default in (("preemptible", True), ("checkpoint", True)):
+        value = data.get(flag, default)
+        if not isinstance(value, bool):
+            errors[flag] = [f"{value!r} is not true or false"]
+        clean[flag] = value
+
+    strategy = data.get("strategy") or ""
+    if strategy not in STRATEGIES:
+        errors["strategy"] = [f"{strategy!r} is not a strategy (binpack or spread)"]
+    clean["strategy"] = strategy
+
+    for text_field, limit in (("image", 500), ("dataset", 200)):
+        value = data.get(text_field) or ""
+        if not isinstance(value, str) or len(value) > limit:
+            errors[text_field] = [f"must be text of at most {limit} characters"]
+        clean[text_field] = value
+
+    command = data.get("command") or []
+    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+        errors["command"] = ["must be a list of strings"]
+    clean["command"] = command
+
+    clean["duration_hint_s"] = None
+    if data.get("duration_hint_s") is not None:
+        clean["duration_hint_s"] = _int(data["duration_hint_s"], "duration_hint_s", errors,
+                                        minimum=1)
+    clean["termination_grace_s"] = 30
+    if data.get("termination_grace_s") is not None:
+        clean["termination_grace_s"] = _int(data["termination_grace_s"], "termination_grace_s",
+                                            errors, minimum=0, maximum=MAX_GRACE_S)
+
+    topology = data.get("topology") or {}
+    if not isinstance(topology, Mapping) or set(topology) - {"same"} or (
+        topology and topology.get("same") != "rack"
+    ):
+        errors["topology"] = [f"{topology!r}: only {{\"same\": \"rack\"}} is supported"]
+    clean["topology"] = dict(topology) if isinstance(topology, Mapping) else {}
+
+    labels = data.get("labels") or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and LABEL_KEY.match(k) and isinstance(v, str) and len(v) <= 63
+        for k, v in labels.items()
+    ):
+        errors["labels"] = ["must map label keys to strings of at most 63 characters"]
+    clean["labels"] = dict(labels) if isinstance(labels, Mapping) else {}
+
+    pods = data.get("pods")
+    clean_pods: list[dict[str, Any]] = []
+    known_flavors = {f.name: f for f in Flavor.objects.all()}
+    if not isinstance(pods, list) or not pods:
+        errors["pods"] = ["required: a list of pod sets, e.g. [{\"count\": 1, \"flavors\": "
+                          "[\"a100-80g\"], \"gpus\": 8}]"]
+    elif len(pods) > MAX_POD_SETS:
+        errors["pods"] = [f"{len(pods)} pod sets > {MAX_POD_SETS}"]
+    else:
+        for i, pod in enumerate(pods):
+            where = f"pods[{i}]"
+            if not isinstance(pod, Mapping):
+                errors.setdefault("pods", []).append(f"{where}: expected an object")
+                continue
+            count = _int(pod.get("count", 1), f"{where}.count", errors, minimum=1,
+                         maximum=10000)
+            gpus = _int(pod.get("gpus", 0), f"{where}.gpus", errors, minimum=0, maximum=64)
+            cpu = _decimal(pod.get("cpu", 0), f"{where}.cpu", errors)
+            mem = _decimal(pod.get("memory_gib", 0), f"{where}.memory_gib", errors)
+            for label, value in ((f"{where}.cpu", cpu), (f"{where}.memory_gib", mem)):
+                if value is not None and value < 0:
+                    errors.setdefault(label, []).append(f"{value} < 0: must not be negative")
+            gmem = None
+            if pod.get("gpu_memory_gib") is not None:
+                gmem = _int(pod["gpu_memory_gib"], f"{where}.gpu_memory_gib", errors, minimum=1)
+            if gpus == 0 and cpu is not None and mem is not None and cpu <= 0 and mem <= 0:
+                errors.setdefault(where, []).append(
+                    "asks for nothing: set gpus, cpu or memory_gib above 0")
+            flavors = pod.get("flavors")
+            if not isinstance(flavors, list) or not flavors or not all(
+                isinstance(f, str) for f in flavors
+            ):
+                errors.setdefault(f"{where}.flavors", []).append(
+                    "required: acceptable flavors in order of preference")
+                flavors = []
+            else:
+                unknown = [f for f in flavors if f not in known_flavors]
+                if unknown:
+                    errors.setdefault(f"{where}.flavors", []).append(
+                        f"unknown flavor(s) {', '.join(unknown)} (known: "
+                        f"{', '.join(sorted(known_flavors))})")
+                if len(set(flavors)) != len(flavors):
+                    errors.setdefault(f"{where}.flavors", []).append("lists a flavor twice")
+                if clean_pods and flavors != clean_pods[0]["flavors"]:
+                    errors.setdefault(f"{where}.flavors", []).append(
+                        f"{flavors} differs from pods[0].flavors {clean_pods[0]['flavors']}: "
+                        "a workload runs on one flavor, so every pod set lists the same ones")
+            clean_pods.append({"index": i, "count": count, "flavors": flavors, "gpus": gpus,
+                               "cpu": cpu, "memory_gib": mem, "gpu_memory_gib": gmem})
+    clean["pods"] = clean_pods
+    if errors:
+        raise ValidationError(errors)
+    return clean
+
+
+@transaction.atomic
+def workload_submit(*, user: Any, data: Mapping[str, Any], now: datetime | None = None,
+                    nudge: bool = True) -> Workload:
+    """Validate and record a submission: `pending`, or `rejected` with reasons if impossible.
+
+    Malformed input raises ValidationError (nothing saved). Registered submission checks
+    (policies, budgets) and the engine's request check may reject it: it is then saved
+    `rejected` with one reason event per reason, so the user sees why.
+    """
+    from scheduling.cycle import request_check  # the cycle module imports this one
+
+    now = now or timezone.now()
+    clean = _validate(user, data)
+    queue: Queue = clean["queue"]
+    team = _team_for(user, queue)
+    verdict = extensions.run_submission_checks(extensions.SubmissionContext(
+        user=user, queue=queue, team=team, request=dict(data), is_update=False))
+    priority_class: PriorityClass = clean["priority_class"]
+    if verdict.priority_class and verdict.priority_class != priority_class.name:
+        imposed = PriorityClass.objects.filter(name=verdict.priority_class).first()
+        if imposed is None:
+            raise ValidationError({"priority_class": [
+                f"a policy imposes unknown priority class {verdict.priority_class!r}"]})
+        verdict.audit.append(f"priority class {priority_class.name} -> {imposed.name} "
+                             "(set by policy)")
+        priority_class = imposed
+
+    workload = Workload.objects.create(
+        name=clean["name"], queue=queue, team=team, owner=user, state=S.PENDING,
+        priority_class=priority_class, preemptible=clean["preemptible"],
+        checkpoint=clean["checkpoint"], strategy=clean["strategy"], dataset=clean["dataset"],
+        image=clean["image"], command=clean["command"],
+        duration_hint_s=clean["duration_hint_s"],
+        termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
+        labels=clean["labels"], submitted_at=now, state_changed_at=now,
+    )
+    pod_sets = PodSet.objects.bulk_create([
+        PodSet(workload=workload, index=p["index"], count=p["count"], flavors=p["flavors"],
+               gpus=p["gpus"], cpu=p["cpu"], memory_gib=p["memory_gib"],
+               gpu_memory_gib=p["gpu_memory_gib"])
+        for p in clean["pods"]
+    ])
+    gpus = sum(p.count * p.gpus for p in pod_sets)
+    events = [event_new(workload, EventType.SUBMITTED, at=now, actor=user,
+                        message=f"submitted to {queue.path} by {user.get_username()}: "
+                        f"{gpus} GPUs in {sum(p.count for p in pod_sets)} pods",
+                        payload={"priority_class": priority_class.name})]
+    events += [event_new(workload, EventType.POLICY, at=now, actor=user, message=line)
+               for line in verdict.audit]
+
+    reasons = list(verdict.deny)
+    if not reasons:
+        reasons = request_check(workload, pod_sets, now=now)
+    if reasons:
+        events.append(workload_transition(
+            workload, S.REJECTED, at=now, event_type=EventType.REJECTED, actor=user,
+            code=reasons[0][0], message=f"rejected: {len(reasons)} reason(s)"))
+        events += [event_new(workload, EventType.REASON, at=now, code=code, message=message)
+                   for code, message in reasons]
+        workload.reason_code, workload.reason_message = reasons[0]
+        workload.save(update_fields=["state", "state_changed_at", "finished_at", "reason_code",
+                                     "reason_message"])
+    WorkloadEvent.objects.bulk_create(events)
+    if nudge and workload.state == S.PENDING:
+        transaction.on_commit(cycle_nudge)
+    return workload
+
+
+# --- cancellation -----------------------------------------------------------------------------
+
+def user_may_manage(user: Any, workload: Workload) -> bool:
+    """The owner, a lead of the workload's team, or an admin may cancel it."""
+    if user.is_staff or user.is_superuser or workload.owner_id == user.pk:
+        return True
+    return workload.team_id is not None and workload.team.memberships.filter(
+        user=user, role=TeamRole.LEAD).exists()
+
+
+@transaction.atomic
+def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = None) -> Workload:
+    """Cancel a workload that has not ended; its capacity is released at once."""
+    now = now or timezone.now()
+    workload = Workload.objects.select_for_update().get(pk=workload.pk)
+    if not user_may_manage(user, workload):
+        raise PermissionDenied("only the owner, a lead of its team or an admin may cancel "
+                               f"workload {workload.name}")
+    if workload.state not in (S.PENDING, S.RESERVED, S.RUNNING, S.PREEMPTING):
+        raise ValidationError(f"workload {workload.name} is already {workload.state}: "
+                              "nothing to cancel")
+    was = workload.state
+    event = workload_transition(workload, S.CANCELLED, at=now, event_type=EventType.CANCELLED,
+                                actor=user, message=f"cancelled by {user.get_username()} "
+                                f"(was {was})")
+    workload.preempt_deadline = None
+    workload.save(update_fields=["state", "state_changed_at", "finished_at",
+                                 "preempt_deadline"])
+    event.save()
+    admission = admission_close(workload=workload, at=now, reason=EndReason.CANCELLED)
+    if admission is not None:
+        from scheduling import tasks
+
+        transaction.on_commit(lambda: tasks.backend_delete.delay(admission.pk))
+    transaction.on_commit(cycle_nudge)
+    return workload
+
+
+def admission_close(*, workload: Workload, at: datetime, reason: str) -> Admission | None:
+    """End the workload's open admission interval (None if it has none)."""
+    admission = Admission.objects.filter(workload=workload, ended_at__isnull=True).first()
+    if admission is None:
+        return None
+    admission.ended_at = at
+    admission.end_reason = reason
+    admission.save(update_fields=["ended_at", "end_reason"])
+    return admission
+
+
+def backoff_delay_s(n: int) -> float:
+    """Pods-ready timeout backoff: 60 s x 2^(n-1), at most 3600 s (n >= 1)."""
+    return float(min(3600, 60 * 2 ** max(0, n - 1)))
+
+
+def backoff_until(now: datetime, n: int) -> datetime:
+    """When a workload released for the n-th time may be admitted again."""
+    return now + timedelta(seconds=backoff_delay_s(n))
+
+
+# --- nudging the cycle ------------------------------------------------------------------------
+
+_NUDGE_WINDOW_S = 0.3
+_next_nudge_eta: float = 0.0
+
+
+def cycle_nudge() -> None:
+    """Ask for a scheduling cycle soon, at most one per window per process (debounced).
+
+    A nudge already scheduled for the future will see this commit, so later ones in the same
+    window are dropped. Broker errors are logged: the beat runs a cycle anyway.
+    """
+    import time
+
+    global _next_nudge_eta
+    now = time.monotonic()
+    if _next_nudge_eta > now:
+        return
+    _next_nudge_eta = now + _NUDGE_WINDOW_S
+    try:
+        from scheduling import tasks
+
+        tasks.scheduling_cycle.apply_async(kwargs={"nudged": True}, countdown=_NUDGE_WINDOW_S)
+    except Exception:
+        logger.warning("could not nudge the scheduling cycle; the beat will run it",
+                       exc_info=True)

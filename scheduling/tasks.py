@@ -1,0 +1,101 @@
+"""Celery tasks: the scheduling cycle, dispatch, suspension, cleanup, sync, maintenance.
+
+Tasks hold no logic: they load ids, call `scheduling.cycle` / `scheduling.dispatch`, and retry
+retryable backend errors. Every task is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from scheduling.backends.base import BackendError
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="scheduling.cycle", ignore_result=True)
+def scheduling_cycle(nudged: bool = False) -> dict[str, int] | None:
+    """One scheduling cycle; skipped if another process holds the lock."""
+    from scheduling.cycle import cycle_run
+
+    report = cycle_run()
+    if not report.ran:
+        return None
+    if report.admitted or report.preempted or report.rejected or report.released:
+        logger.info("cycle: %d admitted, %d preempted, %d rejected, %d released, %d requeued, "
+                    "%d pending in %.3fs", len(report.admitted), len(report.preempted),
+                    len(report.rejected), len(report.released), len(report.requeued),
+                    report.pending, report.seconds)
+    return {"admitted": len(report.admitted), "preempted": len(report.preempted),
+            "pending": report.pending}
+
+
+@shared_task(name="scheduling.dispatch_cluster", ignore_result=True, bind=True,
+             max_retries=5, default_retry_delay=2)
+def dispatch_cluster(self, cluster_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Create and start the cluster's admitted workloads (phase two of dispatch)."""
+    from scheduling.dispatch import cluster_dispatch
+
+    report = cluster_dispatch(cluster_id=cluster_id)
+    if report.errors:
+        raise self.retry()
+
+
+@shared_task(name="scheduling.backend_suspend", ignore_result=True, bind=True,
+             max_retries=5, default_retry_delay=2)
+def backend_suspend(self, admission_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Suspend a preempted workload on its cluster."""
+    from scheduling.dispatch import admission_suspend
+
+    try:
+        admission_suspend(admission_id=admission_id)
+    except BackendError as exc:
+        if not exc.retryable:
+            raise
+        raise self.retry(exc=exc) from exc
+
+
+@shared_task(name="scheduling.backend_delete", ignore_result=True, bind=True,
+             max_retries=5, default_retry_delay=5)
+def backend_delete(self, admission_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Delete an ended admission's objects on its cluster."""
+    from scheduling.dispatch import admission_delete
+
+    try:
+        admission_delete(admission_id=admission_id)
+    except BackendError as exc:
+        if not exc.retryable:
+            raise
+        raise self.retry(exc=exc) from exc
+
+
+@shared_task(name="scheduling.sync_cluster", ignore_result=True)
+def sync_cluster(cluster_id: int, nodes: bool = True) -> None:
+    """Pod status and node inventory of one cluster."""
+    from scheduling.dispatch import cluster_sync
+
+    cluster_sync(cluster_id=cluster_id, nodes=nodes)
+
+
+@shared_task(name="scheduling.sync_all", ignore_result=True)
+def sync_all() -> None:
+    """Fan out one sync per enabled cluster (sync shards by cluster), then dispatch leftovers."""
+    from scheduling.models import Admission, Cluster
+
+    for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
+        sync_cluster.delay(cluster_id)
+    # Dispatches whose task was lost (a worker died) are picked up here.
+    stale = (Admission.objects.filter(ended_at__isnull=True, dispatched_at__isnull=True)
+             .values_list("cluster_id", flat=True).distinct())
+    for cluster_id in stale:
+        dispatch_cluster.delay(cluster_id)
+
+
+@shared_task(name="scheduling.maintain", ignore_result=True)
+def maintain() -> None:
+    """Clean up finished workloads' objects after the TTL; reclaim stuck workloads."""
+    from scheduling.dispatch import workloads_maintain
+
+    workloads_maintain()

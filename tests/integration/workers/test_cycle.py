@@ -1,0 +1,266 @@
+"""The scheduling cycle on the database, dispatch and sync, in-process with a fake backend."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from scheduling import dispatch
+from scheduling.cycle import LOCK_KEY, cycle_run
+from scheduling.models import (
+    Admission,
+    Cluster,
+    EndReason,
+    EventType,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+from scheduling.selectors import queue_usage
+from scheduling.services import workload_submit
+from tests.integration.workers.fakes import FakeBackend
+from tests.integration.workers.world import make_world, request
+
+S = WorkloadState
+
+
+@pytest.fixture
+def world(db):
+    return make_world(nodes_per_cluster=2)  # bj and sh: 16 GPUs each
+
+
+@pytest.fixture
+def backends(monkeypatch):
+    fakes: dict[str, FakeBackend] = {}
+
+    def get(cluster):
+        return fakes.setdefault(cluster.name, FakeBackend(cluster.name))
+
+    monkeypatch.setattr(dispatch, "get_backend", get)
+    return fakes
+
+
+def submit(world, name, *, user=None, queue="rd/vision", **kw):
+    return workload_submit(user=user or world.alice, data=request(name, queue=queue, **kw))
+
+
+def test_cycle_admits_and_records_admissions(world):
+    a = submit(world, "a", count=2)
+    b = submit(world, "b")
+    report = cycle_run(wait=True)
+    assert report.ran and sorted(report.admitted) == sorted([a.pk, b.pk])
+    a.refresh_from_db()
+    assert a.state == S.RESERVED
+    adm = a.admissions.get()
+    assert adm.ended_at is None and adm.gpus == 16 and len(adm.nodes) == 2
+    assert adm.borrowed is True  # 16 + 8 > vision's min 8: one of them borrows
+    assert a.events.filter(type=EventType.ADMITTED).count() == 1
+    usage = queue_usage()
+    assert usage["rd/vision"][("a100-80g", "gpu")]["used"] == 24
+    assert usage["rd"][("a100-80g", "gpu")]["used"] == 24
+    assert usage["rd/vision"][("a100-80g", "gpu")]["borrowed"] == 16
+    assert usage["rd/nlp"][("a100-80g", "gpu")]["lent"] == 8
+
+
+def test_crash_mid_cycle_leaves_the_database_as_it_was(world):
+    submit(world, "a")
+    submit(world, "b", count=4)  # too big for what is left: gets a reason
+    before = (list(Workload.objects.values_list("pk", "state", "reason_code")),
+              WorkloadEvent.objects.count(), Admission.objects.count())
+
+    def boom(snapshot, result):
+        assert result.admitted  # the engine decided something...
+        raise RuntimeError("worker killed mid-cycle")
+
+    with pytest.raises(RuntimeError, match="mid-cycle"):
+        cycle_run(wait=True, after_snapshot=boom)
+    after = (list(Workload.objects.values_list("pk", "state", "reason_code")),
+             WorkloadEvent.objects.count(), Admission.objects.count())
+    assert after == before
+    assert cycle_run(wait=True).admitted  # ...and the next cycle does it for real
+
+
+def test_same_reason_in_consecutive_cycles_is_recorded_once(world):
+    for i in range(3):
+        submit(world, f"fill{i}", queue="rd/vision")  # 24 = vision's max
+    late = submit(world, "late")
+    cycle_run(wait=True)
+    cycle_run(wait=True)
+    late.refresh_from_db()
+    assert late.state == S.PENDING and late.reason_code == "QUOTA_MAX"
+    assert "max 24" in late.reason_message
+    assert late.events.filter(type=EventType.REASON).count() == 1
+
+
+def test_reclaim_then_requeue_after_grace_keeps_progress(db, backends):
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=3)  # 24 GPUs
+    hogs = [submit(world, f"hog{i}", user=world.carol, queue="rd/nlp",
+                   termination_grace_s=5) for i in range(3)]
+    t0 = timezone.now()
+    cycle_run(wait=True, now=t0)
+    assert all(Workload.objects.get(pk=h.pk).state == S.RESERVED for h in hogs)
+    # The hogs run (nlp: 8 within min, 16 borrowed); vision arrives within its guarantee.
+    Admission.objects.filter(workload__in=hogs).update(running_at=t0, dispatched_at=t0)
+    Workload.objects.filter(pk__in=[h.pk for h in hogs]).update(state=S.RUNNING)
+    mine = submit(world, "v1")
+    t1 = t0 + timedelta(seconds=100)
+    report = cycle_run(wait=True, now=t1)
+    mine.refresh_from_db()
+    assert mine.state == S.PENDING
+    victims = list(Workload.objects.filter(state=S.PREEMPTING))
+    assert len(victims) == 1 and victims[0].preempt_kind == "reclaim"
+    victim = victims[0]
+    assert victim.preempted_by_id == mine.pk
+    event = victim.events.get(type=EventType.PREEMPTED)
+    assert event.payload["kind"] == "reclaim" and event.payload["by"] == mine.pk
+    assert event.code == "QUOTA_BORROW_UNAVAILABLE" and "rd/vision" in event.message
+    assert victim.preempt_deadline == t1 + timedelta(seconds=5)
+    assert report.suspend_admissions == [victim.admissions.get().pk]
+    # In grace: capacity still counts as used, so v1 waits.
+    assert cycle_run(wait=True, now=t1 + timedelta(seconds=2)).admitted == []
+    # Grace over: the victim is requeued with its 100 s of progress; v1 takes its place.
+    t2 = t1 + timedelta(seconds=6)
+    report = cycle_run(wait=True, now=t2)
+    victim.refresh_from_db()
+    assert report.requeued == [victim.pk]
+    assert victim.progress_s == pytest.approx(100.0)
+    assert victim.submitted_at < t1 and victim.state == S.PENDING
+    assert victim.admissions.get(end_reason=EndReason.PREEMPTED).ended_at == t2
+    assert report.admitted == [mine.pk]
+    assert report.delete_admissions == [victim.admissions.get().pk]
+    # The victim's queue is in its cooldown: it may not borrow again for 120 s.
+    victim.refresh_from_db()
+    assert victim.reason_code == "COOLDOWN"
+
+
+def test_priority_preemption_in_one_leaf(db, backends):
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=3)  # 24 GPUs
+    batch = [submit(world, f"batch{i}", priority_class="batch-low", termination_grace_s=0)
+             for i in range(3)]
+    t0 = timezone.now()
+    cycle_run(wait=True, now=t0)
+    Admission.objects.filter(workload__in=batch).update(running_at=t0, dispatched_at=t0)
+    Workload.objects.filter(pk__in=[b.pk for b in batch]).update(state=S.RUNNING)
+    training = submit(world, "train")
+    serve = submit(world, "serve", priority_class="inference-high")
+    report = cycle_run(wait=True, now=t0 + timedelta(seconds=10))
+    victims = list(Workload.objects.filter(pk__in=report.preempted))
+    assert len(victims) == 1 and victims[0].preempt_kind == "priority"
+    assert victims[0].preempted_by_id == serve.pk
+    training.refresh_from_db()
+    assert training.state == S.PENDING  # training does not preempt batch (can_preempt false)
+
+
+def test_pods_ready_timeout_releases_with_backoff(world, settings):
+    settings.ALLOT_ENGINE = {**settings.ALLOT_ENGINE, "pods_ready_timeout_s": 300.0}
+    w = submit(world, "slow")
+    t0 = timezone.now()
+    cycle_run(wait=True, now=t0)
+    report = cycle_run(wait=True, now=t0 + timedelta(seconds=301))
+    w.refresh_from_db()
+    assert report.released == [w.pk]
+    assert w.state == S.PENDING and w.backoff_count == 1
+    assert w.not_before == t0 + timedelta(seconds=301 + 60)
+    assert w.admissions.get().end_reason == EndReason.PODS_READY_TIMEOUT
+    timeout = w.events.get(type=EventType.TIMEOUT)
+    assert timeout.code == "PODS_READY_TIMEOUT"
+    # not before the backoff ends
+    assert w.pk not in cycle_run(wait=True, now=t0 + timedelta(seconds=320)).admitted
+    assert w.pk in cycle_run(wait=True, now=t0 + timedelta(seconds=362)).admitted
+
+
+def test_refused_dispatch_releases_penalises_and_places_elsewhere(world, backends):
+    w = submit(world, "r1")
+    cycle_run(wait=True)
+    first = w.admissions.get()
+    backends[first.cluster.name] = FakeBackend(first.cluster.name, refuse=True)
+    result = dispatch.cluster_dispatch(cluster_id=first.cluster_id)
+    assert result.refused == [w.pk]
+    w.refresh_from_db()
+    first.refresh_from_db()
+    assert w.state == S.PENDING and first.end_reason == EndReason.REFUSED
+    cluster = Cluster.objects.get(pk=first.cluster_id)
+    assert cluster.effective_health(timezone.now()) == pytest.approx(0.4)
+    types = list(w.events.values_list("type", flat=True))
+    assert types[-2:] == [EventType.REFUSED, EventType.REQUEUED]
+    assert "refused the dispatch" in w.events.get(type=EventType.REFUSED).message
+    cycle_run(wait=True)
+    second = w.admissions.get(ended_at__isnull=True)
+    assert second.cluster_id != first.cluster_id
+    assert dispatch.cluster_dispatch(cluster_id=second.cluster_id).started == [w.pk]
+
+
+def test_dispatch_and_sync_follow_the_workload_to_the_end(world, backends):
+    w = submit(world, "life", count=2)
+    cycle_run(wait=True)
+    adm = w.admissions.get()
+    assert dispatch.cluster_dispatch(cluster_id=adm.cluster_id).started == [w.pk]
+    fake = backends[adm.cluster.name]
+    assert fake.calls[:2] == [("create", w.pk), ("start", w.pk)]
+    spec = fake.specs[w.pk]
+    assert spec.namespace == "rd-vision" and spec.pod_sets[0].nodes == tuple(adm.nodes)
+    assert spec.duration_s == 3600 and spec.priority_class == "training"
+    fake.phase[w.pk] = "running"
+    assert dispatch.cluster_sync(cluster_id=adm.cluster_id, nodes=False).running == [w.pk]
+    fake.phase[w.pk] = "succeeded"
+    assert dispatch.cluster_sync(cluster_id=adm.cluster_id, nodes=False).finished == [w.pk]
+    w.refresh_from_db()
+    adm.refresh_from_db()
+    assert w.state == S.FINISHED and adm.end_reason == EndReason.FINISHED
+    assert list(w.events.values_list("type", flat=True)) == [
+        "submitted", "admitted", "dispatched", "running", "finished"]
+    assert queue_usage()["rd/vision"][("a100-80g", "gpu")]["used"] == 0
+
+
+def test_failed_pods_fail_the_workload(world, backends):
+    w = submit(world, "oom")
+    cycle_run(wait=True)
+    adm = w.admissions.get()
+    dispatch.cluster_dispatch(cluster_id=adm.cluster_id)
+    backends[adm.cluster.name].phase[w.pk] = "failed"
+    assert dispatch.cluster_sync(cluster_id=adm.cluster_id, nodes=False).failed == [w.pk]
+    w.refresh_from_db()
+    assert w.state == S.FAILED
+    assert "OOMKilled" in w.events.get(type=EventType.FAILED).message
+
+
+def test_stuck_reserved_workload_is_reclaimed(world, backends):
+    w = submit(world, "stuck")
+    t0 = timezone.now() - timedelta(hours=1)
+    cycle_run(wait=True, now=t0)
+    report = dispatch.workloads_maintain(now=timezone.now())
+    w.refresh_from_db()
+    assert report.reclaimed == [w.pk] and w.state == S.PENDING
+    assert w.admissions.get().end_reason == EndReason.RECLAIMED_STUCK
+    assert "stuck in reserved" in w.events.get(type=EventType.RECLAIMED).message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cycle_skips_while_another_holds_the_lock():
+    make_world(nodes_per_cluster=1)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with connections["default"].cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+            held.set()
+            release.wait(10)
+            cur.execute("COMMIT")
+        connections["default"].close()
+
+    if connection.vendor != "postgresql":
+        pytest.skip("advisory locks are PostgreSQL's")
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    try:
+        assert cycle_run().ran is False
+    finally:
+        release.set()
+        t.join()
+    assert cycle_run().ran is True
