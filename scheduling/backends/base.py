@@ -225,6 +225,15 @@ class WorkloadStatus:
 
 
 @dataclass(frozen=True)
+class WatchResult:
+    """What changed on a cluster since a bookmark (see ClusterBackend.watch_workloads)."""
+
+    changed: frozenset[int]  # workload ids whose Jobs (pods) changed
+    resource_version: str  # the bookmark to pass next time
+    expired: bool = False  # the bookmark was too old: resync every workload, then go on
+
+
+@dataclass(frozen=True)
 class PriorityClassSpec:
     """A PriorityClass to keep on every cluster."""
 
@@ -280,6 +289,11 @@ class ClusterBackend(Protocol):
 
     def list_workloads(self) -> list[WorkloadRef]:
         """Every Allot workload present on the cluster (for cleanup of orphans)."""
+        ...
+
+    def watch_workloads(self, *, timeout_s: float, resource_version: str = "") -> WatchResult:
+        """Wait up to `timeout_s` for Allot Jobs to change after the bookmark; return at the
+        first change. No bookmark: every current workload counts as changed (a resync)."""
         ...
 
     def post_event(

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -27,6 +28,17 @@ from tests.k8s_double.state import (
 )
 
 Handler = Callable[..., tuple[int, Any]]
+WATCH_MAX_S = 60.0
+
+
+@dataclass
+class WatchRequest:
+    """A `?watch=true` list: stream Job changes after `since` until `timeout_s`."""
+
+    namespace: str | None
+    selector: str | None
+    since: int
+    timeout_s: float
 
 
 def _list(kind: str, api_version: str, items: list[dict], version: str) -> dict:
@@ -180,8 +192,17 @@ class KubeDouble:
                     raise not_found("namespaces", name)
                 return 200, s.namespaces[name]
 
+        def watch(namespace: str | None, query: dict) -> tuple[int, Any] | None:
+            if query.get("watch") not in ("true", "1"):
+                return None
+            timeout = min(float(query.get("timeoutSeconds") or WATCH_MAX_S), WATCH_MAX_S)
+            return 200, WatchRequest(namespace, query.get("labelSelector"),
+                                     int(query.get("resourceVersion") or 0), timeout)
+
         @self.route("GET", "/apis/batch/v1/jobs")
         def list_all_jobs(query: dict, **_: Any) -> tuple[int, Any]:
+            if (streaming := watch(None, query)) is not None:
+                return streaming
             with s.lock:
                 items = [j for j in s.jobs.values()
                          if selector_matches(query.get("labelSelector"),
@@ -190,6 +211,8 @@ class KubeDouble:
 
         @self.route("GET", f"/apis/batch/v1/namespaces/{NS}/jobs")
         def list_jobs(ns: str, query: dict, **_: Any) -> tuple[int, Any]:
+            if (streaming := watch(ns, query)) is not None:
+                return streaming
             with s.lock:
                 items = [j for (n, _), j in s.jobs.items() if n == ns
                          and selector_matches(query.get("labelSelector"),
@@ -276,7 +299,56 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         status, payload = self._answer()
-        self._send(status, payload)
+        if isinstance(payload, WatchRequest):
+            self._stream(payload)
+        else:
+            self._send(status, payload)
+
+    def _stream(self, request: WatchRequest) -> None:
+        """Job change events as JSON lines in a chunked body, like the API server's watch."""
+        state = self.owner.state
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            deadline = time.monotonic() + request.timeout_s
+            since = request.since
+            final = False
+            while not final:
+                with state.changed:
+                    if since and since < state.compacted_before:
+                        gone = ApiError(410, f"too old resource version: {since} "
+                                        f"({state.compacted_before - 1})", reason="Expired")
+                        events = [{"type": "ERROR", "object": gone.status_object()}]
+                        final = True
+                    else:
+                        events = []
+                        for rv, event_type, job in state.job_log:
+                            if rv <= since:
+                                continue
+                            since = rv
+                            meta = job["metadata"]
+                            if request.namespace and meta["namespace"] != request.namespace:
+                                continue
+                            if selector_matches(request.selector, meta.get("labels") or {}):
+                                events.append({"type": event_type, "object": job})
+                    if not events:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        state.changed.wait(remaining)
+                        continue
+                for event in events:
+                    self._chunk(json.dumps(event).encode() + b"\n")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the watcher went away
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
     def _answer(self) -> tuple[int, Any]:
         owner = self.owner

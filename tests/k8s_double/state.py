@@ -281,11 +281,28 @@ class ClusterState:
         self.forbidden_namespaces: set[str] = set()
         self.requests: list[dict] = []  # method, path, query, content_type, body
         self._version = 1000
+        # Watch support: every Job change, in resourceVersion order; older ones are compacted.
+        self.changed = threading.Condition(self.lock)
+        self.job_log: list[tuple[int, str, dict]] = []  # (resourceVersion, type, Job copy)
+        self.compacted_before = 0
 
     # -------------------------------------------------------------- helpers
     def next_version(self) -> str:
         self._version += 1
         return str(self._version)
+
+    def record_job(self, event_type: str, job: dict) -> None:
+        """A Job changed: give it a new resourceVersion and tell the watchers."""
+        with self.lock:
+            job["metadata"]["resourceVersion"] = self.next_version()
+            self.job_log.append((self._version, event_type, copy.deepcopy(job)))
+            self.changed.notify_all()
+
+    def compact(self) -> None:
+        """Forget the change log, as etcd compaction does: older bookmarks now get 410."""
+        with self.lock:
+            self.compacted_before = self._version + 1
+            self.job_log.clear()
 
     def new_meta(self, meta: dict, namespace: str | None = None) -> dict:
         meta = copy.deepcopy(meta or {})
@@ -455,6 +472,7 @@ class ClusterState:
             job["status"] = {}
             self.jobs[(namespace, name)] = job
             self.reconcile_job(job)
+            self.record_job("ADDED", job)
             return job
 
     def get_job(self, namespace: str, name: str) -> dict:
@@ -485,12 +503,14 @@ class ClusterState:
             patched["status"] = job["status"]
             self.jobs[(namespace, name)] = patched
             self.reconcile_job(patched)
+            self.record_job("MODIFIED", patched)
             return patched
 
     def delete_job(self, namespace: str, name: str, propagation: str | None) -> dict:
         with self.lock:
             job = self.get_job(namespace, name)
             del self.jobs[(namespace, name)]
+            self.record_job("DELETED", job)
             # Background and Foreground both remove the pods; Orphan leaves them.
             if propagation != "Orphan":
                 for key in [k for k, p in self.pods.items() if self._pod_of(p, job)]:
@@ -604,6 +624,8 @@ class ClusterState:
             self.update_job_status(job)
             if phase == "Failed" and not job["spec"].get("suspend"):
                 self.reconcile_job(job)  # the controller replaces failed pods until backoff
+            if moved:
+                self.record_job("MODIFIED", job)
             return moved
 
     # -------------------------------------------------------------- events

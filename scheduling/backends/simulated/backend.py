@@ -15,8 +15,9 @@ and at run time by its SimControl row (`manage.py sim_cluster NAME --refuse/--ac
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -30,11 +31,24 @@ from scheduling.backends.base import (
     PodSetStatus,
     PriorityClassSpec,
     RefusalReason,
+    WatchResult,
     WorkloadRef,
     WorkloadSpec,
     WorkloadStatus,
 )
 from scheduling.backends.naming import parse_job_name
+
+
+def _transitions(job: Any) -> list[datetime]:
+    """Wall-clock moments at which a running SimJob's pods change state."""
+    if job.suspended or job.started_at is None:
+        return []
+    moments = [job.start_delay_s]
+    if job.duration_s is not None:
+        moments.append(job.start_delay_s + job.duration_s)
+    if job.fail_after_s is not None:
+        moments.append(job.start_delay_s + job.fail_after_s)
+    return [job.started_at + timedelta(seconds=m / job.speedup) for m in moments]
 
 
 class SimulatedBackend:
@@ -324,6 +338,38 @@ class SimulatedBackend:
                         job_names=tuple(n for _, n in sorted(names)))
             for (ns, wid), names in sorted(grouped.items())
         ]
+
+    def watch_workloads(self, *, timeout_s: float, resource_version: str = "") -> WatchResult:
+        """Wait until a Job of this cluster changes state (by the clock) or is created,
+        started or suspended after the bookmark (an ISO timestamp); at most `timeout_s`."""
+        from scheduling.backends.simulated.models import SimJob
+
+        jobs = SimJob.objects.filter(cluster__name=self.name)
+        if not resource_version:
+            ids = frozenset(jobs.values_list("workload_id", flat=True).distinct())
+            return WatchResult(changed=ids, resource_version=self.clock().isoformat())
+        try:
+            since = datetime.fromisoformat(resource_version)
+        except ValueError:
+            return WatchResult(frozenset(), "", expired=True)
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            now = self.clock()
+            changed, next_change = set(), None
+            for job in jobs.all():
+                touched = max(t for t in (job.created_at, job.started_at, job.suspended_at)
+                              if t is not None)
+                if touched > since or job.pods_at(since) != job.pods_at(now):
+                    changed.add(job.workload_id)
+                for moment in _transitions(job):
+                    if moment > now and (next_change is None or moment < next_change):
+                        next_change = moment
+            left = deadline - time.monotonic()
+            if changed or left <= 0:
+                return WatchResult(changed=frozenset(changed), resource_version=now.isoformat())
+            wait = left if next_change is None else (next_change - now).total_seconds() + 0.01
+            # Re-read at least every second: new Jobs are not in this snapshot.
+            time.sleep(max(0.01, min(wait, left, 1.0)))
 
     # -------------------------------------------------------------- events
     def post_event(

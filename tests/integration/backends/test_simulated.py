@@ -480,3 +480,24 @@ def test_statuses_of_many_workloads_in_one_query(backend, clock, django_assert_n
     with django_assert_num_queries(1):
         statuses = backend.workload_statuses([first, second, missing])
     assert [s.phase for s in statuses] == [Phase.RUNNING, Phase.SUSPENDED, Phase.MISSING]
+
+
+def test_watch_wakes_up_when_pods_change_state_by_the_clock(cluster):
+    set_connection(cluster, speedup=100, start_delay_s=30)  # pods run 0.3 s after start
+    backend = SimulatedBackend(name=cluster.name)
+    ref = backend.create_workload(make_spec(workload_id=3, duration_s=None))
+    backend.create_workload(make_spec(workload_id=4, duration_s=None))
+    resync = backend.watch_workloads(timeout_s=0)
+    assert resync.changed == {3, 4}
+    backend.start_workload(ref)
+    started = backend.watch_workloads(timeout_s=5, resource_version=resync.resource_version)
+    assert started.changed == {3}  # started after the bookmark
+    assert backend.workload_status(ref).phase is Phase.PENDING
+    began = time.monotonic()
+    running = backend.watch_workloads(timeout_s=5, resource_version=started.resource_version)
+    assert running.changed == {3}
+    assert time.monotonic() - began < 1.5
+    assert backend.workload_status(ref).phase is Phase.RUNNING
+    quiet = backend.watch_workloads(timeout_s=0.3, resource_version=running.resource_version)
+    assert quiet.changed == frozenset()
+    assert backend.watch_workloads(timeout_s=0, resource_version="not-a-time").expired
