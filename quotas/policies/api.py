@@ -32,7 +32,7 @@ class IsPlatformAdmin(BasePermission):
 
 
 class PolicyOutput(serializers.ModelSerializer):
-    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    updated_by: Any = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
         model = Policy

@@ -8,7 +8,7 @@ which keeps 100 policies on one submission well under a millisecond.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -62,8 +62,8 @@ def check_expression(src: str, *, roots: tuple[str, ...] = ROOTS) -> list[Expres
         program = cel.compile(src)
     except (ValueError, RuntimeError, TypeError) as exc:
         errors = []
-        for line in str(exc).splitlines():
-            found = _ERROR_AT.search(line)
+        for text in str(exc).splitlines():
+            found = _ERROR_AT.search(text)
             if found:
                 errors.append(
                     ExpressionError(int(found.group(1)), int(found.group(2)), found.group(3))
@@ -113,7 +113,7 @@ def _pct(value: Any) -> str:
     return f"{float(value) * 100:.0f}%"
 
 
-FUNCTIONS = {"join": _join, "fmt": _fmt, "pct": _pct}
+FUNCTIONS: dict[str, Callable[..., Any]] = {"join": _join, "fmt": _fmt, "pct": _pct}
 
 
 def plain(value: Any) -> Any:

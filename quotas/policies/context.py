@@ -140,7 +140,7 @@ def team_variables(team: Team | None, *, now: datetime | None = None) -> dict[st
             "department": department, "approvals": sorted(approvals)}
 
 
-EMPTY_COST_CENTER = {
+EMPTY_COST_CENTER: dict[str, Any] = {
     "name": "", "currency": "", "budget": 0.0, "spent": 0.0, "forecast": 0.0,
     "remaining": 0.0, "over_budget": False,
 }
@@ -167,7 +167,7 @@ def cost_center_variables(team: Team | None, *, now: datetime | None = None) -> 
         return dict(EMPTY_COST_CENTER)
     if not summary:
         return dict(EMPTY_COST_CENTER)
-    out = dict(EMPTY_COST_CENTER)
+    out: dict[str, Any] = dict(EMPTY_COST_CENTER)
     for field in ("name", "currency"):
         out[field] = str(summary.get(field, "") or "")
     for field in ("budget", "spent", "forecast"):
@@ -215,7 +215,8 @@ def _usage_by_leaf() -> dict[str, dict[str, float]]:
         .annotate(gpu=Sum("gpus"), cpu=Sum("cpu"), memory=Sum("memory_gib"))
     )
     usage: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for row in rows:
+    for values in rows:
+        row: dict[str, Any] = dict(values)
         path, flavor = row["workload__queue__path"], row["flavor__name"]
         for resource in RESOURCES:
             usage[path][f"{flavor}/{resource}"] += float(row[resource] or 0)
@@ -232,7 +233,8 @@ def fleet_variables(usage_by_leaf: Mapping[str, Mapping[str, float]] | None = No
         Node.objects.filter(ready=True, cluster__enabled=True)
         .values("flavor__name").annotate(gpu=Sum("gpus"), cpu=Sum("cpu"), memory=Sum("memory_gib"))
     )
-    for row in rows:
+    for values in rows:
+        row: dict[str, Any] = dict(values)
         for resource in RESOURCES:
             capacity[row["flavor__name"]][resource] = float(row[resource] or 0)
     usage = usage_by_leaf if usage_by_leaf is not None else _usage_by_leaf()
@@ -285,7 +287,7 @@ def queue_variables_many(
 ) -> dict[str, dict[str, Any]]:
     """`queue` for each of `queues` (their ancestors are loaded too, to resolve defaults)."""
     wanted = {q.path for q in queues}
-    paths = set()
+    paths: set[str] = set()
     for path in wanted:
         parts = path.split("/")
         paths.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))

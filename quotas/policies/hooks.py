@@ -195,7 +195,7 @@ def _pending_requests(pending: Sequence[Any]) -> list[tuple[int, dict[str, Any]]
     }
     out = []
     for p in pending:
-        row = extra.get(p.id, {})
+        row: dict[str, Any] = dict(extra.get(p.id, {}))
         request = dict(EMPTY_REQUEST)
         request.update({
             "name": p.name, "queue": p.queue_path, "team": p.team or "", "user": p.owner,

@@ -244,6 +244,7 @@ def run_case(spec: PolicySpec, case: Mapping[str, Any], base: Mapping[str, Any])
     want = expect[want_key]
     if spec.kind == PLACEMENT:
         clusters = [c["name"] for c in variables.get("fleet", {}).get("clusters", [])]
+        value = value or []
         if clusters:
             regions = {c["name"]: c.get("region") for c in variables["fleet"]["clusters"]}
             value = sorted(c for c in clusters if c in value or regions[c] in value)
