@@ -265,15 +265,15 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None,
     adms = _admissions(cluster_id=cluster_id, ended_at__isnull=True,
                        dispatched_at__isnull=False,
                        workload__state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING])
-    observed: list[tuple[Admission, Phase, str]] = []
-    for adm in adms:
-        try:
-            status = backend.workload_status(workload_ref(adm))
-        except BackendError as exc:
-            logger.warning("cluster %s: status of workload %s: %s", cluster.name,
-                           adm.workload_id, exc)
-            continue
-        observed.append((adm, status.phase, status.message))
+    if not adms:
+        return report
+    try:
+        statuses = backend.workload_statuses([workload_ref(adm) for adm in adms])
+    except BackendError as exc:
+        logger.warning("cluster %s: workload status failed: %s", cluster.name, exc)
+        return report
+    observed = [(adm, status.phase, status.message) for adm, status in zip(adms, statuses,
+                                                                            strict=True)]
     if not observed:
         return report
     now = now or timezone.now()

@@ -67,6 +67,9 @@ class FakeBackend:
                 message="OOMKilled" if phase == "failed" else ""))
         return WorkloadStatus(ref=ref, pod_sets=tuple(sets))
 
+    def workload_statuses(self, refs):
+        return [self.workload_status(ref) for ref in refs]
+
     def post_event(self, ref, type, reason, message):
         self.calls.append(("event", ref.workload_id))
 

@@ -1,0 +1,72 @@
+"""Demo workloads for `make run`, so the seeded organisation lives on the simulated clusters:
+research floods the A100s (borrowing up to the fleet), product arrives a minute later within
+its guarantee and reclaims, victims are requeued after their grace, and everything finishes
+(the demo clusters run 60x faster than the wall clock).
+
+Called by `seed_demo` (portal/demo.py); idempotent: it submits only when no workload exists.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from quotas.models import Queue, TeamMembership
+from scheduling.models import Workload, WorkloadEvent
+from scheduling.services import event_new, user_leaf_queues, workload_submit
+
+# (leaf path, name, pods, GPUs per pod, flavor, duration s, delay s, priority class)
+PLAN: list[tuple[str, str, int, int, str, int, int, str]] = [
+    ("research/vision/detection", "detr-sweep-1", 1, 8, "a100-80g", 3600, 0, "training"),
+    ("research/vision/detection", "detr-sweep-2", 1, 8, "a100-80g", 5400, 0, "training"),
+    ("research/vision/detection", "detr-large", 2, 8, "a100-80g", 7200, 0, "training"),
+    ("research/vision/segmentation", "sam-finetune", 1, 8, "a100-80g", 2700, 0, "training"),
+    ("research/vision/segmentation", "mask-eval", 1, 8, "a100-80g", 1800, 0, "batch-low"),
+    ("research/robotics", "policy-rl-1", 1, 8, "a100-80g", 4800, 0, "training"),
+    ("research/robotics", "policy-rl-2", 1, 8, "a100-80g", 3600, 0, "training"),
+    ("research/nlp/llm", "llm-pretrain", 2, 8, "h100-80g", 7200, 0, "training"),
+    ("research/nlp/speech", "asr-small", 1, 4, "h100-80g", 2400, 0, "training"),
+    # A minute later, product's guaranteed work arrives on a full A100 fleet: reclaim.
+    ("product/recsys", "ranker-daily", 2, 8, "a100-80g", 3600, 60, "training"),
+    ("product/search", "search-serving", 1, 8, "a100-80g", 9000, 60, "inference-high"),
+    ("research/vision/detection", "detr-sweep-3", 1, 8, "a100-80g", 3600, 90, "training"),
+]
+SUMMARY = f"  demo workloads: {len(PLAN)} (research floods the A100s; product reclaims at +60s)"
+
+
+def _submitter(queue: Queue) -> Any:
+    """A member whose team may use the leaf, else a platform admin."""
+    for m in TeamMembership.objects.select_related("user").order_by("team__name", "user_id"):
+        if user_leaf_queues(m.user).filter(pk=queue.pk).exists():
+            return m.user
+    return get_user_model().objects.filter(is_superuser=True).order_by("pk").first()
+
+
+def seed() -> list[str]:
+    """Submit the demo workloads unless some workload exists (idempotent)."""
+    if Workload.objects.exists():
+        return [SUMMARY]
+    now = timezone.now()
+    for path, name, pods, gpus, flavor, duration, delay, priority in PLAN:
+        queue = Queue.objects.filter(path=path, children__isnull=True).first()
+        user = _submitter(queue) if queue is not None else None
+        if queue is None or user is None:
+            continue
+        w = workload_submit(user=user, now=now, nudge=False, data={
+            "name": name, "queue": path, "priority_class": priority, "preemptible": True,
+            "checkpoint": True, "image": "registry.local/train:demo",
+            "command": ["python", "train.py"], "duration_hint_s": duration,
+            "termination_grace_s": 30,
+            "pods": [{"count": pods, "flavors": [flavor], "gpus": gpus, "cpu": 8,
+                      "memory_gib": 64}],
+        })
+        if delay and w.state == "pending":
+            w.not_before = now + timedelta(seconds=delay)
+            w.save(update_fields=["not_before"])
+            WorkloadEvent.objects.bulk_create([event_new(
+                w, "reason", at=now, message=f"demo: held back {delay}s, so its arrival "
+                "shows a reclaim")])
+    return [SUMMARY]
