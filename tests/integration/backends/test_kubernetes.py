@@ -605,3 +605,17 @@ def test_watch_from_a_compacted_bookmark_asks_for_a_resync(kube, backend):
     kube.state.compact()
     result = backend.watch_workloads(timeout_s=2, resource_version=bookmark)
     assert result.expired and result.changed == frozenset()
+
+
+def test_in_cluster_config_outside_a_cluster_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    backend = KubernetesBackend(name="bj", connection={"in_cluster": True})
+    with pytest.raises(BackendError, match="cannot load its Kubernetes configuration") as err:
+        backend.list_nodes(FLAVORS)
+    assert not err.value.retryable
+
+
+def test_missing_kubeconfig_file_is_a_clear_error(tmp_path):
+    backend = KubernetesBackend(name="bj", connection={"kubeconfig": str(tmp_path / "none")})
+    with pytest.raises(BackendError, match="cannot load its Kubernetes configuration"):
+        backend.list_nodes(FLAVORS)
