@@ -99,25 +99,24 @@ class DemoSummary:
 
 
 def _seed_fleet() -> None:
-    flavors = {}
-    for name, gpu_mem, labels in FLAVORS:
-        flavor, _ = Flavor.objects.get_or_create(
-            name=name, defaults={"gpu_memory_gib": gpu_mem, "node_selector": labels},
+    flavors: dict[str, Flavor] = {}
+    for fname, gpu_mem, labels in FLAVORS:
+        flavors[str(fname)], _ = Flavor.objects.get_or_create(
+            name=fname, defaults={"gpu_memory_gib": gpu_mem, "node_selector": labels},
         )
-        flavors[name] = flavor
     for cname, (kind, region, price, datasets, groups) in CLUSTERS.items():
         cluster, _ = Cluster.objects.get_or_create(name=cname, defaults={
             "kind": kind, "region": region, "price": Decimal(price), "datasets": datasets,
             "backend": BackendKind.SIMULATED, "connection": {"speedup": 60},
         })
-        for flavor, count, gpus, cpu, mem in groups:
+        for gname, count, gpus, cpu, mem in groups:
             for i in range(count):
                 Node.objects.get_or_create(
-                    cluster=cluster, name=f"{cname}-{flavor}-{i}",
+                    cluster=cluster, name=f"{cname}-{gname}-{i}",
                     defaults={
-                        "flavor": flavors[flavor], "gpus": gpus, "cpu": Decimal(cpu),
+                        "flavor": flavors[gname], "gpus": gpus, "cpu": Decimal(cpu),
                         "memory_gib": Decimal(mem), "rack": f"rack-{i // 2 + 1}",
-                        "labels": {**flavors[flavor].node_selector,
+                        "labels": {**flavors[gname].node_selector,
                                    "topology.allot.io/rack": f"rack-{i // 2 + 1}"},
                     },
                 )
@@ -155,8 +154,8 @@ def _seed_people() -> None:
                               is_staff=superuser, is_superuser=superuser)
             user.set_password(password)
             user.save()
-        for team, role in memberships:
-            TeamMembership.objects.get_or_create(team=teams[team], user=user,
+        for tname, role in memberships:
+            TeamMembership.objects.get_or_create(team=teams[tname], user=user,
                                                  defaults={"role": role})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -100,7 +101,7 @@ class QuotaCellOutput(serializers.Serializer):
 class QueueOutput(serializers.Serializer):
     path = serializers.CharField()
     name = serializers.CharField()
-    parent = serializers.CharField(allow_null=True)
+    parent = serializers.CharField(allow_null=True)  # type: ignore[assignment]
     depth = serializers.IntegerField()
     strategy = serializers.CharField()
     namespace = serializers.CharField()
@@ -128,7 +129,9 @@ class DeleteOutput(serializers.Serializer):
 
 
 class QuotaCellInput(serializers.Serializer):
-    min = serializers.DecimalField(max_digits=14, decimal_places=3, required=False, default=0)
+    min = serializers.DecimalField(
+        max_digits=14, decimal_places=3, required=False, default=Decimal(0)
+    )
     max = serializers.DecimalField(
         max_digits=14, decimal_places=3, required=False, allow_null=True, default=None
     )
@@ -141,7 +144,7 @@ STRATEGIES = ["", *Strategy.values]
 
 
 class QueueCreateInput(serializers.Serializer):
-    parent = serializers.CharField(
+    parent = serializers.CharField(  # type: ignore[assignment]
         allow_null=True, required=False, default=None, help_text="Parent path; null: top level."
     )
     name = serializers.CharField(max_length=63)
@@ -155,7 +158,9 @@ class QueueCreateInput(serializers.Serializer):
 
 
 class QueueUpdateInput(serializers.Serializer):
-    parent = serializers.CharField(allow_null=True, required=False, help_text="Move the queue.")
+    parent = serializers.CharField(  # type: ignore[assignment]
+        allow_null=True, required=False, help_text="Move the queue."
+    )
     name = serializers.CharField(max_length=63, required=False)
     strategy = serializers.ChoiceField(choices=STRATEGIES, required=False)
     namespace = serializers.CharField(max_length=63, allow_blank=True, required=False)

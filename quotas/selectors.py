@@ -63,21 +63,18 @@ def max_tree_depth() -> int:
 def quota_usage() -> Mapping[str, Mapping[Key, Mapping[str, Decimal]]]:
     """Usage per queue path and key: `{"used", "borrowed", "lent", "pending"}`; missing is 0.
 
-    The single place the tree views read usage from (computed by the scheduling side).
+    The single place the tree views read usage from. Until the scheduling side records
+    admissions, nothing is used, so this returns no rows (all zero).
     """
-    from scheduling.selectors import queue_usage
-
-    return queue_usage()
+    return {}
 
 
 def fleet_usage() -> Mapping[tuple[str, str], Mapping[str, Decimal]]:
     """Used resources per (cluster name, flavor name): `{"gpu", "cpu", "memory"}`; missing is 0.
 
-    The single place the cluster views read usage from (open admissions).
+    The single place the cluster views read usage from; zero until admissions are recorded.
     """
-    from scheduling.selectors import fleet_usage as scheduling_fleet_usage
-
-    return scheduling_fleet_usage()
+    return {}
 
 
 def submittable_queue_ids(user: Any) -> set[int]:

@@ -167,11 +167,11 @@ def _warnings(report: TreeReport) -> list[str]:
 def _write_quota(queue: Queue, quota: QuotaMap, flavors: Mapping[str, Flavor]) -> None:
     """Make the queue's stored entries exactly `quota`."""
     existing = {(e.flavor.name, e.resource): e for e in queue.quotas.select_related("flavor")}
-    for key, entry in existing.items():
+    for key, old in existing.items():
         if key not in quota:
-            entry.delete()
+            old.delete()
     for key, spec in quota.items():
-        entry = existing.get(key)
+        entry: QuotaEntry | None = existing.get(key)
         if entry is None:
             entry = QuotaEntry(queue=queue, flavor=flavors[key[0]], resource=key[1])
         entry.min = Decimal(spec.min if spec.min is not None else 0)
@@ -274,6 +274,7 @@ def queue_update(
     _check_name(new_name)
     new_parent = queue.parent if parent is _UNSET else parent
     if new_parent is not None:
+        assert new_parent.pk is not None, "the new parent must be a saved queue"
         new_parent = Queue.objects.get(pk=new_parent.pk)
         if new_parent.pk == queue.pk or new_parent.path.startswith(f"{old_path}/"):
             raise ValidationError(
@@ -301,7 +302,7 @@ def queue_update(
         return path
 
     new_specs: dict[str, QueueSpec] = {}
-    for path, spec in specs.items():
+    for path, qspec in specs.items():
         target = moved(path)
         if target in new_specs:
             raise ValidationError(f"{target}: a queue with this path already exists")
@@ -311,7 +312,8 @@ def queue_update(
             )
         else:
             new_specs[target] = QueueSpec(
-                path=target, parent=moved(spec.parent) if spec.parent else None, quota=spec.quota
+                path=target, parent=moved(qspec.parent) if qspec.parent else None,
+                quota=qspec.quota,
             )
     report = tree_check(new_specs.values())
     ns_override = {} if namespace is _UNSET else {new_path: namespace}
@@ -336,7 +338,7 @@ def queue_update(
     queue.save()
     if old_path != new_path:
         for sub in Queue.objects.filter(path__startswith=f"{old_path}/").order_by("depth"):
-            sub.parent = Queue.objects.get(pk=sub.parent_id)
+            sub.parent = Queue.objects.get(pk=sub.parent_id)  # type: ignore[misc]
             sub.save()
     if new_parent is not None and new_parent.namespace:
         Queue.objects.filter(pk=new_parent.pk).update(namespace="")
@@ -363,7 +365,7 @@ def queue_delete(*, queue: Queue) -> TreeChange:
     try:
         queue.delete()
     except ProtectedError as exc:
-        kinds = sorted({type(o)._meta.verbose_name_plural for o in exc.protected_objects})
+        kinds = sorted({str(type(o)._meta.verbose_name_plural) for o in exc.protected_objects})
         raise ValidationError(
             f"{queue.path}: still referred to by {', '.join(str(k) for k in kinds)}; "
             "it cannot be deleted"
@@ -505,9 +507,9 @@ def tree_replace(
             flavor.save(update_fields=["node_selector"])
 
     for path in result.deleted:
-        queue = Queue.objects.get(path=path)
+        doomed = Queue.objects.get(path=path)
         try:
-            queue.delete()
+            doomed.delete()
         except ProtectedError as exc:
             raise ValidationError(
                 f"{path}: not in the import and still referred to; it cannot be removed"
@@ -517,14 +519,14 @@ def tree_replace(
     for path in sorted(by_path, key=lambda p: p.count("/")):
         d = by_path[path]
         parent_path, _, name = path.rpartition("/")
-        parent = existing[parent_path] if parent_path else None
-        queue = existing.get(path)
+        parent_queue = existing[parent_path] if parent_path else None
+        queue: Queue | None = existing.get(path)
         ns = d.namespace or (
             (queue.namespace if queue else "") or default_namespace(path)
             if path in leaves else ""
         )
         if queue is None:
-            queue = Queue(parent=parent, name=name)
+            queue = Queue(parent=parent_queue, name=name)
             result.created.append(path)
         else:
             result.updated.append(path)

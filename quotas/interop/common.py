@@ -117,7 +117,7 @@ class Obj:
         if not isinstance(data, dict):
             self.fail(path, "must be a JSON object of resource quantities")
         out = {}
-        for name, value in data.items():
+        for name, value in (data or {}).items():
             key = self.resource_key(path, name, default_flavor)
             out[key] = self.amount(f"{path}[{name}]", key[1], value)
         return out
@@ -186,7 +186,7 @@ def build_tree(nodes: Iterable[Node]) -> list[QueueDef]:
         children.setdefault(node.parent, []).append(name)
 
     paths: dict[str, str] = {}
-    stack = [(n, None) for n in sorted(children.get(None, []))]
+    stack: list[tuple[str, str | None]] = [(n, None) for n in sorted(children.get(None, []))]
     while stack:
         name, parent_path = stack.pop()
         qname = child_name(name, by_name[name].parent)

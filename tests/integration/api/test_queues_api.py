@@ -177,3 +177,47 @@ def test_queue_list_query_budget(clients, org, django_assert_max_num_queries):
     with django_assert_max_num_queries(14):
         response = clients["researcher"].get("/api/v1/queues")
     assert response.status_code == 200
+
+
+def test_depth_limit_and_warnings_through_api(clients, settings):
+    settings.ALLOT_MAX_TREE_DEPTH = 3
+    admin = clients["admin"]
+    response = admin.post("/api/v1/queues", {"parent": "rd/vision", "name": "p"}, format="json")
+    assert response.status_code == 201 and response.json()["warnings"] == []
+    response = admin.post("/api/v1/queues", {"parent": "rd/vision/p", "name": "deep"},
+                          format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == ["rd/vision/p/deep: depth 4 > limit 3"]
+    # W1: both children capped below rd's min: saved, and the warning comes back.
+    admin.patch("/api/v1/queues/rd/nlp", {"quota": {"a100-80g": {"gpu": {"min": 4, "max": 4}}}},
+                format="json")
+    response = admin.patch("/api/v1/queues/rd/vision",
+                           {"quota": {"a100-80g": {"gpu": {"min": 8, "max": 8}}}}, format="json")
+    assert response.status_code == 200
+    assert response.json()["warnings"] == [
+        "rd: a100-80g/gpu: children's max 12 < min 16: some capacity can never be used"
+    ]
+    assert QuotaEntry.objects.get(queue__path="rd/vision").max == 8
+
+
+def test_w3_fleet_warning_through_api(clients):
+    # The fixture fleet has 4 a100 nodes x 8 = 32 GPUs; rd holds min 16.
+    response = clients["admin"].post("/api/v1/queues", {
+        "name": "ops", "quota": {"a100-80g": {"gpu": {"min": 17}}},
+    }, format="json")
+    assert response.status_code == 201
+    assert response.json()["warnings"] == [
+        "(root): a100-80g/gpu: top-level min 33 > installed capacity 32: not every guarantee "
+        "can be honoured"
+    ]
+
+
+def test_malformed_quota_body(clients):
+    response = clients["admin"].post("/api/v1/queues", {
+        "name": "x", "quota": {"a100-80g": {"gpu": {"min": "lots"}}},
+    }, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "quota": {"a100-80g": {"gpu": {"min": ["A valid number is required."]}}}
+    }
+    assert not Queue.objects.filter(path="x").exists()
