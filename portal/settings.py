@@ -163,6 +163,7 @@ CELERY_BEAT_SCHEDULE = {
     "scheduling-sync": {"task": "scheduling.sync_all",
                         "schedule": env.float("ALLOT_SYNC_INTERVAL_S", default=2.0)},
     "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0},
+    "capacity-process-due": {"task": "capacity.process_due", "schedule": 60.0},
 }
 ALLOT_WORKERS = {
     "dispatch_penalty_s": env.float("ALLOT_DISPATCH_PENALTY_S", default=300.0),
@@ -181,6 +182,9 @@ ALLOT_ENGINE = {
     "strategy": env.str("ALLOT_STRATEGY", default="binpack"),
 }
 ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
+# Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.
+ALLOT_APPROVAL_MAX_GPUS = env.int("ALLOT_APPROVAL_MAX_GPUS", default=32)
+ALLOT_APPROVAL_MAX_HOURS = env.float("ALLOT_APPROVAL_MAX_HOURS", default=72.0)
 
 LOGGING = {
     "version": 1,

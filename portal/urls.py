@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/v1/", include("quotas.api_urls")),
     path("api/v1/", include("quotas.policies.api_urls")),
     path("api/v1/", include("quotas.capacity.api_urls")),
+    path("api/v1/", include("portal.pages.api_urls")),
     path("api/v1/", include("scheduling.api_urls")),
     path("api/v1/", include("billing.api_urls")),
     path("", include("portal.page_urls")),
