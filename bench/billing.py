@@ -210,7 +210,7 @@ def bench_verify(w) -> None:
     from billing.services.ledger import HASH_FIELDS, entry_hash, ledger_verify
 
     existing = LedgerEntry.objects.count()
-    head = LedgerHead.objects.get(pk=1)
+    head, _ = LedgerHead.objects.get_or_create(pk=1)
     seq, prev = head.last_seq, head.last_hash
     card = RateCard.objects.first()
     cc_id, team_id = w["cc"].pk, w["team"].pk

@@ -48,10 +48,10 @@ class ReplayExporter:
     """Serves `/metrics/<name>`: scrape k of a path returns that path's k-th minute of samples.
 
     `minutes[name]` is a list (one item per scrape) of lists of
-    (metric, labels dict, value, timestamp seconds).
+    (metric, labels dict, value, timestamp seconds), or of exposition texts.
     """
 
-    def __init__(self, minutes: dict[str, list[list[tuple[str, dict, float, float]]]]):
+    def __init__(self, minutes: dict[str, list]):
         self.minutes = minutes
         self.served = {name: 0 for name in minutes}
         self.lock = threading.Lock()
@@ -66,6 +66,9 @@ class ReplayExporter:
                     batch = batches[k] if k < len(batches) else []
                     if k < len(batches):
                         exporter.served[name] = k + 1
+                if isinstance(batch, str):  # an exporter's own text, already timestamped
+                    self._send(batch.encode())
+                    return
                 lines = []
                 for metric in sorted({m for m, *_ in batch}):
                     lines.append(f"# TYPE {metric} gauge")
@@ -73,7 +76,9 @@ class ReplayExporter:
                         if m == metric:
                             text = ",".join(f'{k}="{v}"' for k, v in labels.items())
                             lines.append(f"{m}{{{text}}} {value} {int(ts * 1000)}")
-                body = ("\n".join(lines) + "\n").encode()
+                self._send(("\n".join(lines) + "\n").encode())
+
+            def _send(self, body):
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
@@ -150,3 +155,11 @@ class PrometheusProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+def with_timestamp(text: str, at: float) -> str:
+    """Exposition text with every sample stamped `at` (seconds), as a replayed scrape."""
+    ms = int(at * 1000)
+    return "\n".join(
+        line if not line or line.startswith("#") else f"{line} {ms}" for line in text.split("\n")
+    )
