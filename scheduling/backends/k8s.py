@@ -108,6 +108,7 @@ class KubernetesBackend:
         self._api_client = api_client
         self._lock = threading.Lock()
         self._known_namespaces: set[str] = set()
+        self._known_priority_classes: set[str] = set()
 
     # -------------------------------------------------------------- plumbing
     @property
@@ -370,6 +371,26 @@ class KubernetesBackend:
             },
         }
 
+    def _check_priority_class(self, name: str) -> None:
+        """A Job whose PriorityClass is missing is accepted but never gets pods (the Priority
+        admission plugin refuses them): refuse it here instead of letting it stall."""
+        if not name or name in self._known_priority_classes:
+            return
+        what = f'read PriorityClass "{name}"'
+        try:
+            self._call(what, self.scheduling.read_priority_class, name)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                raise DispatchRefused(
+                    RefusalReason.INVALID,
+                    f"PriorityClass {name} does not exist on cluster {self.name} "
+                    "(sync_priority_classes has not run there yet)",
+                ) from error
+            if error.status == 403:
+                return  # not allowed to read it: let the cluster decide
+            raise self._unexpected(what, error) from error
+        self._known_priority_classes.add(name)
+
     def _check_nodes(self, spec: WorkloadSpec) -> None:
         """Two-phase dispatch: an assigned node that vanished or went NotReady is a refusal.
 
@@ -417,6 +438,7 @@ class KubernetesBackend:
                 f"(pod counts {[p.count for p in spec.pod_sets]})",
             )
         self.ensure_namespace(spec.namespace)
+        self._check_priority_class(spec.priority_class)
         self._check_nodes(spec)
         ref = spec.ref
         created: list[str] = []
@@ -676,7 +698,9 @@ class KubernetesBackend:
             watcher.stop()
         return WatchResult(changed=frozenset(changed), resource_version=bookmark)
 
-    def _watch_events(self, stream: Iterator[dict[str, Any]]) -> Generator[dict[str, Any], None, None]:
+    def _watch_events(
+        self, stream: Iterator[dict[str, Any]]
+    ) -> Generator[dict[str, Any], None, None]:
         """The watch stream with transport failures turned into BackendError."""
         try:
             yield from stream
@@ -771,6 +795,7 @@ class KubernetesBackend:
                     )
             except k8s.ApiException as error:
                 raise self._unexpected(f"sync {what}", error) from error
+            self._known_priority_classes.add(wanted.name)
 
     def _create_priority_class(self, body: dict[str, Any]) -> None:
         try:

@@ -430,15 +430,6 @@ class ClusterState:
         if grace is not None and (not isinstance(grace, int) or grace < 0):
             causes.append(("spec.template.spec.terminationGracePeriodSeconds",
                            f"Invalid value: {grace}: must be greater than or equal to 0"))
-        priority = pod_spec.get("priorityClassName")
-        if priority and priority not in self.priority_classes and priority not in (
-            "system-cluster-critical", "system-node-critical"
-        ):
-            # The Priority admission plugin answers 403 for an unknown class; keep it honest.
-            raise ApiError(
-                403, f'pods "{name}" is forbidden: no PriorityClass with name {priority} '
-                "was found",
-            )
         if causes:
             raise invalid("Job", name, causes, group="batch")
 
@@ -557,6 +548,23 @@ class ClusterState:
             live = [p for p in pods if p["status"]["phase"] in ("Pending", "Running")]
             succeeded = sum(1 for p in pods if p["status"]["phase"] == "Succeeded")
             wanted = min(spec["parallelism"], spec["completions"] - succeeded) - len(live)
+            priority = spec["template"]["spec"].get("priorityClassName")
+            if wanted > 0 and priority and priority not in self.priority_classes:
+                # The Priority admission plugin refuses the pods, not the Job: the Job
+                # controller reports FailedCreate and the Job waits with no pods.
+                self.events.append({
+                    "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                    "metadata": self.new_meta({"name": f"{job['metadata']['name']}.failed"},
+                                              namespace),
+                    "type": "Warning", "reason": "FailedCreate",
+                    "reportingController": "job-controller",
+                    "note": f'Error creating: pods "{job["metadata"]["name"]}-" is forbidden: '
+                            f"no PriorityClass with name {priority} was found",
+                    "regarding": {"apiVersion": "batch/v1", "kind": "Job",
+                                  "name": job["metadata"]["name"], "namespace": namespace,
+                                  "uid": job["metadata"]["uid"]},
+                })
+                wanted = 0
             for _ in range(max(0, wanted)):
                 self._create_pod(job)
         status["conditions"] = conditions

@@ -423,11 +423,31 @@ def test_forbidden_job_creation_is_a_namespace_refusal(kube, backend):
     assert refused.value.reason is RefusalReason.NAMESPACE_FORBIDDEN
 
 
-def test_unknown_priority_class_is_an_api_refusal(kube, backend):
+def test_unknown_priority_class_is_refused_before_the_job_stalls(kube, backend):
     with pytest.raises(DispatchRefused) as refused:
-        backend.create_workload(make_spec(priority_class="nope"))
-    assert refused.value.reason is RefusalReason.API_ERROR
-    assert "no PriorityClass with name nope was found" in refused.value.message
+        backend.create_workload(make_spec(priority_class="training"))
+    assert refused.value.reason is RefusalReason.INVALID
+    assert refused.value.message == (
+        "PriorityClass training does not exist on cluster bj "
+        "(sync_priority_classes has not run there yet)"
+    )
+    assert kube.state.jobs == {}
+    backend.sync_priority_classes([PriorityClassSpec("training", 1000)])
+    before = len(kube.requests())
+    backend.create_workload(make_spec(priority_class="training"))
+    assert not kube.requests("GET", r"/priorityclasses/")[before:]  # known since the sync
+
+
+def test_the_double_refuses_pods_not_jobs_of_an_unknown_priority_class(kube, backend):
+    # What a real cluster does when the check above is skipped: the Job waits without pods.
+    backend._known_priority_classes.add("ghost")
+    ref = backend.create_workload(make_spec(priority_class="ghost"))
+    backend.start_workload(ref)
+    assert backend.workload_status(ref).phase is Phase.PENDING
+    assert kube.state.pods == {}
+    failed = kube.state.events_about(NS, "Job", "allot-w7-0")
+    assert failed[-1]["reason"] == "FailedCreate"
+    assert "no PriorityClass with name ghost was found" in failed[-1]["note"]
 
 
 @pytest.mark.parametrize(
