@@ -119,11 +119,10 @@ def test_placement_off_does_nothing(org):
 # --- end to end: the workers' snapshot and the engine -----------------------------------------
 
 def engine_cycle():
+    """The workers' snapshot builder and the engine's cycle."""
     cycle = pytest.importorskip("scheduling.cycle")
     from scheduling import engine
 
-    if not hasattr(engine, "run_cycle"):
-        pytest.skip("the engine's run_cycle has not landed yet")
     return cycle, engine
 
 
@@ -133,14 +132,14 @@ def test_engine_admits_up_to_the_policy_cap_and_evicts_nothing(org):
     running = org.admit(org.team_a, 24, name="big")  # 24 / 64 = 37.5%: cap 32
     small = org.pending(org.team_a, 8, name="small")
     snapshot, _ = cycle.build_snapshot(NOW)
-    result = engine.run_cycle(snapshot)
+    result = engine.schedule(snapshot)
     assert [a.workload for a in result.admitted] == [str(small.pk)]
     # Busier fleet: the cap drops to 16 below team-a's 24 in use: nothing is evicted,
     # nothing new admitted, and the reason names the policy.
     org.admit(org.team_b, 16, name="other")
     late = org.pending(org.team_a, 8, name="late")
     snapshot, _ = cycle.build_snapshot(NOW)
-    result = engine.run_cycle(snapshot)
+    result = engine.schedule(snapshot)
     assert result.preempted == []
     assert str(late.pk) not in [a.workload for a in result.admitted]
     reason = result.reasons[str(late.pk)]
@@ -153,5 +152,5 @@ def test_engine_places_labelling_work_in_the_east(org):
     policy_create(user=org.admin, data=EAST)
     labelling = org.pending(org.vision, 8, name="tag-images", labels={"kind": "data-labelling"})
     snapshot, _ = cycle.build_snapshot(NOW)
-    result = engine.run_cycle(snapshot)
+    result = engine.schedule(snapshot)
     assert [(a.workload, a.cluster) for a in result.admitted] == [(str(labelling.pk), "sh-1")]

@@ -160,16 +160,11 @@ def test_context_has_queue_fleet_and_cost_center(org):
 # --- end to end through the workers' submission service, when it is there -------------------
 
 def submit_service():
-    """The workers' submission service; skipped until it and the engine's check have landed."""
-    services = pytest.importorskip("scheduling.services")
-    from scheduling import engine
-
-    if not hasattr(engine, "check_request"):
-        pytest.skip("the engine's request check has not landed yet")
-    return services
+    """The workers' submission service."""
+    return pytest.importorskip("scheduling.services")
 
 def test_denied_submission_is_recorded_rejected_with_the_message(org):
-    services = pytest.importorskip("scheduling.services")
+    services = submit_service()
     policy_create(user=org.admin, data=H100)
     workload = services.workload_submit(user=org.alice, data=request(), nudge=False)
     assert workload.state == "rejected"
@@ -205,3 +200,15 @@ def test_query_budget_reads_only_what_the_rules_need(org):
         check(org, request())
     # the stamp, team approvals, team department, then the violation insert
     assert len(queries) <= 4, [q["sql"] for q in queries]
+
+
+def test_researcher_reads_the_denial_through_the_api(org, user_api):
+    submit_service()
+    policy_create(user=org.admin, data=H100)
+    response = user_api.post("/api/v1/workloads", request(), format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["state"] == "rejected"
+    assert [(r["code"], r["message"]) for r in body["reasons"]] == [(
+        "POLICY_DENIED",
+        "H100s need the h100 approval: team team-a asked for 8 GPUs (policy h100-approved)")]
