@@ -7,6 +7,7 @@ fails fast without SECRET_KEY.
 from pathlib import Path
 
 import environ
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -69,6 +70,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "billing.context_processors.budget_banner",
             ],
         },
     },
@@ -164,7 +166,16 @@ CELERY_BEAT_SCHEDULE = {
                         "schedule": env.float("ALLOT_SYNC_INTERVAL_S", default=2.0)},
     "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0},
     "capacity-process-due": {"task": "capacity.process_due", "schedule": 60.0},
+    # Billing (billing/tasks.py): meter, price and check budgets after each hour; reconcile
+    # the previous day; invoice the previous month on the 1st.
+    "billing-rollup": {"task": "billing.rollup_recent_hours", "schedule": crontab(minute=5)},
+    "billing-reconcile": {"task": "billing.reconcile_yesterday",
+                          "schedule": crontab(hour=2, minute=15)},
+    "billing-invoices": {"task": "billing.issue_last_month_invoices",
+                         "schedule": crontab(day_of_month=1, hour=3, minute=30)},
 }
+# The Prometheus that scrapes dcgm-exporter (empty: no telemetry, every minute is a gap).
+ALLOT_PROMETHEUS_URL = env.str("ALLOT_PROMETHEUS_URL", default="")
 ALLOT_WORKERS = {
     "dispatch_penalty_s": env.float("ALLOT_DISPATCH_PENALTY_S", default=300.0),
     "dispatch_penalty": env.float("ALLOT_DISPATCH_PENALTY", default=0.6),
