@@ -202,6 +202,24 @@ def _check_namespaces(
         seen[ns] = path
 
 
+OPEN_WORKLOAD_STATES = ("pending", "reserved", "running", "preempting")
+
+
+def _check_can_have_children(parent: Queue | None) -> None:
+    """Workloads live on leaves: a queue holding open workloads cannot become a parent."""
+    if parent is None:
+        return
+    workloads = getattr(parent, "workloads", None)
+    if workloads is None:
+        return
+    count = workloads.filter(state__in=OPEN_WORKLOAD_STATES).count()
+    if count:
+        raise ValidationError(
+            f"{parent.path}: holds {count} open workload(s) (pending or admitted); a queue with "
+            "workloads must stay a leaf, so it cannot get child queues until they end"
+        )
+
+
 def _leaves(specs: Mapping[str, QueueSpec]) -> set[str]:
     parents = {s.parent for s in specs.values() if s.parent}
     return set(specs) - parents
@@ -230,6 +248,7 @@ def queue_create(
     """Add a queue under `parent` (None: a top-level queue) with what it sets per key."""
     _lock_tree()
     _check_name(name)
+    _check_can_have_children(parent)
     path = f"{parent.path}/{name}" if parent else name
     _check_strategy(strategy, path)
     specs = selectors.tree_specs()
@@ -281,6 +300,8 @@ def queue_update(
                 f"{old_path}: cannot move under {new_parent.path}: that would make a parent "
                 "cycle (a queue cannot be its own ancestor)"
             )
+        if new_parent.pk != queue.parent_id:
+            _check_can_have_children(new_parent)
     new_path = f"{new_parent.path}/{new_name}" if new_parent else new_name
     if strategy is not _UNSET:
         _check_strategy(strategy, new_path)

@@ -311,3 +311,28 @@ def test_selector_tree_resolves_defaults(tree):
     assert (cell["used"], cell["borrowed"], cell["lent"], cell["pending"]) == (0, 0, 0, 0)
     assert rd["quota"]["a100-80g"]["gpu"]["max"] == 32 and rd["is_leaf"] is False
     assert vision["is_leaf"] is True and vision["can_submit"] is False
+
+
+def test_queue_with_open_workloads_stays_a_leaf(tree):
+    from scheduling.models import PriorityClass, Workload
+    from tests.factories import UserFactory
+
+    _, vision = tree
+    klass, _ = PriorityClass.objects.get_or_create(name="training", defaults={"value": 1000})
+    from django.db import models
+    from django.utils import timezone
+
+    # Required timestamps of the workers' model, whatever they are named.
+    stamps = {f.name: timezone.now() for f in Workload._meta.fields
+              if isinstance(f, models.DateTimeField) and not f.null and not f.has_default()
+              and not (f.auto_now or f.auto_now_add)}
+    Workload.objects.create(name="w", queue=vision, owner=UserFactory(), priority_class=klass,
+                            state="pending", **stamps)
+    msgs = error_of(queue_create, name="proj", parent=vision)
+    assert msgs == [
+        "rd/vision: holds 1 open workload(s) (pending or admitted); a queue with workloads "
+        "must stay a leaf, so it cannot get child queues until they end"
+    ]
+    Workload.objects.update(state="finished")
+    queue_create(name="proj", parent=vision)
+    assert Queue.objects.get(path="rd/vision").namespace == ""
