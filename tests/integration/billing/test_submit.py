@@ -1,0 +1,52 @@
+"""Budget actions at submit, through the workers' workload_submit and the registered check."""
+
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.metering import hour_floor
+from billing.models import RateCard
+from billing.services import budget_create, budgets_evaluate, ledger_append
+from billing.services.ledger import EntryDraft
+from scheduling.models import WorkloadEvent
+from scheduling.services import workload_submit
+
+REQUEST = {"name": "sweep", "queue": "rd/vision", "priority_class": "training",
+           "pods": [{"count": 1, "flavors": ["a100"], "gpus": 1}]}
+
+
+@pytest.fixture
+def spent_12(world):
+    """12.00 EUR charged to cost center rd this hour (so within the current month and week)."""
+    card = RateCard.objects.get(flavor=world["a100"], resource="gpu")
+    ledger_append(drafts=[EntryDraft(
+        hour=hour_floor(timezone.now()), cost_center_id=world["cc"].pk,
+        team_id=world["team"].pk, team_name="vision", queue="rd/vision", workload_id=None,
+        workload_name="", flavor="a100", kind="gpu_reserved", basis="allocation",
+        quantity=Decimal("4.8"), unit=card.unit, rate_card_id=card.pk,
+        rate_version=card.version, rate=card.rate, amount=Decimal("12.00"), currency="EUR",
+    )])
+
+
+def test_budget_at_100_percent_blocks_new_submissions_with_the_numbers(world, spent_12):
+    budget_create(cost_center=world["cc"], amount=Decimal("10"), thresholds=[(100, "block")])
+    assert workload_submit(user=world["user"], data={**REQUEST, "name": "before"},
+                           nudge=False).reason_code != "BUDGET_EXCEEDED"
+    budgets_evaluate()
+    workload = workload_submit(user=world["user"], data=REQUEST, nudge=False)
+    assert workload.state == "rejected"
+    assert workload.reason_code == "BUDGET_EXCEEDED"
+    assert "spent 12.00 of 10.00 EUR this month (120.0%)" in workload.reason_message
+    assert WorkloadEvent.objects.filter(workload=workload, type="reason",
+                                        code="BUDGET_EXCEEDED").count() == 1
+
+
+def test_lower_action_imposes_batch_low(world, spent_12):
+    budget_create(cost_center=world["cc"], amount=Decimal("12"), thresholds=[(100, "lower")])
+    budgets_evaluate()
+    workload = workload_submit(user=world["user"], data=REQUEST, nudge=False)
+    assert workload.priority_class.name == "batch-low"
+    assert WorkloadEvent.objects.filter(
+        workload=workload, type="policy", message__contains="priority lowered to batch-low"
+    ).exists()
