@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -732,8 +734,9 @@ class KubernetesBackend:
                 "apiVersion": "events.k8s.io/v1",
                 "kind": "Event",
                 "metadata": {
-                    # client-go names events <object>.<hex nanoseconds>
-                    "name": f"{name}.{int(now.timestamp() * 1e9):x}",
+                    # client-go names events <object>.<hex nanoseconds>; the random tail
+                    # keeps two reasons posted in the same instant apart.
+                    "name": f"{name}.{time.time_ns():x}{secrets.token_hex(2)}",
                     "namespace": ref.namespace,
                 },
                 "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),

@@ -663,6 +663,9 @@ class ClusterState:
         with self.lock:
             if namespace not in self.namespaces:
                 raise not_found("namespaces", namespace)
+            if any(e["metadata"]["namespace"] == namespace and e["metadata"]["name"] == name
+                   for e in self.events):
+                raise already_exists("events", name, "events.k8s.io")
             event = copy.deepcopy(body)
             event["apiVersion"], event["kind"] = "events.k8s.io/v1", "Event"
             event["metadata"] = self.new_meta({**meta, "name": name}, namespace)

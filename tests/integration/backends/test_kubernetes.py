@@ -639,3 +639,12 @@ def test_missing_kubeconfig_file_is_a_clear_error(tmp_path):
     backend = KubernetesBackend(name="bj", connection={"kubeconfig": str(tmp_path / "none")})
     with pytest.raises(BackendError, match="cannot load its Kubernetes configuration"):
         backend.list_nodes(FLAVORS)
+
+
+def test_many_reasons_in_a_burst_are_all_kept(kube, backend):
+    ref = backend.create_workload(make_spec())
+    for i in range(20):
+        backend.post_event(ref, "Normal", "Pending", f"waiting {i}")
+    events = kube.state.events_about(NS, "Job", "allot-w7-0")
+    assert [e["note"] for e in events] == [f"waiting {i}" for i in range(20)]
+    assert len({e["metadata"]["name"] for e in events}) == 20
