@@ -1,0 +1,56 @@
+"""Celery tasks run the services for the right hours and stay idempotent; list query budgets."""
+
+from datetime import timedelta
+from decimal import Decimal
+from unittest import mock
+
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from billing import tasks
+from billing.metering import hour_floor
+from billing.models import LedgerEntry, ReconciliationRun, UsageRecord
+from tests.factories import AdminFactory
+
+from .conftest import minutes
+
+
+def test_rollup_task_meters_the_last_hours_once(world, admit, settings):
+    settings.ALLOT_PROMETHEUS_URL = ""  # no telemetry configured: minutes are gaps
+    last = hour_floor(timezone.now()) - timedelta(hours=1)
+    admit(gpus=8, reserved=last - minutes(90), running=last - minutes(80),
+          ended=last + minutes(30))
+    first = tasks.rollup_recent_hours.apply().get()
+    assert first["appended"] == 4  # frozen + 3 running hours (80 min of hour -2 included)
+    assert UsageRecord.objects.filter(phase="running").count() == 3
+    total = LedgerEntry.objects.values_list("amount", flat=True)
+    # 8 GPUs: 10 min frozen @1.00 = 1.33; running 20 + 60 + 30 min @2.50 = 6.67 + 20 + 10
+    assert sum(total) == Decimal("1.33") + Decimal("6.67") + Decimal("20.00") + Decimal("10.00")
+    assert tasks.rollup_recent_hours.apply().get()["appended"] == 0
+
+
+def test_reconcile_task(world):
+    result = tasks.reconcile_yesterday.apply().get()
+    assert result["findings"] == 0
+    assert ReconciliationRun.objects.get().day == (timezone.now() - timedelta(days=1)).date()
+
+
+def test_telemetry_outage_retries_instead_of_recording_gaps(world, settings):
+    settings.ALLOT_PROMETHEUS_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    with mock.patch.object(tasks.rollup_recent_hours, "retry", side_effect=RuntimeError("retry")):
+        result = tasks.rollup_recent_hours.apply()
+    assert result.failed()
+    assert UsageRecord.objects.count() == 0
+
+
+def test_usage_and_invoice_lists_have_a_query_budget(world, admit, django_assert_max_num_queries):
+    client = APIClient()
+    client.force_authenticate(AdminFactory())
+    last = hour_floor(timezone.now()) - timedelta(hours=1)
+    for i in range(5):
+        admit(gpus=1, reserved=last, running=last, ended=last + minutes(10), name=f"w{i}")
+    tasks.rollup_recent_hours.apply()
+    with django_assert_max_num_queries(8):
+        assert client.get("/api/v1/usage", {"group_by": "queue"}).status_code == 200
+    with django_assert_max_num_queries(6):
+        assert client.get("/api/v1/invoices").status_code == 200
