@@ -13,8 +13,11 @@ from decimal import Decimal
 from typing import Any
 
 from quotas.models import Flavor, Queue, QuotaEntry, Team, TeamMembership, TeamRole
-from scheduling.models import Cluster, Node
+from scheduling.models import Cluster, Node, PriorityClass
 from tests.factories import AdminFactory, UserFactory
+
+DEFAULT_CLASSES = [("inference-high", 10000, True), ("training", 1000, False),
+                   ("batch-low", 100, False)]
 
 
 @dataclass
@@ -30,8 +33,13 @@ class World:
 
 
 def make_world(*, speedup: float = 1.0, nodes_per_cluster: int = 4,
-               cluster_names: tuple[str, ...] = ("bj", "sh")) -> World:
+               cluster_names: tuple[str, ...] = ("bj", "sh"),
+               connection: dict[str, Any] | None = None) -> World:
     """Create the organisation above and return its handles."""
+    # Transactional tests elsewhere flush the rows the data migration seeded.
+    for name, value, can_preempt in DEFAULT_CLASSES:
+        PriorityClass.objects.get_or_create(name=name, defaults={
+            "value": value, "can_preempt": can_preempt})
     a100 = Flavor.objects.create(name="a100-80g", gpu_memory_gib=80,
                                  node_selector={"allot.io/flavor": "a100-80g"})
     rd = Queue.objects.create(name="rd")
@@ -54,7 +62,7 @@ def make_world(*, speedup: float = 1.0, nodes_per_cluster: int = 4,
     clusters = []
     for name in cluster_names:
         c = Cluster.objects.create(name=name, region="cn", backend="simulated",
-                                   connection={"speedup": speedup})
+                                   connection={"speedup": speedup, **(connection or {})})
         for i in range(nodes_per_cluster):
             Node.objects.create(cluster=c, name=f"{name}-a100-{i}", flavor=a100, gpus=8,
                                 cpu=Decimal(96), memory_gib=Decimal(1024), rack="r1")
