@@ -19,6 +19,7 @@ from scheduling.backends.base import (
     clear_backend_cache,
     get_backend,
 )
+from scheduling.backends.flavors import priority_classes_from_db
 from scheduling.backends.naming import job_labels, job_name, pod_name, queue_label
 
 __all__ = [
@@ -42,5 +43,6 @@ __all__ = [
     "job_labels",
     "job_name",
     "pod_name",
+    "priority_classes_from_db",
     "queue_label",
 ]

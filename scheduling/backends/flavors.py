@@ -1,10 +1,10 @@
-"""Which flavor a node belongs to, from its labels and the flavors' node selectors."""
+"""Database facts the backends need: flavors (which node is which) and priority classes."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduling.backends.base import FlavorMatch
+from scheduling.backends.base import FlavorMatch, PriorityClassSpec
 
 
 def match_flavor(labels: Mapping[str, str], flavors: Sequence[FlavorMatch]) -> FlavorMatch | None:
@@ -30,4 +30,21 @@ def load_flavor_matches() -> list[FlavorMatch]:
             interconnect_label=f.interconnect_label,
         )
         for f in Flavor.objects.order_by("name")
+    ]
+
+
+def priority_classes_from_db() -> list[PriorityClassSpec]:
+    """Allot's PriorityClass rows as the classes every Kubernetes cluster must hold.
+
+    All with preemptionPolicy Never: Allot decides preemption (it suspends victims before it
+    dispatches a preemptor), so the kube-scheduler must not evict Allot pods on its own.
+    """
+    from scheduling.models import PriorityClass
+
+    return [
+        PriorityClassSpec(
+            name=pc.name, value=pc.value, description=pc.description or f"Allot {pc.name}",
+            preemption_policy="Never",
+        )
+        for pc in PriorityClass.objects.order_by("name")
     ]

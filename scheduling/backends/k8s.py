@@ -48,7 +48,11 @@ from scheduling.backends.base import (
     WorkloadSpec,
     WorkloadStatus,
 )
-from scheduling.backends.flavors import load_flavor_matches, match_flavor
+from scheduling.backends.flavors import (
+    load_flavor_matches,
+    match_flavor,
+    priority_classes_from_db,
+)
 from scheduling.backends.naming import (
     LABEL_MANAGED_BY,
     LABEL_WORKLOAD_ID,
@@ -375,23 +379,32 @@ class KubernetesBackend:
 
     def _check_priority_class(self, name: str) -> None:
         """A Job whose PriorityClass is missing is accepted but never gets pods (the Priority
-        admission plugin refuses them): refuse it here instead of letting it stall."""
+        admission plugin refuses them). A missing class is synced from the database once;
+        still missing, the dispatch is refused instead of left to stall."""
         if not name or name in self._known_priority_classes:
             return
+        if self._priority_class_exists(name):
+            self._known_priority_classes.add(name)
+            return
+        self.sync_priority_classes(priority_classes_from_db())
+        if not self._priority_class_exists(name):
+            raise DispatchRefused(
+                RefusalReason.INVALID,
+                f"PriorityClass {name} does not exist on cluster {self.name}, nor in Allot's "
+                "priority classes to create it from",
+            )
+
+    def _priority_class_exists(self, name: str) -> bool:
         what = f'read PriorityClass "{name}"'
         try:
             self._call(what, self.scheduling.read_priority_class, name)
         except k8s.ApiException as error:
             if error.status == 404:
-                raise DispatchRefused(
-                    RefusalReason.INVALID,
-                    f"PriorityClass {name} does not exist on cluster {self.name} "
-                    "(sync_priority_classes has not run there yet)",
-                ) from error
+                return False
             if error.status == 403:
-                return  # not allowed to read it: let the cluster decide
+                return True  # not allowed to read it: let the cluster decide
             raise self._unexpected(what, error) from error
-        self._known_priority_classes.add(name)
+        return True
 
     def _check_nodes(self, spec: WorkloadSpec) -> None:
         """Two-phase dispatch: an assigned node that vanished or went NotReady is a refusal.

@@ -423,19 +423,31 @@ def test_forbidden_job_creation_is_a_namespace_refusal(kube, backend):
     assert refused.value.reason is RefusalReason.NAMESPACE_FORBIDDEN
 
 
-def test_unknown_priority_class_is_refused_before_the_job_stalls(kube, backend):
+@pytest.mark.django_db
+def test_missing_priority_class_is_synced_from_the_database_first(kube, backend):
+    ref = backend.create_workload(make_spec(priority_class="training"))
+    stored = kube.state.priority_classes
+    assert {n: (pc["value"], pc["preemptionPolicy"]) for n, pc in stored.items()} == {
+        "inference-high": (10000, "Never"), "training": (1000, "Never"),
+        "batch-low": (100, "Never"),
+    }  # Allot's seeded classes; Allot, not the kube-scheduler, decides preemption
+    assert kube.state.jobs[(NS, ref.job_names[0])]["spec"]["template"]["spec"][
+        "priorityClassName"] == "training"
+    before = len(kube.requests())
+    backend.create_workload(make_spec(workload_id=8, priority_class="training"))
+    assert not kube.requests("GET", r"/priorityclasses/")[before:]  # known from now on
+
+
+@pytest.mark.django_db
+def test_priority_class_unknown_everywhere_is_refused_before_the_job_stalls(kube, backend):
     with pytest.raises(DispatchRefused) as refused:
-        backend.create_workload(make_spec(priority_class="training"))
+        backend.create_workload(make_spec(priority_class="nope"))
     assert refused.value.reason is RefusalReason.INVALID
     assert refused.value.message == (
-        "PriorityClass training does not exist on cluster bj "
-        "(sync_priority_classes has not run there yet)"
+        "PriorityClass nope does not exist on cluster bj, nor in Allot's priority classes "
+        "to create it from"
     )
     assert kube.state.jobs == {}
-    backend.sync_priority_classes([PriorityClassSpec("training", 1000)])
-    before = len(kube.requests())
-    backend.create_workload(make_spec(priority_class="training"))
-    assert not kube.requests("GET", r"/priorityclasses/")[before:]  # known since the sync
 
 
 def test_the_double_refuses_pods_not_jobs_of_an_unknown_priority_class(kube, backend):
