@@ -30,6 +30,8 @@ Choices where the semantics page is silent (Kueue's behaviour unless said otherw
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -56,6 +58,7 @@ from scheduling.engine.types import (
 )
 
 RC = ReasonCode
+ADMITTED, PREEMPTING, WAITING, FAILED = range(4)
 
 
 def backoff_delay(settings: Settings, n: int) -> float:
@@ -78,7 +81,7 @@ class Pending:
     """A pending workload with what the cycle needs precomputed."""
 
     __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
-                 "sig", "gpu_key", "order_tail", "not_before")
+                 "sig", "gpu_key", "order_tail", "not_before", "group")
 
     def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
                  demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
@@ -93,8 +96,37 @@ class Pending:
         self.gpu_key = gpu_key
         self.not_before = spec.not_before
         self.order_tail = (-spec.priority, spec.submitted_at, spec.name)
-        self.sig = (leaf, tuple(pods), spec.preemptible, spec.can_preempt, spec.priority,
-                    spec.topology_same, spec.strategy, spec.dataset, spec.allowed_clusters)
+        self.sig = (leaf, tuple(pods), tuple(flavors), spec.preemptible, spec.can_preempt,
+                    spec.priority, spec.topology_same, spec.strategy, spec.dataset,
+                    spec.allowed_clusters, spec.allowed_policy)
+        self.group: Group | None = None
+
+
+class Group:
+    """Pending workloads identical for admission (leaf, pods, flavors, options, priority).
+
+    Within one cycle usage only grows, so when a group's first member fails the rest fail the
+    same way: a cycle tries a group's members in order and stops at the first failure. A group
+    that failed is parked with what could change that (capacity freed on its flavors, enough
+    to cover its quota deficit; admissions that create victims; its cooldown ending) and is
+    skipped until then.
+    """
+
+    __slots__ = ("sig", "members", "code", "unreported", "parked", "park", "retry_at",
+                 "preempts", "pos", "violating")
+
+    def __init__(self, sig: tuple[object, ...]) -> None:
+        self.sig = sig
+        self.members: list[Pending] = []
+        self.code = ""
+        self.unreported: set[str] = set()
+        self.parked = False
+        # Per flavor: (free events seen, freed amounts seen, quota deficit per key).
+        self.park: dict[str, tuple[int, dict[int, float], Demand]] = {}
+        self.retry_at = INF
+        self.preempts: dict[str, int] = {}
+        self.pos = 0
+        self.violating = False
 
 
 class Admitted:
@@ -144,6 +176,12 @@ class Engine:
             self.gpu_flavor.setdefault(f, mem is not None)
         self.weights = (s.w_fit, s.w_affinity, s.w_health, s.w_cost)
         self.pending: dict[str, Pending] = {}
+        self.groups: dict[tuple[object, ...], Group] = {}
+        self.backoff: list[tuple[float, str]] = []
+        self.free_events: dict[str, int] = {}
+        self.freed: dict[int, float] = {}
+        self.admits: dict[str, int] = {}
+        self.full = True
         self.admitted: dict[str, Admitted] = {}
         self.by_leaf_flavor: dict[tuple[int, str], dict[str, Admitted]] = {}
         self.seq = 0
@@ -350,11 +388,44 @@ class Engine:
             usable.append(f)
             demand[f] = self._demand(f, pods)
         gpu_key = self.tree.kidx.get((w.flavors[0], "gpu")) if w.flavors else None
-        self.pending[w.name] = Pending(w, leaf, pods, demand, usable, static, gpu_key)
+        p = Pending(w, leaf, pods, demand, usable, static, gpu_key)
+        self.pending[w.name] = p
+        if p.not_before is not None:
+            heapq.heappush(self.backoff, (p.not_before, p.name))
+        else:
+            self._join(p)
+
+    def _join(self, p: Pending) -> None:
+        g = self.groups.get(p.sig)
+        if g is None:
+            g = self.groups[p.sig] = Group(p.sig)
+        key = p.order_tail
+        members = g.members
+        if not members or members[-1].order_tail <= key:
+            members.append(p)
+        else:
+            members.insert(bisect.bisect_right([m.order_tail for m in members], key), p)
+        g.unreported.add(p.name)
+        p.group = g
+
+    def _leave(self, p: Pending) -> None:
+        g = p.group
+        if g is None:
+            return
+        p.group = None
+        try:
+            g.members.remove(p)
+        except ValueError:
+            pass
+        g.unreported.discard(p.name)
+        if not g.members:
+            del self.groups[g.sig]
 
     def remove_pending(self, name: str) -> None:
         """Drop a pending workload (cancelled); its preemptions, if any, stay in grace."""
-        self.pending.pop(name, None)
+        p = self.pending.pop(name, None)
+        if p is not None:
+            self._leave(p)
         self.waiting.pop(name, None)
 
     # ---- what ends -------------------------------------------------------------------
@@ -375,6 +446,9 @@ class Engine:
             return None
         self.by_leaf_flavor[(a.leaf, a.flavor)].pop(name, None)
         self.tree.add(a.leaf, a.demand, -1.0)
+        self.free_events[a.flavor] = self.free_events.get(a.flavor, 0) + 1
+        for k, amount in a.demand:
+            self.freed[k] = self.freed.get(k, 0.0) + amount
         if a.cluster in self.fleet.by_name and a.nodes:
             self.fleet.unassign(a.cluster, a.flavor, a.nodes, a.pods)
         if a.borrowed:
@@ -391,8 +465,10 @@ class Engine:
         return a
 
     def set_health(self, cluster: str, health: float) -> None:
+        """Change a cluster's health (every pending group is re-examined next cycle)."""
         self.fleet.by_name[cluster].health = health
         self.refresh_capacity()
+        self.full = True
 
     def set_node_ready(self, node: str, ready: bool) -> list[str]:
         """Mark a node (not) ready; returns the admitted workloads with pods on it."""
@@ -401,6 +477,7 @@ class Engine:
         c.pools[flavor].set_ready(i, ready)
         c.recount()
         self.refresh_capacity()
+        self.full = True
         return sorted(a.name for a in self.admitted.values()
                       if a.cluster == cname and a.flavor == flavor and i in a.nodes)
 
@@ -429,32 +506,133 @@ class Engine:
                     and now - a.admitted_at >= s.pods_ready_timeout_s - EPS]
             for a in late:
                 self._timeout(a, now, res)
+        while self.backoff and self.backoff[0][0] <= now + EPS:
+            _, name = heapq.heappop(self.backoff)
+            p = self.pending.get(name)
+            if p is not None and p.group is None:
+                p.not_before = None
+                self._join(p)
         tree = self.tree
+        cutoff = now - s.starvation_s
+        full = self.full or any(g.members[0].spec.submitted_at < cutoff
+                                for g in self.groups.values())
+        self.full = False
         repay_cache: dict[int, float] = {}
-        keyed = []
-        for p in self.pending.values():
-            if p.not_before is not None and p.not_before > now + EPS:
+        heap: list[tuple[tuple[object, ...], int, Group]] = []
+        base: dict[int, tuple[int, float]] = {}
+        for g in self.groups.values():
+            if g.parked and not full and not self._wakes(g, now):
                 continue
-            sub = p.spec.submitted_at
-            if now - sub > s.starvation_s:
-                keyed.append(((0, sub, 0, 0.0, p.order_tail), p))
-                continue
+            g.parked = False
+            g.pos = 0
+            p = g.members[0]
             wg = any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors)
             if wg:
-                keyed.append(((1, 0.0, 0, 0.0, p.order_tail), p))
-                continue
-            rep = repay_cache.get(p.leaf)
-            if rep is None:
-                rep = repay_cache[p.leaf] = self.repayment(p.leaf, now)
-            att = tree.attainment(p.leaf, p.gpu_key)
-            score = s.attainment_weight * (1.0 - min(1.0, att)) + s.repayment_weight * rep
-            keyed.append(((1, 0.0, 1, -score, p.order_tail), p))
-        keyed.sort(key=lambda t: t[0])
+                rank = (0, 0.0)
+            else:
+                rep = repay_cache.get(p.leaf)
+                if rep is None:
+                    rep = repay_cache[p.leaf] = self.repayment(p.leaf, now)
+                att = tree.attainment(p.leaf, p.gpu_key)
+                rank = (1, -(s.attainment_weight * (1.0 - min(1.0, att))
+                             + s.repayment_weight * rep))
+            base[id(g)] = rank
+            heap.append((self._order_key(p, rank, cutoff), id(g), g))
+        heapq.heapify(heap)
         held: dict[str, str] = {}
-        memo: dict[tuple[object, ...], Reason] = {}
-        for key, p in keyed:
-            self._consider(p, now, key[0] == 0, res, held, memo)
+        while heap:
+            key, gid, g = heapq.heappop(heap)
+            p = g.members[g.pos]
+            outcome, reason, per_flavor = self._consider(p, now, key[0] == 0, res, held)
+            if outcome == ADMITTED:
+                g.members.pop(g.pos)
+                g.unreported.discard(p.name)
+                p.group = None
+            elif outcome == FAILED:
+                assert reason is not None
+                self._fail(g, reason, per_flavor, now, res, held)
+                continue
+            else:
+                g.unreported.add(p.name)
+                g.pos += 1
+            if g.pos < len(g.members):
+                heapq.heappush(heap, (self._order_key(g.members[g.pos], base[gid], cutoff),
+                                      gid, g))
+            elif not g.members:
+                del self.groups[g.sig]
         return res
+
+    @staticmethod
+    def _order_key(p: Pending, rank: tuple[int, float], cutoff: float) -> tuple[object, ...]:
+        sub = p.spec.submitted_at
+        if sub < cutoff:
+            return (0, sub, 0, 0.0, p.order_tail)
+        return (1, 0.0, rank[0], rank[1], p.order_tail)
+
+    def _fail(self, g: Group, reason: Reason, per_flavor: dict[str, Reason], now: float,
+              res: CycleResult, held: dict[str, str]) -> None:
+        """Give the group's remaining members the reason and park it until something helps."""
+        rest = g.members[g.pos:]
+        code = str(reason.code)
+        if code != g.code:
+            for m in rest:
+                res.reasons[m.name] = reason
+                g.unreported.discard(m.name)
+            g.code = code
+        else:
+            for m in rest:
+                if m.name in g.unreported:
+                    res.reasons[m.name] = reason
+                    g.unreported.discard(m.name)
+        p = rest[0]
+        if any(f in held for f in p.flavors) or reason.code == RC.NO_CAPACITY and (
+                "held for starving" in reason.message):
+            return  # a starving workload's hold can end any time: stay active
+        tree = self.tree
+        g.park = {}
+        g.preempts = {}
+        g.retry_at = INF
+        cool = self.cooldown.get(p.leaf, -INF)
+        if cool > now + EPS:
+            g.retry_at = cool
+        for f in p.flavors:
+            d = p.demand[f]
+            deficit: Demand = []
+            for k, amount in d:
+                short = amount - tree.available(p.leaf, k)
+                if short > EPS:
+                    deficit.append((k, short))
+            g.park[f] = (self.free_events.get(f, 0),
+                         {k: self.freed.get(k, 0.0) for k, _ in deficit}, deficit)
+            if p.spec.can_preempt or tree.within_guarantee(p.leaf, d):
+                g.preempts[f] = self.admits.get(f, 0)
+        g.parked = True
+        g.violating = False
+        f0 = p.flavors[0]
+        d0 = p.demand[f0]
+        if (reason.code != RC.WAITING_FOR_PREEMPTION and p.name not in self.waiting and d0
+                and tree.within_guarantee(p.leaf, d0)
+                and any(tree.u[p.leaf][k] < tree.mn[p.leaf][k] - EPS for k, _ in d0)):
+            g.violating = self.fits_if_borrowed_returned(p.name)
+
+    def _wakes(self, g: Group, now: float) -> bool:
+        """Could the parked group fit now? (conservative: True when unsure)."""
+        if now + EPS >= g.retry_at:
+            return True
+        for f, seen in g.preempts.items():
+            if self.admits.get(f, 0) != seen:
+                return True
+        for f, (events, snap, deficit) in g.park.items():
+            if self.free_events.get(f, 0) == events:
+                continue
+            if all(self.freed.get(k, 0.0) - snap[k] + EPS >= short for k, short in deficit):
+                return True
+        return False
+
+    def violating(self) -> bool:
+        """Some parked group is within guarantee, below min, and would fit if all borrowed
+        capacity were given back (the runner's min_guarantee_violation_s)."""
+        return any(g.violating and g.parked for g in self.groups.values())
 
     def _timeout(self, a: Admitted, now: float, res: CycleResult) -> None:
         s = self.settings
@@ -468,34 +646,27 @@ class Engine:
         self.submit(replace(a.spec, not_before=until, backoff_count=n))
 
     def _consider(self, p: Pending, now: float, starving: bool, res: CycleResult,
-                  held: dict[str, str], memo: dict[tuple[object, ...], Reason]) -> None:
+                  held: dict[str, str]) -> tuple[int, Reason | None, dict[str, Reason]]:
+        """Try one workload: admit, preempt for it, or say why it waits."""
         name = p.name
+        reasons: dict[str, Reason] = {}
         if not p.flavors:
-            res.reasons[name] = p.static_reason or Reason(
-                RC.FLAVOR_UNAVAILABLE, "no usable flavor")
-            return
+            return FAILED, p.static_reason or Reason(
+                RC.FLAVOR_UNAVAILABLE, "no usable flavor"), reasons
         flav = [f for f in p.flavors if f not in held]
         if not flav:
             holder = held[p.flavors[0]]
-            res.reasons[name] = Reason(RC.NO_CAPACITY, (
-                f"flavor {p.flavors[0]}: capacity held for starving workload {holder}"))
-            return
+            return FAILED, Reason(RC.NO_CAPACITY, (
+                f"flavor {p.flavors[0]}: capacity held for starving workload {holder}")), reasons
         waiting = name in self.waiting
-        mkey = (p.sig, tuple(flav))
-        if not waiting and not starving:
-            hit = memo.get(mkey)
-            if hit is not None:
-                res.reasons[name] = hit
-                return
         tree = self.tree
         leaf = p.leaf
-        reasons: dict[str, Reason] = {}
         wg = {f: tree.within_guarantee(leaf, p.demand[f]) for f in flav}
         for f in flav:
             if wg[f]:
                 r = self._try(p, f, False, now, res)
                 if r is None:
-                    return
+                    return ADMITTED, None, reasons
                 reasons[f] = r
         cool = self.cooldown.get(leaf, -INF)
         for f in flav:
@@ -514,10 +685,12 @@ class Engine:
                 continue
             r = self._try(p, f, True, now, res)
             if r is None:
-                return
+                return ADMITTED, None, reasons
             reasons[f] = r
+        outcome = FAILED
         if waiting:
             reason = self._waiting_reason(name, now)
+            outcome = WAITING
         else:
             reason = reasons[flav[0]]
             for f in flav:
@@ -525,16 +698,17 @@ class Engine:
                     got = self._preempt(p, f, wg[f], now, res)
                     if got is None:
                         res.reasons[name] = self._waiting_reason(name, now)
-                        return
+                        return PREEMPTING, None, reasons
                     if got.code in (RC.BUDGET_EXCEEDED, RC.WAITING_FOR_PREEMPTION):
                         reason = got
                         break
-            memo[mkey] = reason
-        res.reasons[name] = reason
         if starving:
             r0 = reasons.get(flav[0], reason)
             if not (r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
                 held.setdefault(flav[0], name)
+        if outcome == WAITING:
+            res.reasons[name] = reason
+        return outcome, reason, reasons
 
     def _waiting_reason(self, name: str, now: float) -> Reason:
         victims = sorted(self.waiting.get(name, ()))
@@ -562,6 +736,7 @@ class Engine:
         a = Admitted(p.spec, p.leaf, f, cluster, nodes, names, p.pods, d, borrowed, now,
                      self.seq)
         self._index_admitted(a)
+        self.admits[f] = self.admits.get(f, 0) + 1
         del self.pending[p.name]
         self.waiting.pop(p.name, None)
         g = sum(x[0] for x in p.pods)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from scheduling.engine import Engine, Reason, ReasonCode
@@ -91,6 +90,7 @@ class Runner:
         self.leaf_demand: set[str] = set()
         self.violation_s = 0.0
         self.violating = False
+        self.reserved_at: dict[str, float] = {}
 
     # ---- events ------------------------------------------------------------------------
 
@@ -121,6 +121,7 @@ class Runner:
         w.reasons.append({"at": _num(at), "code": code, "message": reason.message})
 
     def _alloc_end(self, w: _W, t: float) -> None:
+        self.reserved_at.pop(w.sim.spec.name, None)
         if w.admitted_at is None:
             return
         leaf = w.sim.spec.queue
@@ -180,24 +181,24 @@ class Runner:
         self.push(tick, WAKE)
 
     def _any_reserved(self) -> bool:
-        return any(not a.running for a in self.eng.admitted.values())
+        return bool(self.reserved_at)
 
     def _next_threshold(self, t: float) -> float:
         """The earliest future time a cycle could decide differently with no event."""
         s = self.sc.settings
+        eng = self.eng
         nxt = math.inf
-        for p in self.eng.pending.values():
-            if p.not_before is not None and p.not_before > t + EPS:
-                nxt = min(nxt, p.not_before)
-            st = p.spec.submitted_at + s.starvation_s
+        for not_before, _ in eng.backoff[:1]:
+            nxt = min(nxt, not_before)
+        for g in eng.groups.values():
+            st = g.members[0].spec.submitted_at + s.starvation_s
             if st >= t - EPS:
                 nxt = min(nxt, st + 1e-6)
-        for until in self.eng.cooldown.values():
+        for until in eng.cooldown.values():
             if until > t + EPS:
                 nxt = min(nxt, until)
-        for a in self.eng.admitted.values():
-            if not a.running and a.grace_until is None:
-                nxt = min(nxt, a.admitted_at + s.pods_ready_timeout_s)
+        for at in self.reserved_at.values():
+            nxt = min(nxt, at + s.pods_ready_timeout_s)
         return nxt
 
     def _apply(self, kind: int, name: str, token: int, t: float) -> None:
@@ -224,6 +225,7 @@ class Runner:
             if token != w.token or w.state != "reserved":
                 return
             eng.mark_running(name)
+            self.reserved_at.pop(name, None)
             w.state = "running"
             w.run_start = t
             self._schedule_finish(w, t)
@@ -318,23 +320,13 @@ class Runner:
         res = eng.cycle(t)
         self.changed = False
         for rel in res.released:
+            self.reserved_at.pop(rel.workload, None)
             w = self.ws[rel.workload]
             self._alloc_end(w, t)
             w.token += 1
             w.state = "pending"
             self._reason(w, t, rel.reason)
             self.push(rel.not_before, WAKE)
-        for pre in res.preempted:
-            w = self.ws[pre.workload]
-            self.preemption_count += 1
-            w.preemptions.append({"at": _num(t), "by": pre.by, "kind": str(pre.kind)})
-            w.last_code = ""
-            self._reason(w, t, pre.reason)
-            self._stop_progress(w, t)
-            w.token += 1
-            if w.state == "reserved":
-                w.state = "running"  # holding capacity until the grace ends
-            self.push(pre.grace_until, GRACE_END, pre.workload, w.token)
         for adm in res.admitted:
             w = self.ws[adm.workload]
             w.state = "reserved"
@@ -353,35 +345,25 @@ class Runner:
                 w.run_start = t
                 self._schedule_finish(w, t)
             else:
+                self.reserved_at[adm.workload] = t
                 self.push(t + delay, RUNNING, adm.workload, w.token)
+        for pre in res.preempted:
+            self.reserved_at.pop(pre.workload, None)
+            w = self.ws[pre.workload]
+            self.preemption_count += 1
+            w.preemptions.append({"at": _num(t), "by": pre.by, "kind": str(pre.kind)})
+            w.last_code = ""
+            self._reason(w, t, pre.reason)
+            self._stop_progress(w, t)
+            w.token += 1
+            if w.state == "reserved":
+                w.state = "running"  # holding capacity until the grace ends
+            self.push(pre.grace_until, GRACE_END, pre.workload, w.token)
         for name, reason in res.reasons.items():
             self._reason(self.ws[name], t, reason)
-        self.violating = self._violation(res.reasons)
+        self.violating = eng.violating()
         # Preemptions free nothing until their graces end, which are events of their own.
         self.changed = bool(res.admitted or res.released)
-
-    def _violation(self, reasons: Mapping[str, Reason]) -> bool:
-        """Some leaf below min has within-guarantee work that would fit if all borrowed
-        capacity were given back, and no reclaim is under way for it."""
-        eng = self.eng
-        tree = eng.tree
-        checked: set[int] = {eng.pending[n].leaf for n in eng.waiting if n in eng.pending}
-        for name, reason in reasons.items():
-            if reason.code == ReasonCode.WAITING_FOR_PREEMPTION:
-                continue
-            p = eng.pending.get(name)
-            if p is None or not p.flavors or p.leaf in checked:
-                continue
-            f = p.flavors[0]
-            d = p.demand[f]
-            if not d or not tree.within_guarantee(p.leaf, d):
-                continue
-            if not any(tree.u[p.leaf][k] < tree.mn[p.leaf][k] - EPS for k, _ in d):
-                continue
-            checked.add(p.leaf)
-            if eng.fits_if_borrowed_returned(name):
-                return True
-        return False
 
     # ---- output ------------------------------------------------------------------------
 
