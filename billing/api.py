@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
+from typing import Any
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
@@ -26,8 +27,8 @@ from billing.services.budgets import period_bounds
 from billing.services.invoices import invoice_as_csv, invoice_as_dict
 from quotas.models import Flavor
 
-MONEY = {"max_digits": 16, "decimal_places": 2}
-QTY = {"max_digits": 18, "decimal_places": 4}
+MONEY: dict[str, Any] = {"max_digits": 16, "decimal_places": 2}
+QTY: dict[str, Any] = {"max_digits": 18, "decimal_places": 4}
 
 
 def _require_admin(request) -> None:

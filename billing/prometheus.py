@@ -98,7 +98,7 @@ def _pod_of(labels: dict[str, str]) -> tuple[int | None, str]:
     return (parsed[0] if parsed else None), namespace
 
 
-def _per_workload(series: list[Series], scale: Decimal = Decimal(1)) -> dict[int, dict]:
+def _per_workload(series: list[Series], scale: Decimal = Decimal(1)) -> dict[str, Any]:
     out: dict[int, dict] = {}
     namespaces: dict[int, str] = {}
     for s in series:

@@ -309,7 +309,9 @@ def budget_banner(user, now: datetime | None = None) -> dict[str, str] | None:
         firings.extend(active_firings(cc, now))
     if not firings:
         return None
-    rank = {BudgetAction.BLOCK: 3, BudgetAction.LOWER_PRIORITY: 2, BudgetAction.NOTIFY: 1}
+    rank: dict[str, int] = {
+        BudgetAction.BLOCK: 3, BudgetAction.LOWER_PRIORITY: 2, BudgetAction.NOTIFY: 1,
+    }
     top = max(firings, key=lambda f: (rank[f.threshold.action], f.threshold.percent))
     level = "danger" if top.threshold.action == BudgetAction.BLOCK else "warning"
     return {"level": level, "message": top.message}

@@ -40,7 +40,9 @@ def reconciliation_run(*, day: date, now: datetime | None = None) -> Reconciliat
         count += 1
         if r.gap_minutes == 0:
             continue
-        kind = FindingKind.BILLED_WITHOUT_TELEMETRY if r.telemetry_minutes == 0 else FindingKind.GAP
+        kind: str = (
+            FindingKind.BILLED_WITHOUT_TELEMETRY if r.telemetry_minutes == 0 else FindingKind.GAP
+        )
         g = groups[(kind, r.workload_id)]
         g["minutes"] += r.gap_minutes
         g["gpu_hours"] += r.gap_gpu_hours

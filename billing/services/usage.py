@@ -7,6 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -239,7 +240,7 @@ def charges_post_hour(*, hour: datetime, now: datetime | None = None) -> PostRes
         return result
     rates = rate_versions()
     mapping, default_cc = team_cost_centers()
-    posted: dict[tuple[int, str, int], tuple[Decimal, Decimal, int]] = {}
+    posted: dict[tuple[int, str, int], tuple[Decimal, Decimal, int | None]] = {}
     rows = (
         LedgerEntry.objects.filter(usage_record__in=records)
         .values("usage_record_id", "kind", "rate_card_id")
@@ -280,7 +281,7 @@ def charges_post_hour(*, hour: datetime, now: datetime | None = None) -> PostRes
             old_q, old_a, last_id = posted.get(key, (Decimal(0), Decimal(0), None))
             if line is not None and line.quantity == old_q and line.amount == old_a:
                 continue
-            base = {
+            base: dict[str, Any] = {
                 "hour": hour, "cost_center_id": cc.pk, "team_id": record.team_id,
                 "team_name": record.team.name if record.team else "", "queue": record.queue,
                 "workload_id": record.workload_id, "workload_name": record.workload_name,
