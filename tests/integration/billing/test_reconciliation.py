@@ -25,3 +25,22 @@ def test_billed_without_telemetry_and_orphans(admit):
     assert "30 running minutes without samples" in run.findings.get(kind="no_telemetry").message
     again = reconciliation_run(day=H.date(), now=H + timedelta(days=1))
     assert again.pk == run.pk and ReconciliationFinding.objects.count() == 2
+
+
+def test_demo_seed_is_idempotent(db):
+    from billing.demo import seed
+    from billing.models import Budget, CostCenter, RateCard, TeamCostCenter
+    from quotas.models import Flavor, Team
+
+    for name in ("a100-80g", "cpu"):
+        Flavor.objects.create(name=name)
+    Team.objects.create(name="vision")
+    Team.objects.create(name="search")
+    seed()
+    counts = (CostCenter.objects.count(), RateCard.objects.count(), Budget.objects.count(),
+              TeamCostCenter.objects.count())
+    assert counts == (2, 3, 2, 2)
+    seed()
+    assert counts == (CostCenter.objects.count(), RateCard.objects.count(),
+                      Budget.objects.count(), TeamCostCenter.objects.count())
+    assert TeamCostCenter.objects.get(team__name="search").cost_center.charge_basis == "hybrid"
