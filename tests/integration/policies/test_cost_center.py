@@ -37,7 +37,7 @@ def test_over_budget_denies_new_work(org, billing_selectors, monkeypatch):
         return {"spent": spent["value"], "forecast": spent["value"] + Decimal(800)}
 
     monkeypatch.setattr(billing_selectors, "budget_forecast", forecast)
-    policy_create(user=org.admin, data=read_file(EXAMPLE).policies[0])
+    policy_create(user=org.admin, data={**read_file(EXAMPLE).policies[0], "mode": "enforce"})
     data = {"name": "sweep", "queue": "rd/team-a",
             "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 8}]}
     ctx = SubmissionContext(user=org.alice, queue=org.team_a, team=org.teams["team-a"],

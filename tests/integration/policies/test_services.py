@@ -64,25 +64,28 @@ def test_invalid_update_keeps_the_old_version(org):
     assert (policy.rule, policy.version) == ("request.gpus <= 16", 1)
 
 
-def test_sync_export_round_trip(org, tmp_path, capsys):
-    call_command("policies_sync", str(EXAMPLES), "--user", "root")
+def test_sync_export_round_trip(db, tmp_path, capsys):
+    call_command("seed_demo")
+    capsys.readouterr()
+    call_command("policies_sync", str(EXAMPLES), "--user", "admin")
     assert "5 created, 0 updated, 0 unchanged, 0 turned off" in capsys.readouterr().out
     call_command("policies_sync", str(EXAMPLES))
     assert "0 created, 0 updated, 5 unchanged" in capsys.readouterr().out
-    burst = Policy.objects.get(name="team-a-a100-burst")
-    assert (burst.kind, burst.key, burst.scope) == ("limit", "a100-80g/gpu", ["rd/team-a"])
-    assert burst.versions.get().author == org.admin
+    burst = Policy.objects.get(name="vision-a100-burst")
+    assert (burst.kind, burst.key, burst.scope, burst.mode) == (
+        "limit", "a100-80g/gpu", ["research/vision"], "audit")
+    assert burst.versions.get().author.username == "admin"
     call_command("policies_export", str(tmp_path / "out"))
     exported = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert exported == sorted(p.name for p in EXAMPLES.iterdir())
     text = (tmp_path / "out" / "h100-approved-projects.yaml").read_text()
     (tmp_path / "out" / "h100-approved-projects.yaml").write_text(
-        text.replace("mode: enforce", "mode: audit"))
-    call_command("policies_sync", str(tmp_path / "out"), "--comment", "back to audit")
+        text.replace("mode: audit", "mode: enforce"))
+    call_command("policies_sync", str(tmp_path / "out"), "--comment", "enforce after canary")
     assert "updated: h100-approved-projects" in capsys.readouterr().out
     h100 = Policy.objects.get(name="h100-approved-projects")
     assert (h100.mode, h100.version, h100.versions.first().comment) == (
-        "audit", 2, "back to audit")
+        "enforce", 2, "enforce after canary")
 
 
 def test_sync_is_all_or_nothing(org, tmp_path):

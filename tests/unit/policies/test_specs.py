@@ -14,7 +14,7 @@ def test_the_five_examples_are_valid_and_their_cases_pass(capsys):
     files = read_dir(EXAMPLES)
     assert sorted(p["name"] for f in files for p in f.policies) == [
         "h100-approved-projects", "labelling-east-only", "over-budget-no-new-work",
-        "serving-inference-high", "team-a-a100-burst"]
+        "serving-inference-high", "vision-a100-burst"]
     assert sorted({p["kind"] for f in files for p in f.policies}) == [
         "limit", "placement", "priority", "validate"]
     call_command("policies_test", str(EXAMPLES))
