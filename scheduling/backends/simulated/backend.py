@@ -24,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scheduling.backends.base import (
+    BackendError,
     DispatchRefused,
     EventType,
     FlavorMatch,
@@ -65,8 +66,6 @@ class SimulatedBackend:
         try:
             return Cluster.objects.get(name=self.name)
         except Cluster.DoesNotExist:
-            from scheduling.backends.base import BackendError
-
             raise BackendError(
                 f"simulated cluster {self.name} does not exist in the database", retryable=False
             ) from None
@@ -124,37 +123,45 @@ class SimulatedBackend:
                 )
             if len(existing) == len(ref.job_names):
                 return ref  # a retried dispatch: already created
-        # The refuse-next countdown must be committed even though we then raise.
-        refusal = self._consume_refusal(cluster)
-        if refusal is not None:
-            raise refusal
+        controls = self._refuse_or_controls(cluster)
         self._check_namespace(cluster, spec.namespace)
         self._check_spec(cluster, spec)
-        self._create_jobs(cluster, spec, existing)
+        self._create_jobs(cluster, spec, existing, may_fail=controls.get("fail_next", 0) > 0)
         return ref
 
-    def _consume_refusal(self, cluster: Any) -> DispatchRefused | None:
+    def _refuse_or_controls(self, cluster: Any) -> dict[str, Any]:
+        """Raise the refusal the cluster is set to give; else its controls (or {})."""
         from scheduling.backends.simulated.models import SimControl
 
         if (cluster.connection or {}).get("refuse"):
-            return DispatchRefused(
+            raise DispatchRefused(
                 RefusalReason.REFUSED, f"simulated cluster {self.name} refuses dispatches"
             )
-        with transaction.atomic():
-            control, _ = SimControl.objects.select_for_update().get_or_create(cluster=cluster)
-            if control.refuse:
-                return DispatchRefused(
-                    RefusalReason.REFUSED, f"simulated cluster {self.name} refuses dispatches"
-                )
-            if control.refuse_next:
-                control.refuse_next -= 1
-                control.save(update_fields=["refuse_next", "updated_at"])
-                return DispatchRefused(
-                    RefusalReason.REFUSED,
-                    f"simulated cluster {self.name} refused this dispatch (refuse-next; "
-                    f"{control.refuse_next} more to refuse)",
-                )
-        return None
+        # One plain read on the common path; a row lock only when a countdown must move.
+        controls: dict[str, Any] = dict(
+            SimControl.objects.filter(cluster=cluster)
+            .values("refuse", "refuse_next", "fail_next").first() or {}
+        )
+        if controls.get("refuse"):
+            raise DispatchRefused(
+                RefusalReason.REFUSED, f"simulated cluster {self.name} refuses dispatches"
+            )
+        if controls.get("refuse_next"):
+            refusal = None
+            # The countdown is committed here, before the refusal is raised.
+            with transaction.atomic():
+                control = SimControl.objects.select_for_update().get(cluster=cluster)
+                if control.refuse_next:
+                    control.refuse_next -= 1
+                    control.save(update_fields=["refuse_next", "updated_at"])
+                    refusal = DispatchRefused(
+                        RefusalReason.REFUSED,
+                        f"simulated cluster {self.name} refused this dispatch (refuse-next; "
+                        f"{control.refuse_next} more to refuse)",
+                    )
+            if refusal is not None:
+                raise refusal
+        return controls
 
     def _check_spec(self, cluster: Any, spec: WorkloadSpec) -> None:
         from scheduling.models import Node
@@ -191,15 +198,19 @@ class SimulatedBackend:
                 )
 
     @transaction.atomic
-    def _create_jobs(self, cluster: Any, spec: WorkloadSpec, existing: dict[str, Any]) -> None:
+    def _create_jobs(
+        self, cluster: Any, spec: WorkloadSpec, existing: dict[str, Any], *, may_fail: bool
+    ) -> None:
         from scheduling.backends.simulated.models import SimControl, SimJob
 
         connection = dict(cluster.connection or {})
-        control = SimControl.objects.select_for_update().get(cluster=cluster)
-        fail = control.fail_next > 0
-        if fail:
-            control.fail_next -= 1
-            control.save(update_fields=["fail_next", "updated_at"])
+        fail = False
+        if may_fail:
+            control = SimControl.objects.select_for_update().get(cluster=cluster)
+            fail = control.fail_next > 0
+            if fail:
+                control.fail_next -= 1
+                control.save(update_fields=["fail_next", "updated_at"])
         now = self.clock()
         fail_names = set(connection.get("fail") or [])
         rows = []
@@ -238,22 +249,20 @@ class SimulatedBackend:
         """Unsuspend: pods restart from the beginning, as a resumed Job's pods do."""
         from scheduling.backends.simulated.models import SimJob
 
-        with transaction.atomic():
-            jobs = list(SimJob.objects.select_for_update().filter(
-                cluster__name=self.name, namespace=ref.namespace, name__in=ref.job_names
-            ))
-            missing = sorted(set(ref.job_names) - {job.name for job in jobs})
+        jobs = SimJob.objects.filter(
+            cluster__name=self.name, namespace=ref.namespace, name__in=ref.job_names
+        )
+        started = jobs.filter(suspended=True).update(
+            suspended=False, started_at=self.clock(), suspended_at=None
+        )
+        if started < len(ref.job_names):  # some were running already, or are gone
+            missing = sorted(set(ref.job_names) - set(jobs.values_list("name", flat=True)))
             if missing:
                 raise DispatchRefused(
                     RefusalReason.JOB_GONE,
                     f"Jobs {missing} in namespace {ref.namespace} on simulated cluster "
                     f"{self.name} no longer exist",
                 )
-            now = self.clock()
-            for job in jobs:
-                if job.suspended:
-                    job.suspended, job.started_at, job.suspended_at = False, now, None
-                    job.save(update_fields=["suspended", "started_at", "suspended_at"])
 
     def fail_job(self, *, namespace: str, job_name: str) -> bool:
         """Make a running Job fail now (a pod crashes); False if there is no such Job."""

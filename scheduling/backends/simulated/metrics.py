@@ -182,11 +182,16 @@ def _value(sample: GpuSample, metric: str) -> str:
 
 def render_metrics(samples: list[GpuSample]) -> str:
     """The Prometheus text exposition (format 0.0.4) of the samples."""
+    labels = [
+        "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels()) + "}"
+        for sample in samples
+    ]
     lines: list[str] = []
     for metric, help_text in METRICS:
         lines.append(f"# HELP {metric} {help_text}")
         lines.append(f"# TYPE {metric} gauge")
-        for sample in samples:
-            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels())
-            lines.append(f"{metric}{{{labels}}} {_value(sample, metric)}")
+        lines.extend(
+            f"{metric}{text} {_value(sample, metric)}"
+            for sample, text in zip(samples, labels, strict=True)
+        )
     return "\n".join(lines) + "\n"

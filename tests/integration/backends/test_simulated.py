@@ -501,3 +501,12 @@ def test_watch_wakes_up_when_pods_change_state_by_the_clock(cluster):
     quiet = backend.watch_workloads(timeout_s=0.3, resource_version=running.resource_version)
     assert quiet.changed == frozenset()
     assert backend.watch_workloads(timeout_s=0, resource_version="not-a-time").expired
+
+
+def test_a_cluster_missing_from_the_database_is_a_clear_error():
+    from scheduling.backends import BackendError
+
+    backend = SimulatedBackend(name="gone")
+    with pytest.raises(BackendError, match="simulated cluster gone does not exist") as error:
+        backend.create_workload(make_spec())
+    assert not error.value.retryable
