@@ -80,4 +80,4 @@ def burndown_figure(series: dict[str, Any], currency: str) -> dict[str, Any]:
          "y": [series["amount"]] * 2, "line": {"dash": "dot", "color": "#b3261e"}},
         {"type": "scatter", "mode": "lines", "name": "forecast", "x": [last_x, end],
          "y": [last_y, series["forecast"]], "line": {"dash": "dash", "color": "#555"}},
-    ], f"Budget burn-down: {series['title']}", currency)
+    ], f"Burn-down: {series['title']}", currency)

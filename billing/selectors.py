@@ -99,6 +99,13 @@ def usage_summary(
         row["efficiency"] = (
             round_quantity(row["active_gpu_hours"] / metered) if metered > 0 else None
         )
+        # Sums come back as floats on SQLite: keep the stated rounding on every backend.
+        for name in ("reserved_gpu_hours", "frozen_gpu_hours", "active_gpu_hours",
+                     "gap_gpu_hours", "core_hours"):
+            row[name] = round_quantity(Decimal(row[name]))
+        row["cost"] = round_money(Decimal(row["cost"]))
+        if metered <= 0:
+            row["active_gpu_hours"] = None  # nothing metered: unknown, not zero
         row["currency"] = row["currency"] or default_currency()
         out.append({group_by: key, **row})
     return out
@@ -131,7 +138,7 @@ def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
     """
     now = now or timezone.now()
     entries = LedgerEntry.objects.filter(workload_id=workload.pk)
-    billed = entries.aggregate(t=Sum("amount"))["t"] or Decimal("0.00")
+    billed = round_money(Decimal(entries.aggregate(t=Sum("amount"))["t"] or 0))
     currency = entries.values_list("currency", flat=True).first() or default_currency()
     records = UsageRecord.objects.filter(workload_id=workload.pk)
     agg = records.values("phase").annotate(
@@ -196,11 +203,13 @@ def team_month_to_date(team, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start, end = period_bounds("monthly", now)
     entries = LedgerEntry.objects.filter(team=team, hour__gte=start, hour__lt=end)
-    spent = entries.aggregate(t=Sum("amount"))["t"] or Decimal("0.00")
-    frozen = entries.filter(kind__in=["gpu_frozen", "cpu_frozen", "memory_frozen"]).aggregate(
-        t=Sum("amount"))["t"] or Decimal("0.00")
+    spent = round_money(Decimal(entries.aggregate(t=Sum("amount"))["t"] or 0))
+    frozen = round_money(Decimal(entries.filter(
+        kind__in=["gpu_frozen", "cpu_frozen", "memory_frozen"]).aggregate(
+        t=Sum("amount"))["t"] or 0))
     records = UsageRecord.objects.filter(team=team, hour__gte=start, hour__lt=end)
-    gpu = records.filter(phase="running").aggregate(t=Sum("gpu_hours"))["t"] or ZERO
+    gpu = round_quantity(Decimal(
+        records.filter(phase="running").aggregate(t=Sum("gpu_hours"))["t"] or 0))
     cc = cost_center_of(team)
     budget = Budget.objects.filter(cost_center=cc, active=True).first() if cc else None
     return {
@@ -245,7 +254,8 @@ def budget_forecast(budget: Budget, now: datetime | None = None) -> dict[str, An
     day_ago = max(hour_floor(now) - timedelta(hours=24), start)
     recent = LedgerEntry.objects.filter(
         cost_center=budget.cost_center_id, hour__gte=day_ago
-    ).exclude(workload_id__in=running_ids).aggregate(t=Sum("amount"))["t"] or Decimal(0)
+    ).exclude(workload_id__in=running_ids).aggregate(t=Sum("amount"))["t"]
+    recent = Decimal(recent or 0)
     span = exact_hours(hour_floor(now) - day_ago)
     run_rate = recent / span if span > 0 else Decimal(0)
     forecast = round_money(spent + committed + run_rate * hours_left)
@@ -365,20 +375,24 @@ def idle_capacity_cost(*, start: datetime, end: datetime, now: datetime | None =
     from scheduling.models import Node
 
     now = now or timezone.now()
-    hours = exact_hours(min(end, now) - start) if min(end, now) > start else Decimal(0)
-    installed = Node.objects.filter(gpus__gt=0, cluster__enabled=True).values(
-        "flavor__name").annotate(g=Sum("gpus"))
+    # Each cluster counts from when it joined the fleet (today's nodes; no node history).
+    inst_hours: dict[str, Decimal] = defaultdict(Decimal)
+    rows = Node.objects.filter(gpus__gt=0, cluster__enabled=True).values(
+        "flavor__name", "cluster__created_at").annotate(g=Sum("gpus"))
+    for row in rows:
+        since = max(start, row["cluster__created_at"])
+        span = exact_hours(min(end, now) - since) if min(end, now) > since else Decimal(0)
+        inst_hours[row["flavor__name"]] += Decimal(row["g"]) * span
     allocated = dict(UsageRecord.objects.filter(hour__gte=start, hour__lt=end).values(
         "flavor").annotate(g=Sum("gpu_hours")).values_list("flavor", "g"))
     out = []
-    for row in installed.order_by("flavor__name"):
-        flavor = row["flavor__name"]
-        inst = Decimal(row["g"]) * hours
-        idle = max(inst - (allocated.get(flavor) or 0), Decimal(0))
+    for flavor in sorted(inst_hours):
+        inst = inst_hours[flavor]
+        idle = max(inst - Decimal(allocated.get(flavor) or 0), Decimal(0))
         card = RateCard.objects.filter(flavor__name=flavor, resource="gpu",
                                        effective_from__lte=now).order_by("-effective_from").first()
         out.append({"flavor": flavor, "installed_gpu_hours": round_quantity(inst),
-                    "allocated_gpu_hours": allocated.get(flavor) or ZERO,
+                    "allocated_gpu_hours": round_quantity(Decimal(allocated.get(flavor) or 0)),
                     "idle_gpu_hours": round_quantity(idle),
                     "idle_cost": round_money(idle * card.rate) if card else None,
                     "currency": card.currency if card else default_currency()})

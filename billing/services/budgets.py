@@ -51,7 +51,7 @@ def spent_in(cost_center_id: int, start: datetime, end: datetime) -> Decimal:
     total = LedgerEntry.objects.filter(
         cost_center_id=cost_center_id, hour__gte=start, hour__lt=end
     ).aggregate(t=Sum("amount"))["t"]
-    return total or Decimal("0.00")
+    return round_money(Decimal(total or 0))
 
 
 def _percent(spent: Decimal, amount: Decimal) -> Decimal:
