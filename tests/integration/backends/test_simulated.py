@@ -510,3 +510,15 @@ def test_a_cluster_missing_from_the_database_is_a_clear_error():
     with pytest.raises(BackendError, match="simulated cluster gone does not exist") as error:
         backend.create_workload(make_spec())
     assert not error.value.retryable
+
+
+def test_admin_lists_simulated_jobs_with_their_pods_now(cluster, client):
+    from tests.factories import AdminFactory
+
+    backend = SimulatedBackend(name=cluster.name)
+    backend.start_workload(backend.create_workload(make_spec(duration_s=None)))
+    client.force_login(AdminFactory())
+    response = client.get(reverse("admin:simulated_simjob_changelist"))
+    assert response.status_code == 200
+    assert "allot-w7-0" in response.content.decode()
+    assert "0 pending, 2 running, 0 succeeded" in response.content.decode()
