@@ -111,5 +111,7 @@ def quotas_export(fmt: str, *, kueue_version: str = "v1beta2") -> str:
     elif fmt == "volcano":
         docs = volcano.write(tree)
     else:
-        docs = koordinator.write(tree)
+        from quotas.selectors import fleet_capacity
+
+        docs = koordinator.write(tree, fleet_capacity())
     return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)

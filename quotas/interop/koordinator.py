@@ -5,6 +5,12 @@ The tree is in labels: `quota.scheduling.koordinator.sh/parent` names the parent
 `spec.min` -> min, `spec.max` -> max. Koordinator lends a quota's unused min as a whole
 (`allow-lent-resource`); Allot's finer `lendable` travels in the `allot.io/lendable`
 annotation. A leaf quota lives in the leaf's namespace; inner quotas in `default`.
+
+Koordinator's webhook wants every min resource in max, and a parent's and its children's max
+to name the same resources, so the exporter writes max for every quota-accounted key: the
+queue's own max, else the inherited one, else (unlimited) the larger of the fleet's installed
+capacity and the largest number in the tree. Those filled-in keys are listed in the
+`allot.io/max-defaulted` annotation, so an import restores "not set".
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from quotas.interop.common import (
     export_name,
     quantity_map,
 )
-from quotas.tree_rules import QuotaSpec
+from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
 
 API = "scheduling.sigs.k8s.io/v1alpha1"
 LABEL_PARENT = "quota.scheduling.koordinator.sh/parent"
@@ -31,6 +37,7 @@ LABEL_ALLOW_LENT = "quota.scheduling.koordinator.sh/allow-lent-resource"
 ROOT = "koordinator-root-quota"
 SYSTEM_QUOTAS = {ROOT, "koordinator-system-quota", "koordinator-default-quota"}
 INNER_NAMESPACE = "default"
+ANNOTATION_MAX_DEFAULTED = "allot.io/max-defaulted"
 
 
 def read(objs: list[Obj], default_flavor: str | None) -> tuple[list[Node], list[str]]:
@@ -53,11 +60,16 @@ def read(objs: list[Obj], default_flavor: str | None) -> tuple[list[Node], list[
         qmin = obj.resource_list("spec.min", default_flavor)
         qmax = obj.resource_list("spec.max", default_flavor)
         lendable = obj.lendable_annotation(default_flavor)
-        quota = {
-            key: QuotaSpec(min=qmin.get(key, Decimal(0)), max=qmax.get(key),
-                           lendable=lendable.get(key))
-            for key in sorted(set(qmin) | set(qmax) | set(lendable))
-        }
+        defaulted = _defaulted(obj, default_flavor)
+        quota = {}
+        for key in sorted(set(qmin) | set(qmax) | set(lendable)):
+            if key in defaulted and key not in qmin and key not in lendable:
+                continue  # filled in by the exporter only: not set on this queue
+            quota[key] = QuotaSpec(
+                min=qmin.get(key, Decimal(0)),
+                max=None if key in defaulted else qmax.get(key),
+                lendable=lendable.get(key),
+            )
         node = Node(obj=obj, name=obj.name, parent=None if parent in (None, "", ROOT) else parent,
                     quota=quota, strategy=obj.strategy(), description=obj.description())
         ns = obj.get("metadata.namespace", str, "")
@@ -74,8 +86,28 @@ def read(objs: list[Obj], default_flavor: str | None) -> tuple[list[Node], list[
     return nodes, warnings
 
 
-def write(tree: list[ExportQueue]) -> list[dict[str, Any]]:
-    """ElasticQuotas for the stored tree."""
+def _defaulted(obj: Obj, default_flavor: str | None) -> set[tuple[str, str]]:
+    raw = obj.annotations().get(ANNOTATION_MAX_DEFAULTED, "")
+    path = f"metadata.annotations[{ANNOTATION_MAX_DEFAULTED}]"
+    if not isinstance(raw, str):
+        obj.fail(path, "must be a comma-separated list of resource names")
+    return {obj.resource_key(path, name.strip(), default_flavor)
+            for name in raw.split(",") if name.strip()}
+
+
+def write(
+    tree: list[ExportQueue], fleet: dict[tuple[str, str], Decimal] | None = None
+) -> list[dict[str, Any]]:
+    """ElasticQuotas for the stored tree (`fleet`: installed capacity per key)."""
+    report = validate_tree([QueueSpec(q.path, q.parent, q.quota) for q in tree])
+    ceiling: dict[tuple[str, str], Decimal] = {}
+    for key in report.accounted:
+        numbers = [Decimal((fleet or {}).get(key, 0))]
+        for res in report.resolved.values():
+            numbers.append(Decimal(res[key].min))
+            if res[key].max is not None:
+                numbers.append(Decimal(res[key].max))
+        ceiling[key] = max(numbers)
     docs = []
     for q in tree:
         is_parent = bool(q.children)
@@ -97,7 +129,20 @@ def write(tree: list[ExportQueue]) -> list[dict[str, Any]]:
         if notes:
             meta["annotations"] = notes
         spec: dict[str, Any] = {}
-        qmax = {k: Decimal(s.max) for k, s in q.quota.items() if s.max is not None}
+        qmax: dict[tuple[str, str], Decimal] = {}
+        defaulted = []
+        for key in sorted(report.accounted):
+            own = q.quota.get(key)
+            if own is not None and own.max is not None:
+                qmax[key] = Decimal(own.max)
+                continue
+            inherited = report.resolved[q.path][key].max
+            qmax[key] = ceiling[key] if inherited is None else Decimal(inherited)
+            defaulted.append(key)
+        if defaulted:
+            meta.setdefault("annotations", {})[ANNOTATION_MAX_DEFAULTED] = ",".join(
+                quantity_map({k: Decimal(0) for k in defaulted})
+            )
         qmin = {k: Decimal(s.min or 0) for k, s in q.quota.items()}
         if qmax:
             spec["max"] = quantity_map(qmax)

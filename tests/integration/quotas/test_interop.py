@@ -278,6 +278,15 @@ def test_koordinator_import_mapping_and_round_trip():
     labels = nlp["metadata"]["labels"]
     assert labels["quota.scheduling.koordinator.sh/parent"] == "research"
     assert labels["quota.scheduling.koordinator.sh/is-parent"] == "true"
+    # Koordinator's webhook: min resources appear in max, and every quota names the same max
+    # resources as its parent (filled-in ones are listed so an import restores "not set").
+    key_sets = {tuple(sorted(d["spec"]["max"])) for d in docs}
+    assert len(key_sets) == 1
+    for d in docs:
+        assert set(d["spec"].get("min", {})) <= set(d["spec"]["max"])
+    assert nlp["metadata"]["annotations"]["allot.io/max-defaulted"] == (
+        "a100-80g.allot.io/cpu,a100-80g.allot.io/gpu,a100-80g.allot.io/memory")
+    assert nlp["spec"]["max"]["a100-80g.allot.io/gpu"] == "40"  # inherited from research
     leaf = next(d for d in docs if d["metadata"]["name"] == "research.nlp.x")
     assert leaf["metadata"]["annotations"]["allot.io/lendable"] == '{"a100-80g.allot.io/gpu": "2"}'
     wipe()

@@ -3,11 +3,13 @@
 from decimal import Decimal
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quotas import selectors
 from quotas.interop import quotas_export, quotas_import
+from quotas.interop.quantities import parse_quantity
 from quotas.models import Queue, QuotaEntry
 from quotas.services import QueueDef, tree_replace
 from quotas.tree_rules import QuotaSpec, Resolved, validate_tree
@@ -94,6 +96,30 @@ def resolved():
     }
 
 
+def check_accepted(fmt, docs):
+    """The checks the target system's admission webhook makes on these objects."""
+    if fmt == "koordinator":
+        assert len({tuple(sorted(d["spec"].get("max", {}))) for d in docs}) <= 1
+        for d in docs:
+            for name, value in d["spec"].get("min", {}).items():
+                assert parse_quantity(value) <= parse_quantity(d["spec"]["max"][name])
+    if fmt == "kueue":
+        for d in docs:
+            if d["kind"] not in ("ClusterQueue", "Cohort"):
+                continue
+            has_parent = any(d["spec"].get(f) for f in ("cohort", "cohortName", "parentName"))
+            for group in d["spec"].get("resourceGroups", []):
+                for flavor in group["flavors"]:
+                    names = [r["name"] for r in flavor["resources"]]
+                    assert names == group["coveredResources"]
+                    for r in flavor["resources"]:
+                        if "borrowingLimit" in r or "lendingLimit" in r:
+                            assert has_parent
+                        if d["kind"] == "ClusterQueue" and "lendingLimit" in r:
+                            assert (parse_quantity(r["lendingLimit"])
+                                    <= parse_quantity(r["nominalQuota"]))
+
+
 def wipe():
     QuotaEntry.objects.all().delete()
     for q in Queue.objects.order_by("-depth"):
@@ -111,6 +137,7 @@ def test_round_trips(defs):
     original, original_resolved = stored(), resolved()
     for fmt in ("volcano", "koordinator", "kueue"):
         text = quotas_export(fmt)
+        check_accepted(fmt, list(yaml.safe_load_all(text)))
         wipe()
         quotas_import([(f"{fmt}.yaml", text)])
         if fmt == "kueue":
