@@ -292,8 +292,23 @@ def policy_cycle_adjuster(ctx: Any) -> None:
         specs, now=ctx.now, queue_paths=ctx.queue_paths, clusters=ctx.clusters,
         pending=ctx.pending, quota_max=ctx.quota_max,
     )
+    by_name = {s.name: s for s in specs}
+    unaccounted: set[tuple[str, str]] = set()
     for (path, key), (value, policy) in out.caps.items():
+        if (path, key) not in ctx.quota_max:
+            # No queue of the tree sets this key: the engine has no max to lower.
+            unaccounted.add((policy, path))
+            out.findings.append(Finding(
+                by_name[policy], "error", "POLICY_ERROR",
+                f"policy {policy} caps {key}, which no queue of the tree sets (not "
+                "quota-accounted): set it on a queue, or cap another key", by_name[policy].rule))
+            out.subjects.append(path)
+            continue
         ctx.lower_max(path, key, value, policy=policy)
+    if unaccounted:
+        kept = [(f, s) for f, s in zip(out.findings, out.subjects, strict=True)
+                if not (f.outcome == "capped" and (f.policy.name, s) in unaccounted)]
+        out.findings, out.subjects = [f for f, _ in kept], [s for _, s in kept]
     for workload_id, (allowed, reason) in out.placements.items():
         ctx.restrict_clusters(workload_id, allowed, reason=reason)
     items = []

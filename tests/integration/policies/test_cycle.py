@@ -154,3 +154,13 @@ def test_engine_places_labelling_work_in_the_east(org):
     snapshot, _ = cycle.build_snapshot(NOW)
     result = engine.schedule(snapshot)
     assert [(a.workload, a.cluster) for a in result.admitted] == [(str(labelling.pk), "sh-1")]
+
+
+def test_limit_on_a_key_no_queue_sets_is_reported(org):
+    policy_create(user=org.admin, data={**BURST, "key": "h100-80g/gpu"})
+    ctx = context(org)
+    hooks.policy_cycle_adjuster(ctx)
+    assert ("rd/team-a", "h100-80g/gpu") not in ctx.quota_max
+    violation = PolicyViolation.objects.get()
+    assert violation.outcome == "error"
+    assert "caps h100-80g/gpu, which no queue of the tree sets" in violation.message
