@@ -113,3 +113,15 @@ def test_delete(admin_client, org):
     policy_create(user=org.admin, data=CAP)
     assert admin_client.post("/policies/gpu-cap/delete/").status_code == 302
     assert not Policy.objects.exists()
+
+
+def test_new_and_edit_pages_render_with_htmx_hooks(admin_client, org):
+    html = admin_client.get("/policies/new/").content.decode()
+    assert 'hx-post="/policies/validate/"' in html and 'hx-post="/policies/try/"' in html
+    assert "Try it on a sample request" in html and 'name="rule"' in html
+    policy_create(user=org.admin, data=CAP)
+    html = admin_client.get("/policies/gpu-cap/").content.decode()
+    assert 'hx-post="/policies/gpu-cap/try/"' in html
+    assert 'hx-post="/policies/gpu-cap/replay/"' in html
+    assert "What would this have denied in the last 7 days?" in html
+    assert "request.gpus &lt;= 16" in html and "v1 ·" in html
