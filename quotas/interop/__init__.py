@@ -19,6 +19,7 @@ from quotas.interop import koordinator, kueue, volcano
 from quotas.interop.common import Node, Obj, build_tree, export_tree
 from quotas.interop.loader import load_documents
 from quotas.models import Flavor
+from quotas.selectors import fleet_capacity
 from quotas.services import FlavorDef, TreeReplaceResult, tree_replace
 
 FORMATS = ("kueue", "volcano", "koordinator")
@@ -109,9 +110,7 @@ def quotas_export(fmt: str, *, kueue_version: str = "v1beta2") -> str:
     if fmt == "kueue":
         docs = kueue.write(tree, list(Flavor.objects.order_by("name")), version=kueue_version)
     elif fmt == "volcano":
-        docs = volcano.write(tree)
+        docs = volcano.write(tree, fleet_capacity())
     else:
-        from quotas.selectors import fleet_capacity
-
         docs = koordinator.write(tree, fleet_capacity())
     return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)

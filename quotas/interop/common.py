@@ -20,6 +20,7 @@ ANNOTATION_STRATEGY = "allot.io/strategy"
 ANNOTATION_DESCRIPTION = "allot.io/description"
 ANNOTATION_LENDABLE = "allot.io/lendable"
 ANNOTATION_GPU_MEMORY = "allot.io/gpu-memory-gib"
+ANNOTATION_MAX_DEFAULTED = "allot.io/max-defaulted"
 FLAVOR_DOMAIN = "allot.io"
 STANDARD_RESOURCES = {"nvidia.com/gpu": "gpu", "amd.com/gpu": "gpu", "cpu": "cpu",
                       "memory": "memory"}
@@ -121,6 +122,15 @@ class Obj:
             key = self.resource_key(path, name, default_flavor)
             out[key] = self.amount(f"{path}[{name}]", key[1], value)
         return out
+
+    def max_defaulted(self, default_flavor: str | None) -> set[Key]:
+        """Keys whose max the exporter filled in (the queue does not set it)."""
+        raw = self.annotations().get(ANNOTATION_MAX_DEFAULTED, "")
+        path = f"metadata.annotations[{ANNOTATION_MAX_DEFAULTED}]"
+        if not isinstance(raw, str):
+            self.fail(path, "must be a comma-separated list of resource names")
+        return {self.resource_key(path, name.strip(), default_flavor)
+                for name in raw.split(",") if name.strip()}
 
     def strategy(self) -> str:
         value = self.annotations().get(ANNOTATION_STRATEGY, "")
@@ -277,3 +287,44 @@ def export_tree() -> list[ExportQueue]:
             children=sorted(children.get(q.path, [])),
         ))
     return out
+
+
+def filled_max(
+    tree: list[ExportQueue], fleet: Mapping[Key, Decimal] | None
+) -> dict[str, tuple[dict[Key, Decimal], list[Key]]]:
+    """Per queue, a max for every quota-accounted key and the keys that were filled in.
+
+    Volcano and Koordinator treat a resource missing from max (capability) as zero, so
+    exporters write every key: the queue's own max, else the inherited one, else (unlimited)
+    the larger of the fleet's installed capacity and the largest number in the tree.
+    """
+    from quotas.tree_rules import QueueSpec, validate_tree
+
+    report = validate_tree([QueueSpec(q.path, q.parent, q.quota) for q in tree])
+    ceiling: dict[Key, Decimal] = {}
+    for key in report.accounted:
+        numbers = [Decimal((fleet or {}).get(key, 0))]
+        for res in report.resolved.values():
+            numbers.append(Decimal(res[key].min))
+            if res[key].max is not None:
+                numbers.append(Decimal(res[key].max))
+        ceiling[key] = max(numbers)
+    out: dict[str, tuple[dict[Key, Decimal], list[Key]]] = {}
+    for q in tree:
+        values: dict[Key, Decimal] = {}
+        filled: list[Key] = []
+        for key in sorted(report.accounted):
+            own = q.quota.get(key)
+            if own is not None and own.max is not None:
+                values[key] = Decimal(own.max)
+                continue
+            inherited = report.resolved[q.path][key].max
+            values[key] = ceiling[key] if inherited is None else Decimal(inherited)
+            filled.append(key)
+        out[q.path] = (values, filled)
+    return out
+
+
+def max_defaulted_annotation(filled: list[Key]) -> str:
+    """The `allot.io/max-defaulted` value: the filled-in keys' resource names."""
+    return ",".join(quantity_map({k: Decimal(0) for k in filled}))

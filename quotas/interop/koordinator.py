@@ -21,14 +21,17 @@ from typing import Any
 
 from quotas.interop.common import (
     ANNOTATION_LENDABLE,
+    ANNOTATION_MAX_DEFAULTED,
     ExportQueue,
     Node,
     Obj,
     annotations_for,
     export_name,
+    filled_max,
+    max_defaulted_annotation,
     quantity_map,
 )
-from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
+from quotas.tree_rules import QuotaSpec
 
 API = "scheduling.sigs.k8s.io/v1alpha1"
 LABEL_PARENT = "quota.scheduling.koordinator.sh/parent"
@@ -37,7 +40,6 @@ LABEL_ALLOW_LENT = "quota.scheduling.koordinator.sh/allow-lent-resource"
 ROOT = "koordinator-root-quota"
 SYSTEM_QUOTAS = {ROOT, "koordinator-system-quota", "koordinator-default-quota"}
 INNER_NAMESPACE = "default"
-ANNOTATION_MAX_DEFAULTED = "allot.io/max-defaulted"
 
 
 def read(objs: list[Obj], default_flavor: str | None) -> tuple[list[Node], list[str]]:
@@ -60,7 +62,7 @@ def read(objs: list[Obj], default_flavor: str | None) -> tuple[list[Node], list[
         qmin = obj.resource_list("spec.min", default_flavor)
         qmax = obj.resource_list("spec.max", default_flavor)
         lendable = obj.lendable_annotation(default_flavor)
-        defaulted = _defaulted(obj, default_flavor)
+        defaulted = obj.max_defaulted(default_flavor)
         quota = {}
         for key in sorted(set(qmin) | set(qmax) | set(lendable)):
             if key in defaulted and key not in qmin and key not in lendable:
@@ -86,28 +88,11 @@ def read(objs: list[Obj], default_flavor: str | None) -> tuple[list[Node], list[
     return nodes, warnings
 
 
-def _defaulted(obj: Obj, default_flavor: str | None) -> set[tuple[str, str]]:
-    raw = obj.annotations().get(ANNOTATION_MAX_DEFAULTED, "")
-    path = f"metadata.annotations[{ANNOTATION_MAX_DEFAULTED}]"
-    if not isinstance(raw, str):
-        obj.fail(path, "must be a comma-separated list of resource names")
-    return {obj.resource_key(path, name.strip(), default_flavor)
-            for name in raw.split(",") if name.strip()}
-
-
 def write(
     tree: list[ExportQueue], fleet: dict[tuple[str, str], Decimal] | None = None
 ) -> list[dict[str, Any]]:
     """ElasticQuotas for the stored tree (`fleet`: installed capacity per key)."""
-    report = validate_tree([QueueSpec(q.path, q.parent, q.quota) for q in tree])
-    ceiling: dict[tuple[str, str], Decimal] = {}
-    for key in report.accounted:
-        numbers = [Decimal((fleet or {}).get(key, 0))]
-        for res in report.resolved.values():
-            numbers.append(Decimal(res[key].min))
-            if res[key].max is not None:
-                numbers.append(Decimal(res[key].max))
-        ceiling[key] = max(numbers)
+    maxes = filled_max(tree, fleet)
     docs = []
     for q in tree:
         is_parent = bool(q.children)
@@ -129,19 +114,10 @@ def write(
         if notes:
             meta["annotations"] = notes
         spec: dict[str, Any] = {}
-        qmax: dict[tuple[str, str], Decimal] = {}
-        defaulted = []
-        for key in sorted(report.accounted):
-            own = q.quota.get(key)
-            if own is not None and own.max is not None:
-                qmax[key] = Decimal(own.max)
-                continue
-            inherited = report.resolved[q.path][key].max
-            qmax[key] = ceiling[key] if inherited is None else Decimal(inherited)
-            defaulted.append(key)
+        qmax, defaulted = maxes[q.path]
         if defaulted:
-            meta.setdefault("annotations", {})[ANNOTATION_MAX_DEFAULTED] = ",".join(
-                quantity_map({k: Decimal(0) for k in defaulted})
+            meta.setdefault("annotations", {})[ANNOTATION_MAX_DEFAULTED] = (
+                max_defaulted_annotation(defaulted)
             )
         qmin = {k: Decimal(s.min or 0) for k, s in q.quota.items()}
         if qmax:

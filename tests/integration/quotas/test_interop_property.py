@@ -103,6 +103,16 @@ def check_accepted(fmt, docs):
         for d in docs:
             for name, value in d["spec"].get("min", {}).items():
                 assert parse_quantity(value) <= parse_quantity(d["spec"]["max"][name])
+    if fmt == "volcano":
+        for d in docs:
+            cap = d["spec"].get("capability", {})
+            deserved = d["spec"].get("deserved", {})
+            guarantee = d["spec"].get("guarantee", {}).get("resource", {})
+            for name, value in [*deserved.items(), *guarantee.items()]:
+                if cap:  # Volcano: a missing capability dimension counts as zero
+                    assert parse_quantity(value) <= parse_quantity(cap[name])
+            for name, value in guarantee.items():
+                assert parse_quantity(value) <= parse_quantity(deserved[name])
     if fmt == "kueue":
         for d in docs:
             if d["kind"] not in ("ClusterQueue", "Cohort"):
