@@ -306,8 +306,9 @@ def filled_max(
         numbers = [Decimal((fleet or {}).get(key, 0))]
         for res in report.resolved.values():
             numbers.append(Decimal(res[key].min))
-            if res[key].max is not None:
-                numbers.append(Decimal(res[key].max))
+            top = res[key].max
+            if top is not None:
+                numbers.append(Decimal(top))
         ceiling[key] = max(numbers)
     out: dict[str, tuple[dict[Key, Decimal], list[Key]]] = {}
     for q in tree:
