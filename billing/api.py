@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
 
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -249,3 +249,28 @@ class RateListView(APIView):
         data.is_valid(raise_exception=True)
         card = rate_card_create(**data.validated_data, user=request.user)
         return Response(RateOut(card).data, status=status.HTTP_201_CREATED)
+
+
+class WorkloadCostOut(serializers.Serializer):
+    workload = serializers.IntegerField()
+    so_far = serializers.DecimalField(**MONEY)
+    billed = serializers.DecimalField(**MONEY)
+    unbilled = serializers.DecimalField(**MONEY)
+    estimate_total = serializers.DecimalField(**MONEY)
+    currency = serializers.CharField()
+    reserved_gpu_hours = serializers.DecimalField(**QTY)
+    frozen_gpu_hours = serializers.DecimalField(**QTY)
+    active_gpu_hours = serializers.DecimalField(**QTY, allow_null=True)
+    efficiency = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True)
+
+
+class WorkloadCostView(APIView):
+    """A workload's cost so far, its estimated total, and why (GPU-hours, frozen, efficiency)."""
+
+    @extend_schema(responses=WorkloadCostOut)
+    def get(self, request, pk: int):
+        workload = selectors.visible_workload(request.user, pk)
+        if workload is None:
+            raise Http404("not found")
+        cost = selectors.workload_cost(workload)
+        return Response(WorkloadCostOut({"workload": workload.pk, **cost}).data)

@@ -434,3 +434,25 @@ def rate_cards() -> QuerySet:
     """Every rate card version, newest first per flavor and resource."""
     return RateCard.objects.select_related("flavor").order_by(
         "flavor__name", "resource", "-version")
+
+
+def visible_workload(user, workload_id: int):
+    """The workload if the user may see its costs (admins, its owner, its team's members)."""
+    from scheduling.models import Workload
+
+    workload = Workload.objects.select_related("queue", "team", "owner").filter(
+        pk=workload_id).first()
+    if workload is None:
+        return None
+    team_ids = visible_team_ids(user)
+    if team_ids is None or workload.owner_id == user.pk or workload.team_id in team_ids:
+        return workload
+    return None
+
+
+def workload_charges(workload) -> dict[str, Any]:
+    """Hour by hour: what the workload held (usage records) and what was charged (ledger)."""
+    records = list(UsageRecord.objects.filter(workload_id=workload.pk).order_by(
+        "hour", "phase", "admission_id"))
+    entries = list(LedgerEntry.objects.filter(workload_id=workload.pk).order_by("seq"))
+    return {"records": records, "entries": entries}

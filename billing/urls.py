@@ -12,4 +12,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
          name="billing-invoice-download"),
     path("billing/reconciliation/", views.reconciliation, name="billing-reconciliation"),
     path("billing/rates/", views.rates, name="billing-rates"),
+    path("billing/workloads/<int:workload_id>/", views.workload_costs,
+         name="billing-workload"),
 ]

@@ -120,3 +120,15 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
 def rates(request: HttpRequest) -> HttpResponse:
     """Every rate card version."""
     return render(request, "billing/rates.html", {"cards": selectors.rate_cards()})
+
+
+@login_required
+def workload_costs(request: HttpRequest, workload_id: int) -> HttpResponse:
+    """Why a workload cost what it did: its hours, phases, telemetry and ledger lines."""
+    workload = selectors.visible_workload(request.user, workload_id)
+    if workload is None:
+        raise Http404("not found")
+    return render(request, "billing/workload_costs.html", {
+        "workload": workload, "cost": selectors.workload_cost(workload),
+        **selectors.workload_charges(workload),
+    })

@@ -155,7 +155,8 @@ def test_pages_render_with_numbers_and_permissions(client, world, billed):
     dl = client.get(reverse("billing-invoice-download", args=[invoice.pk, "json"]))
     assert json.loads(dl.content)["total"] == "18.80"
     assert client.get(reverse("billing-reconciliation")).status_code == 200
-    assert "v2" not in client.get(reverse("billing-rates")).content.decode()
+    rates = client.get(reverse("billing-rates")).content.decode()
+    assert "2.5000 EUR/GPU-hour" in rates and "1.0000 EUR/GPU-hour" in rates
 
 
 def test_workload_cost_and_team_month_to_date(world, billed, admit):
@@ -184,3 +185,25 @@ def test_banner_for_blocked_team(world, billed):
     else:
         assert banner["level"] == "danger" and "100% threshold" in banner["message"]
     assert selectors.budget_banner(billed["bob"]) is None
+
+
+def test_workload_cost_page_and_api_for_its_team_only(client, world, billed):
+    from scheduling.models import Workload
+
+    mine = Workload.objects.filter(team=world["team"]).first()
+    theirs = Workload.objects.filter(team=billed["nlp"]).first()
+    Workload.objects.filter(team=billed["nlp"]).update(owner=billed["bob"])
+    resp = api(world["user"]).get(f"/api/v1/usage/workloads/{mine.pk}")
+    assert resp.status_code == 200
+    body = resp.json()
+    # one of the two "v" workloads: 0.8 frozen GPU-h @1.00 + 7.2 running @2.50
+    assert (body["so_far"], body["frozen_gpu_hours"], body["reserved_gpu_hours"]) == (
+        "18.80", "0.8000", "7.2000")
+    assert body["efficiency"] is None and body["active_gpu_hours"] is None
+    assert api(world["user"]).get(f"/api/v1/usage/workloads/{theirs.pk}").status_code == 404
+    client.force_login(world["user"])
+    page = client.get(reverse("billing-workload", args=[mine.pk]))
+    text = page.content.decode()
+    assert page.status_code == 200 and "18.80 EUR" in text and "no telemetry" in text
+    assert "GPU-hours frozen" in text
+    assert client.get(reverse("billing-workload", args=[theirs.pk])).status_code == 404
