@@ -15,7 +15,7 @@ from django.db.models import Q
 from portal.pages.access import Scope
 from quotas.selectors import queue_rows
 from scheduling.models import ACTIVE_STATES, Admission, Cluster, Node, Workload, WorkloadState
-from scheduling.selectors import fleet_usage, queue_usage
+from scheduling.selectors import fleet_usage
 
 ZERO = Decimal(0)
 
@@ -36,8 +36,10 @@ def _bar(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def dashboard_queues(*, user: Any, scope: Scope) -> list[dict[str, Any]]:
-    """Leaf queues the user may submit to, with per-GPU-model used/min/max and a bar."""
-    usage = queue_usage()
+    """Leaf queues the user may submit to, with per-GPU-model used/min/max and a bar.
+
+    Usage comes with the tree rows (`quotas.selectors.quota_usage`): computed once per page.
+    """
     rows = []
     for row in queue_rows(user=user):
         if not row["is_leaf"] or not scope.can_submit_to(row["id"]):
@@ -47,12 +49,10 @@ def dashboard_queues(*, user: Any, scope: Scope) -> list[dict[str, Any]]:
             cell = resources.get("gpu")
             if cell is None:
                 continue
-            use = usage.get(row["path"], {}).get((flavor, "gpu"), {})
             full = {
                 "flavor": flavor, "min": cell["min"], "max": cell["max"],
                 "lendable": cell["lendable"],
-                "used": use.get("used", ZERO), "borrowed": use.get("borrowed", ZERO),
-                "lent": use.get("lent", ZERO), "pending": use.get("pending", ZERO),
+                **{f: cell.get(f) or ZERO for f in ("used", "borrowed", "lent", "pending")},
             }
             full["bar"] = _bar(full)
             keys.append(full)

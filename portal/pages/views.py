@@ -189,15 +189,12 @@ def queue_detail(request: HttpRequest, path: str) -> HttpResponse:
     if queue is None or not scope.can_see_queue(queue.pk):
         raise Http404("no such queue")
     node = tree_selectors.queue_tree(user=request.user, root=queue.path)[0]
-    usage = page_selectors.queue_usage()
     now = timezone.now()
     figures = []
     for flavor, resources in node["quota"].items():
         cell = resources.get("gpu")
         if cell is None:
             continue
-        use = usage.get(queue.path, {}).get((flavor, "gpu"), {})
-        cell.update({k: use.get(k, cell[k]) for k in ("used", "borrowed", "lent", "pending")})
         for label, span, step in (("24 h", timedelta(hours=24), timedelta(minutes=30)),
                                   ("30 days", timedelta(days=30), timedelta(hours=12))):
             series = page_selectors.queue_usage_series(
