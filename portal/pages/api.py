@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from portal.pages.access import user_scope
 from portal.pages.views import _workloads_to_decide
-from quotas.capacity.api import CapacityRequestOutput
+from quotas.capacity.api import CapacityRequestOutput, DecisionInput
 from quotas.capacity.selectors import capacity_requests_to_decide
 from scheduling import approvals
 
@@ -33,10 +33,6 @@ class HeldWorkloadOutput(serializers.Serializer):
 class InboxOutput(serializers.Serializer):
     capacity_requests = CapacityRequestOutput(many=True)
     workloads = HeldWorkloadOutput(many=True)
-
-
-class DecisionInput(serializers.Serializer):
-    comment = serializers.CharField(required=False, allow_blank=True, default="")
 
 
 class ApprovalInboxApi(APIView):

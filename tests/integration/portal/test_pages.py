@@ -1,5 +1,6 @@
 """Portal pages: what each shows, who may see it (others' ids 404), CSRF, query budgets."""
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -248,3 +249,35 @@ def test_list_pages_query_budget(client, org, priority_classes, url):
         r = c.get(url)
     assert r.status_code == 200
     assert len(ctx.captured_queries) <= BUDGETS[url], [q["sql"] for q in ctx.captured_queries]
+
+
+def test_workload_list_filters_and_sorts(client, org, priority_classes):
+    from tests.factories import FlavorFactory
+
+    FlavorFactory(name="h100-80g")
+    submit(org.alice, name="a-first")
+    submit(org.alice, name="b-h100", pods=[{"count": 1, "flavors": ["h100-80g", "a100-80g"],
+                                            "gpus": 1, "cpu": 1, "memory_gib": 1}])
+    submit(org.carol, name="carols", queue="rd/nlp")
+    c = login(client, org.alice)
+
+    def names(query: str) -> list[str]:
+        html = c.get(f"/workloads/?{query}").content.decode()
+        return re.findall(r'<td data-label="Name"><a href="/workloads/\d+/">([\w-]+)</a>', html)
+
+    assert names("") == ["b-h100", "a-first"]  # newest first; carol's are not alice's to see
+    assert names("ordering=name") == ["a-first", "b-h100"]
+    assert names("flavor=h100-80g") == ["b-h100"]
+    assert names("state=pending&queue=rd/vision&ordering=-name") == ["b-h100", "a-first"]
+    today = timezone.now().date().isoformat()
+    assert names(f"submitted_after={today}") == ["b-h100", "a-first"]
+    assert names("submitted_before=2000-01-01") == []
+    assert names("state=finished") == []
+
+
+def test_schema_documents_the_portal_endpoints(client, org):
+    schema = login(client, org.admin).get("/api/schema/").content.decode()
+    for path in ("/api/v1/capacity-requests:", "/api/v1/capacity-requests/{id}/approve:",
+                 "/api/v1/capacity-requests/{id}/deny:", "/api/v1/approvals:",
+                 "/api/v1/workloads/{id}/approve:", "/api/v1/workloads/{id}/deny:"):
+        assert path in schema, path
