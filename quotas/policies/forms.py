@@ -10,19 +10,19 @@ from django import forms
 from .models import PolicyKind, PolicyMode
 
 SAMPLE = """request:
-  queue: rd/team-a
-  team: team-a
+  queue: research/vision/detection
+  team: vision
   flavors: [h100-80g]
   gpus: 8
   pods: 1
   priority_class: training
   labels: {}
-queue: {path: rd/team-a}
-team: {name: team-a, approvals: []}
-cost_center: {name: cc-rd, currency: EUR, budget: 10000.0, spent: 2500.0}
+queue: {path: research/vision/detection}
+team: {name: vision, approvals: []}
+cost_center: {name: cc-research, currency: EUR, budget: 10000.0, spent: 2500.0}
 fleet:
   utilisation: {a100-80g: 0.3, h100-80g: 0.5}
-  clusters: [{name: sh-1, region: east}, {name: bj-1, region: north}]
+  clusters: [{name: sh-onprem, region: cn-east}, {name: bj-onprem, region: cn-north}]
 """
 
 CEL = {"rows": 3, "spellcheck": "false", "autocapitalize": "off", "class": "code"}

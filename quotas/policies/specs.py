@@ -134,7 +134,8 @@ _Dumper.add_representer(str, _str_presenter)
 
 def dump_yaml(data: Any) -> str:
     """YAML as people write it: keys in the given order, block scalars for multi-line text."""
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    # Wide lines: an expression stays on one line, so a version diff shows what changed.
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=10_000)
 
 
 @dataclass
