@@ -74,7 +74,8 @@ class EntryDraft:
     note: str = ""
 
 
-def _head_locked() -> LedgerHead:
+def ledger_lock() -> LedgerHead:
+    """Lock the ledger head row for the rest of the transaction (billing writes serialise)."""
     head = LedgerHead.objects.select_for_update().filter(pk=1).first()
     if head is None:
         LedgerHead.objects.get_or_create(pk=1)
@@ -91,7 +92,7 @@ def ledger_append(
     if not drafts:
         return []
     now = now or timezone.now()
-    head = _head_locked()
+    head = ledger_lock()
     seq, prev = head.last_seq, head.last_hash
     entries = []
     for d in drafts:

@@ -35,7 +35,7 @@ from billing.models import (
 )
 from billing.pricing import RateVersion, UsageInput, price_usage
 from billing.prometheus import PrometheusClient, TelemetryUnavailable, default_client, fetch_hour
-from billing.services.ledger import EntryDraft, ledger_append
+from billing.services.ledger import EntryDraft, ledger_append, ledger_lock
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +114,9 @@ def usage_rollup_hour(
     """
     now = now or timezone.now()
     _check_hour(hour, now)
+    # Billing runs one at a time (the ledger head is the lock), so two workers re-running the
+    # same hour cannot both create its records or both post its charges.
+    ledger_lock()
     result = RollupResult(hour=hour)
     if telemetry is None:
         client = client or default_client()
@@ -234,6 +237,7 @@ def charges_post_hour(*, hour: datetime, now: datetime | None = None) -> PostRes
     negative entry reversing the old charge plus the new charge, never as an edit.
     """
     now = now or timezone.now()
+    ledger_lock()  # held until commit: the diff below and the append see the same ledger
     result = PostResult(hour=hour)
     records = list(UsageRecord.objects.filter(hour=hour).select_related("team"))
     if not records:
