@@ -89,3 +89,20 @@ def test_weekly_budget_period(world, admit):
     spend(admit, 1, hour=H + minutes(0))  # Monday 2 March
     (f,) = budgets_evaluate(now=NOW)
     assert f.period_start == H.replace(hour=0) and "this week" in f.message
+
+
+def test_month_end_forecast_from_run_rate_and_running_workloads(world, admit):
+    from billing.selectors import budget_forecast
+
+    now = H.replace(day=10, hour=12)  # 516 h to the end of March
+    budget = budget_create(cost_center=world["cc"], amount=Decimal("1000"))
+    done = now - timedelta(hours=5)
+    admit(gpus=4, reserved=done, running=done, ended=done + timedelta(hours=1), name="done")
+    usage_rollup_hour(hour=done, now=now, telemetry={})
+    charges_post_hour(hour=done, now=now)  # 4 GPU-h x 2.50 = 10.00 in the last 24 h
+    admit(gpus=8, reserved=now - timedelta(hours=2), running=now - timedelta(hours=2),
+          name="long")  # 4 h duration hint: 2 h more at 8 x 2.50 = 40.00
+    f = budget_forecast(budget, now)
+    assert (f["spent"], f["committed"], f["run_rate_per_hour"]) == (
+        Decimal("10.00"), Decimal("40.00"), Decimal("0.42"))
+    assert f["forecast"] == Decimal("265.00")  # 10 + 40 + 10/24 x 516
