@@ -154,6 +154,10 @@ def test_capacity_request_pages_and_inbox_approval(client, org):
     pk = int(r["Location"].strip("/").split("/")[-1])
     html = c.get(r["Location"]).content.decode()
     assert "Submitted" in html and "<strong>16</strong>" in html and "Approve" not in html
+    assert "Max</dt><dd>32 → unchanged" in html
+    listing = c.get("/capacity-requests/").content.decode()
+    assert '<td data-label="New min" class="num">16</td>' in listing
+    assert '<td data-label="New max" class="num">–</td>' in listing
     admin = login(Client(), org.admin)
     inbox = admin.get("/approvals/").content.decode()
     assert f'id="cr-{pk}"' in inbox
