@@ -338,6 +338,11 @@ class InvoiceLine(models.Model):
     """Charges of one team, queue, flavor and kind on an invoice."""
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
+    adjusts = models.CharField(
+        max_length=7, blank=True,
+        help_text="YYYY-MM of an earlier invoiced month this line corrects (posted after it "
+        "was issued); empty for the invoice's own month.",
+    )
     team_name = models.CharField(max_length=63, blank=True)
     queue = models.CharField(max_length=512)
     flavor = models.CharField(max_length=63)
@@ -347,7 +352,7 @@ class InvoiceLine(models.Model):
     amount = models.DecimalField(max_digits=16, decimal_places=2)
 
     class Meta:
-        ordering = ["team_name", "queue", "flavor", "kind"]
+        ordering = ["adjusts", "team_name", "queue", "flavor", "kind"]
 
     def __str__(self) -> str:
         return f"{self.invoice} {self.team_name} {self.queue} {self.flavor} {self.kind}"

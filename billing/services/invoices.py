@@ -10,7 +10,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import TruncMonth
 from django.utils import timezone
 
 from billing.models import (
@@ -57,22 +58,22 @@ def invoice_issue(
     # Lock the ledger tip so no entry slips in between the sums and the recorded tip.
     head = LedgerHead.objects.select_for_update().filter(pk=1).first()
     seq_max = head.last_seq if head else 0
-    entries = LedgerEntry.objects.filter(
-        cost_center=cost_center, hour__gte=start, hour__lt=end, seq__lte=seq_max
-    )
+    entries = invoice_entries(cost_center.pk, start, end, seq_max)
     invoice = Invoice.objects.create(
         cost_center=cost_center, period_start=start, period_end=end,
         number=f"INV-{start:%Y%m}-{cost_center.code}"[:40], currency=cost_center.currency,
         total=Decimal("0.00"), ledger_seq_max=seq_max, issued_at=now, issued_by=user,
     )
     grouped = (
-        entries.values("team_name", "queue", "flavor", "kind", "unit")
+        entries.annotate(month=TruncMonth("hour"))
+        .values("month", "team_name", "queue", "flavor", "kind", "unit")
         .annotate(q=Sum("quantity"), a=Sum("amount"))
-        .order_by("team_name", "queue", "flavor", "kind")
+        .order_by("month", "team_name", "queue", "flavor", "kind")
     )
     InvoiceLine.objects.bulk_create([
         InvoiceLine(
-            invoice=invoice, team_name=g["team_name"], queue=g["queue"], flavor=g["flavor"],
+            invoice=invoice, adjusts="" if g["month"] == start else f"{g['month']:%Y-%m}",
+            team_name=g["team_name"], queue=g["queue"], flavor=g["flavor"],
             kind=g["kind"], unit=g["unit"], quantity=g["q"], amount=g["a"],
         )
         for g in grouped
@@ -101,11 +102,29 @@ def invoice_issue(
     return invoice
 
 
+def invoice_entries(
+    cost_center_id: int, start: datetime, end: datetime, seq_max: int
+) -> QuerySet[LedgerEntry]:
+    """The ledger entries an invoice for [start, end) covers, up to entry `seq_max`.
+
+    The month's own hours, plus corrections posted since the last earlier invoice for hours of
+    months already invoiced (an issued invoice is never changed: the next one carries them).
+    """
+    scope = Q(hour__gte=start, hour__lt=end)
+    earlier = list(Invoice.objects.filter(
+        cost_center_id=cost_center_id, period_start__lt=start
+    ).values_list("period_start", "period_end", "ledger_seq_max"))
+    floor = max((seq for _, _, seq in earlier), default=0)
+    for p_start, p_end, p_seq in earlier:
+        scope |= Q(hour__gte=p_start, hour__lt=p_end, seq__gt=max(p_seq, floor))
+    return LedgerEntry.objects.filter(scope, cost_center_id=cost_center_id, seq__lte=seq_max)
+
+
 def invoice_ledger_total(invoice: Invoice) -> Decimal:
-    """The ledger's sum for the invoice's cost center, period and tip (what the total must be)."""
-    total = LedgerEntry.objects.filter(
-        cost_center=invoice.cost_center_id, hour__gte=invoice.period_start,
-        hour__lt=invoice.period_end, seq__lte=invoice.ledger_seq_max,
+    """The ledger's sum over what the invoice covers (what its total must equal)."""
+    total = invoice_entries(
+        invoice.cost_center_id, invoice.period_start, invoice.period_end,
+        invoice.ledger_seq_max,
     ).aggregate(t=Sum("amount"))["t"]
     return total or Decimal("0.00")
 
@@ -123,8 +142,9 @@ def invoice_as_dict(invoice: Invoice) -> dict[str, Any]:
         "ledger_seq_max": invoice.ledger_seq_max,
         "issued_at": invoice.issued_at.isoformat(),
         "lines": [
-            {"team": ln.team_name, "queue": ln.queue, "flavor": ln.flavor, "kind": ln.kind,
-             "unit": ln.unit, "quantity": str(ln.quantity), "amount": str(ln.amount)}
+            {"adjusts": ln.adjusts, "team": ln.team_name, "queue": ln.queue,
+             "flavor": ln.flavor, "kind": ln.kind, "unit": ln.unit,
+             "quantity": str(ln.quantity), "amount": str(ln.amount)}
             for ln in invoice.lines.all()
         ],
         "workloads": [
@@ -142,11 +162,12 @@ def invoice_as_csv(invoice: Invoice) -> str:
     writer = csv.writer(out)
     writer.writerow(["invoice", invoice.number, "cost_center", invoice.cost_center.code,
                      "period", f"{invoice.period_start:%Y-%m}", "currency", invoice.currency])
-    writer.writerow(["team", "queue", "flavor", "kind", "unit", "quantity", "amount"])
+    writer.writerow(["adjusts", "team", "queue", "flavor", "kind", "unit", "quantity",
+                     "amount"])
     for ln in invoice.lines.all():
-        writer.writerow([ln.team_name, ln.queue, ln.flavor, ln.kind, ln.unit, ln.quantity,
-                         ln.amount])
-    writer.writerow(["total", "", "", "", "", "", invoice.total])
+        writer.writerow([ln.adjusts, ln.team_name, ln.queue, ln.flavor, ln.kind, ln.unit,
+                         ln.quantity, ln.amount])
+    writer.writerow(["total", "", "", "", "", "", "", invoice.total])
     writer.writerow([])
     writer.writerow(["workload_id", "workload", "team", "queue", "gpu_hours",
                      "frozen_gpu_hours", "amount"])

@@ -52,7 +52,7 @@ def test_invoice_totals_equal_ledger_sums(world, admit):
     data = invoice_as_dict(invoice)
     assert data["total"] == str(invoice.total) and len(data["workloads"]) == 3
     rows = list(csv.reader(io.StringIO(invoice_as_csv(invoice))))
-    assert ["total", "", "", "", "", "", str(invoice.total)] in rows
+    assert ["total", "", "", "", "", "", "", str(invoice.total)] in rows
     with pytest.raises(ValidationError, match="already invoiced"):
         invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1), now=APRIL)
 
@@ -60,3 +60,30 @@ def test_invoice_totals_equal_ledger_sums(world, admit):
 def test_unfinished_month_cannot_be_invoiced(world):
     with pytest.raises(ValidationError, match="not over yet"):
         invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1), now=H)
+
+
+def test_late_correction_is_carried_by_the_next_invoice(world, admit):
+    from scheduling.models import Admission
+
+    may = H.replace(month=5, day=1)
+    adm = admit(gpus=8, reserved=H, running=H, ended=H + minutes(30), name="late")
+    bill([H])
+    march = invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1), now=may)
+    assert march.total == Decimal("10.00")
+    # The pods' end was synced late: the hour really held 45 minutes.
+    Admission.objects.filter(pk=adm.pk).update(ended_at=H + minutes(45))
+    april_hour = H.replace(month=4, day=2)
+    admit(gpus=1, reserved=april_hour, running=april_hour, ended=april_hour + minutes(60),
+          name="april")
+    for hour in (H, april_hour):
+        usage_rollup_hour(hour=hour, now=may, telemetry={})
+        charges_post_hour(hour=hour, now=may)
+    april = invoice_issue(cost_center=world["cc"], month=date(2026, 4, 1), now=may)
+    lines = {(ln.adjusts, ln.kind): ln.amount for ln in april.lines.all()}
+    assert lines == {("", "gpu_reserved"): Decimal("2.50"),
+                     ("2026-03", "gpu_reserved"): Decimal("5.00")}  # -10.00 + 15.00
+    assert april.total == Decimal("7.50") == invoice_ledger_total(april)
+    march.refresh_from_db()
+    assert march.total == Decimal("10.00") == invoice_ledger_total(march)
+    all_ledger = LedgerEntry.objects.aggregate(t=Sum("amount"))["t"]
+    assert march.total + april.total == all_ledger
