@@ -183,6 +183,7 @@ class Engine:
         self.admits: dict[str, int] = {}
         self.full = True
         self.admitted: dict[str, Admitted] = {}
+        self.in_grace: dict[str, dict[str, Admitted]] = {}  # flavor -> victims in grace
         self.by_leaf_flavor: dict[tuple[int, str], dict[str, Admitted]] = {}
         self.seq = 0
         self.cooldown: dict[int, float] = {}
@@ -242,6 +243,8 @@ class Engine:
                      adm.borrowed, adm.admitted_at, adm.admission_seq)
         a.running = adm.running
         a.grace_until = adm.grace_until
+        if a.grace_until is not None:
+            self.in_grace.setdefault(a.flavor, {})[a.name] = a
         a.preempted_by = adm.preempted_by
         self._index_admitted(a)
 
@@ -445,6 +448,8 @@ class Engine:
         if a is None:
             return None
         self.by_leaf_flavor[(a.leaf, a.flavor)].pop(name, None)
+        if a.grace_until is not None:
+            self.in_grace.get(a.flavor, {}).pop(name, None)
         self.tree.add(a.leaf, a.demand, -1.0)
         self.free_events[a.flavor] = self.free_events.get(a.flavor, 0) + 1
         for k, amount in a.demand:
@@ -512,7 +517,6 @@ class Engine:
             if p is not None and p.group is None:
                 p.not_before = None
                 self._join(p)
-        tree = self.tree
         cutoff = now - s.starvation_s
         full = self.full or any(g.members[0].spec.submitted_at < cutoff
                                 for g in self.groups.values())
@@ -526,16 +530,7 @@ class Engine:
             g.parked = False
             g.pos = 0
             p = g.members[0]
-            wg = any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors)
-            if wg:
-                rank = (0, 0.0)
-            else:
-                rep = repay_cache.get(p.leaf)
-                if rep is None:
-                    rep = repay_cache[p.leaf] = self.repayment(p.leaf, now)
-                att = tree.attainment(p.leaf, p.gpu_key)
-                rank = (1, -(s.attainment_weight * (1.0 - min(1.0, att))
-                             + s.repayment_weight * rep))
+            rank = self._rank(p, now, repay_cache)
             base[id(g)] = rank
             heap.append((self._order_key(p, rank, cutoff), id(g), g))
         heapq.heapify(heap)
@@ -543,6 +538,14 @@ class Engine:
         while heap:
             key, gid, g = heapq.heappop(heap)
             p = g.members[g.pos]
+            if key[0] == 1 and key[2] == 0:
+                rank = self._rank(p, now, repay_cache)
+                if rank[0] == 1:
+                    # Earlier admissions of this cycle used its guarantee: it would borrow now,
+                    # so it goes behind the within-guarantee work (Kueue re-checks the mode).
+                    base[gid] = rank
+                    heapq.heappush(heap, (self._order_key(p, rank, cutoff), gid, g))
+                    continue
             outcome, reason, per_flavor = self._consider(p, now, key[0] == 0, res, held)
             if outcome == ADMITTED:
                 g.members.pop(g.pos)
@@ -561,6 +564,18 @@ class Engine:
             elif not g.members:
                 del self.groups[g.sig]
         return res
+
+    def _rank(self, p: Pending, now: float, repay_cache: dict[int, float]) -> tuple[int, float]:
+        """(0, 0) within guarantee, else (1, -borrow score) (§4.2a-b)."""
+        tree = self.tree
+        if any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors):
+            return (0, 0.0)
+        s = self.settings
+        rep = repay_cache.get(p.leaf)
+        if rep is None:
+            rep = repay_cache[p.leaf] = self.repayment(p.leaf, now)
+        att = tree.attainment(p.leaf, p.gpu_key)
+        return (1, -(s.attainment_weight * (1.0 - min(1.0, att)) + s.repayment_weight * rep))
 
     @staticmethod
     def _order_key(p: Pending, rank: tuple[int, float], cutoff: float) -> tuple[object, ...]:
@@ -774,7 +789,7 @@ class Engine:
 
     def _grace_reason(self, p: Pending, f: str) -> Reason | None:
         """WAITING_FOR_PREEMPTION when capacity already in grace on f would make p fit."""
-        going = [a for a in self.admitted.values() if a.grace_until is not None and a.flavor == f]
+        going = list(self.in_grace.get(f, {}).values())
         if not going:
             return None
         for a in going:
@@ -894,6 +909,7 @@ class Engine:
             if grace_s is None:
                 grace_s = self.settings.termination_grace_s
             a.grace_until = now + grace_s
+            self.in_grace.setdefault(a.flavor, {})[a.name] = a
             a.preempted_by = p.name
             names.add(a.name)
             kn = key_name(tree.keys[contested[0]]) if contested else f
