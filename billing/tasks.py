@@ -7,12 +7,9 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from billing.metering import hour_floor
 from billing.prometheus import TelemetryUnavailable
 from billing.services import budgets_evaluate, reconciliation_run, rollup_and_post
-
-# Hours re-examined on each run: late pod starts or late telemetry become corrections.
-LOOKBACK_HOURS = 3
+from billing.services.usage import hours_due
 
 
 @shared_task(
@@ -20,15 +17,16 @@ LOOKBACK_HOURS = 3
     name="billing.rollup_recent_hours",
 )
 def rollup_recent_hours(self) -> dict:
-    """Meter and price the last complete hours (idempotent), then evaluate budgets."""
+    """Meter and price the hours due (idempotent), then evaluate budgets."""
     now = timezone.now()
-    last = hour_floor(now) - timedelta(hours=1)
+    hours = hours_due(now=now)
     appended = 0
-    for back in range(LOOKBACK_HOURS - 1, -1, -1):
-        _, posted = rollup_and_post(hour=last - timedelta(hours=back), now=now)
+    for hour in hours:
+        _, posted = rollup_and_post(hour=hour, now=now)
         appended += posted.appended
     fired = budgets_evaluate(now=now)
-    return {"hour": last.isoformat(), "appended": appended, "fired": len(fired)}
+    return {"hours": len(hours), "last": hours[-1].isoformat(), "appended": appended,
+            "fired": len(fired)}
 
 
 @shared_task(name="billing.reconcile_yesterday")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,6 +18,7 @@ from billing.metering import (
     HOUR,
     AdmissionSpan,
     WorkloadTelemetry,
+    hour_floor,
     meter_running,
     minute_steps,
     orphan_minutes,
@@ -316,6 +317,22 @@ def charges_post_hour(*, hour: datetime, now: datetime | None = None) -> PostRes
     entries = ledger_append(drafts=drafts, now=now)
     result.appended = len(entries)
     return result
+
+
+def hours_due(*, now: datetime, lookback: int = 3, catch_up_days: int = 7) -> list[datetime]:
+    """The complete hours the hourly task should (re)meter: the last `lookback` hours (late pod
+    starts and late telemetry become corrections), and after an outage every hour since the
+    last one metered, up to `catch_up_days` back."""
+    last = hour_floor(now) - HOUR
+    first = last - (lookback - 1) * HOUR
+    latest = UsageRecord.objects.order_by("-hour").values_list("hour", flat=True).first()
+    if latest is not None and latest + HOUR < first:
+        first = max(latest + HOUR, last - timedelta(days=catch_up_days))
+    hours = []
+    while first <= last:
+        hours.append(first)
+        first += HOUR
+    return hours
 
 
 def rollup_and_post(

@@ -54,3 +54,22 @@ def test_usage_and_invoice_lists_have_a_query_budget(world, admit, django_assert
         assert client.get("/api/v1/usage", {"group_by": "queue"}).status_code == 200
     with django_assert_max_num_queries(6):
         assert client.get("/api/v1/invoices").status_code == 200
+
+
+def test_hours_due_catch_up_after_an_outage(world, admit):
+    from billing.services import usage_rollup_hour
+    from billing.services.usage import hours_due
+
+    now = hour_floor(timezone.now()) + minutes(5)
+    last = hour_floor(now) - timedelta(hours=1)
+    assert hours_due(now=now) == [last - timedelta(hours=2), last - timedelta(hours=1), last]
+    old = last - timedelta(hours=10)
+    admit(gpus=1, reserved=old, running=old, ended=old + minutes(10))
+    usage_rollup_hour(hour=old, now=now, telemetry={})
+    due = hours_due(now=now)
+    assert (due[0], due[-1], len(due)) == (old + timedelta(hours=1), last, 10)
+    ancient = last - timedelta(days=30)
+    admit(gpus=1, reserved=ancient, running=ancient, ended=ancient + minutes(10))
+    UsageRecord.objects.all().delete()
+    usage_rollup_hour(hour=ancient, now=now, telemetry={})
+    assert len(hours_due(now=now)) == 7 * 24 + 1  # capped at 7 days back
