@@ -181,18 +181,26 @@ def _fresh(finding: Finding, subject: str) -> bool:
     return True
 
 
-def _pending_requests(pending: Sequence[Any]) -> list[tuple[int, dict[str, Any]]]:
-    """`request` for every pending workload (one query for what PendingInfo does not carry)."""
+# Request fields PendingInfo does not carry: read from the database only if a rule names one.
+_EXTRA_FIELDS = ("pods", "preemptible", "checkpoint", "image", "duration_s", "pod_sets")
+
+
+def _pending_requests(
+    pending: Sequence[Any], *, with_extra: bool = True,
+) -> list[tuple[int, dict[str, Any]]]:
+    """`request` for pending workloads (one query for what PendingInfo does not carry)."""
     from django.db.models import Sum  # noqa: PLC0415
 
     from scheduling.models import Workload  # noqa: PLC0415
 
-    ids = [p.id for p in pending]
-    extra = {
-        row["id"]: row for row in Workload.objects.filter(pk__in=ids).values(
-            "id", "preemptible", "checkpoint", "duration_hint_s", "image"
-        ).annotate(pods=Sum("pod_sets__count"))
-    }
+    extra = {}
+    if with_extra:
+        extra = {
+            row["id"]: row for row in Workload.objects.filter(
+                pk__in=[p.id for p in pending]
+            ).values("id", "preemptible", "checkpoint", "duration_hint_s", "image"
+                     ).annotate(pods=Sum("pod_sets__count"))
+        }
     out = []
     for p in pending:
         row: dict[str, Any] = dict(extra.get(p.id, {}))
@@ -250,7 +258,11 @@ def cycle_evaluate(
             for c in Cluster.objects.filter(name__in=clusters)
         ]
         by_team: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-        for workload_id, request in _pending_requests(pending):
+        in_scope = [p for p in pending
+                    if any(s.applies_to_path(p.queue_path) for s in placements)]
+        sources = " ".join(f"{s.match} {s.rule} {s.message}" for s in placements)
+        with_extra = any(f in sources for f in _EXTRA_FIELDS)
+        for workload_id, request in _pending_requests(in_scope, with_extra=with_extra):
             by_team.setdefault(request["team"], []).append((workload_id, request))
             request_inputs[request["name"]] = request
         teams = {t.name: t for t in Team.objects.filter(name__in=list(by_team))}

@@ -164,3 +164,15 @@ def test_limit_on_a_key_no_queue_sets_is_reported(org):
     violation = PolicyViolation.objects.get()
     assert violation.outcome == "error"
     assert "caps h100-80g/gpu, which no queue of the tree sets" in violation.message
+
+
+def test_placement_reads_fields_pending_info_does_not_carry(org):
+    policy_create(user=org.admin, data={
+        "name": "gangs-east", "kind": "placement", "mode": "enforce",
+        "rule": 'request.pods > 1 && request.preemptible ? ["east"] : ["north"]'})
+    gang = org.pending(org.vision, 8, name="gang")
+    gang.pod_sets.update(count=4)
+    single = org.pending(org.vision, 8, name="single")
+    ctx = context(org, [info(gang), info(single)])
+    hooks.policy_cycle_adjuster(ctx)
+    assert ctx.allowed_clusters == {gang.pk: {"sh-1"}, single.pk: {"bj-1"}}
