@@ -67,6 +67,15 @@ def workload_new(request: HttpRequest) -> HttpResponse:
     """The request-GPUs form; on submit, the same service as POST /api/v1/workloads."""
     form = _form(request, request.POST or None)
     if request.method == "POST" and form.is_valid():
+        # A request that can never run is refused here, with the reasons, and not recorded
+        # (the API records it as rejected instead, so automation can read why).
+        preview = workload_preview(queue=form.cleaned_data["queue"],
+                                   submission=form.as_submission(), now=timezone.now())
+        if preview.impossible:
+            for verdict in preview.flavors:
+                for code, message in verdict.reasons:
+                    form.add_error(None, f"{verdict.flavor}: {code}: {message}")
+            return render(request, "scheduling/workload_form.html", {"form": form}, status=400)
         try:
             workload = services.workload_submit(user=request.user, data=form.as_submission())
         except ValidationError as exc:

@@ -78,6 +78,10 @@ def test_request_form_live_feedback_and_submit(client, org, priority_classes):
     r = c.post("/workloads/new/check/", {**form, "count": 5, "gpus": 8})
     html = r.content.decode()
     assert "never" in html and "QUOTA_MAX" in html and "it would be rejected" in html
+    assert 'id="submit-request" hx-swap-oob="true" disabled' in html
+    r = c.post("/workloads/new/", {**form, "count": 5, "gpus": 8})
+    assert r.status_code == 400 and not Workload.objects.exists()
+    assert "a100-80g: QUOTA_MAX: queue rd/vision a100-80g/gpu" in r.content.decode()
     r = c.post("/workloads/new/", form)
     w = Workload.objects.get(name="sweep-1")
     assert r.status_code == 302 and r["Location"] == f"/workloads/{w.pk}/"
