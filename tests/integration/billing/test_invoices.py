@@ -87,3 +87,19 @@ def test_late_correction_is_carried_by_the_next_invoice(world, admit):
     assert march.total == Decimal("10.00") == invoice_ledger_total(march)
     all_ledger = LedgerEntry.objects.aggregate(t=Sum("amount"))["t"]
     assert march.total + april.total == all_ledger
+
+
+def test_billing_verify_checks_invoice_totals(world, admit):
+    from django.core.management import CommandError, call_command
+
+    from billing.models import Invoice
+
+    admit(gpus=8, reserved=H, running=H, ended=H + minutes(30))
+    bill([H])
+    invoice = invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1), now=APRIL)
+    out = io.StringIO()
+    call_command("billing_verify", stdout=out)
+    assert "1 invoice totals match the ledger" in out.getvalue()
+    Invoice.objects.filter(pk=invoice.pk).update(total=Decimal("9.00"))
+    with pytest.raises(CommandError, match=r"INV-202603-rd: total 9.00 EUR but .* sum to 10.00"):
+        call_command("billing_verify", "--python")
