@@ -198,6 +198,8 @@ def main() -> None:
 
         cspecs = active_specs(CYCLE_KINDS)
         whole = timed(lambda: policy_cycle_adjuster(cycle_ctx()), CYCLES)
+        whole_cpu = timed(lambda: policy_cycle_adjuster(cycle_ctx()), CYCLES,
+                          clock=time.process_time)
         evaluation = timed(lambda: cycle_evaluate(
             cspecs, now=now, queue_paths=paths, clusters=clusters, pending=pending), CYCLES)
         probe = cycle_ctx()
@@ -209,7 +211,8 @@ def main() -> None:
               f"{CYCLES} runs:")
         print(f"  evaluate over DB state:   median {statistics.median(evaluation):.1f} ms")
         print(f"  whole adjuster:           median {statistics.median(whole):.1f} ms, "
-              f"max {max(whole):.1f} ms")
+              f"max {max(whole):.1f} ms (the first run records the caps as violations)")
+        print(f"  whole adjuster, CPU time: median {statistics.median(whole_cpu):.1f} ms")
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
