@@ -25,10 +25,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from scheduling import engine, extensions
-from scheduling.engine.engine import check_request, schedule
+from scheduling.engine.engine import Engine as EngineCore
+from scheduling.engine.engine import schedule
 from scheduling.models import (
     Admission,
     Cluster,
@@ -78,6 +81,27 @@ def scheduling_lock(*, wait: bool) -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def bulk_set(model: Any, objs: list[Any], fields: list[str]) -> None:
+    """Write `fields` of many rows by primary key.
+
+    Django's bulk_update builds one CASE WHEN per field and row, which costs seconds for a few
+    thousand rows; on PostgreSQL a prepared UPDATE sent with executemany (pipelined by
+    psycopg 3) costs milliseconds. Other databases use bulk_update.
+    """
+    if not objs:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_update(objs, fields, batch_size=500)
+        return
+    cols = [model._meta.get_field(f) for f in fields]
+    sql = (f'UPDATE "{model._meta.db_table}" SET '
+           + ", ".join(f'"{c.column}" = %s' for c in cols) + ' WHERE "id" = %s')
+    params = [[c.get_db_prep_save(getattr(o, c.attname), connection) for c in cols] + [o.pk]
+              for o in objs]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
 def ts(value: datetime | None) -> float | None:
     """A datetime as POSIX seconds (the engine's clock)."""
     return value.timestamp() if value is not None else None
@@ -101,12 +125,39 @@ def engine_settings() -> engine.Settings:
 class SnapshotParts:
     """What a cycle knows besides the snapshot: DB rows by engine name, the adjusters' view."""
 
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     workloads: dict[str, Workload] = field(default_factory=dict)
     admissions: dict[str, Admission] = field(default_factory=dict)
     clusters: dict[str, Cluster] = field(default_factory=dict)
     flavors: dict[str, int] = field(default_factory=dict)
     pod_sets: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     context: extensions.CycleContext | None = None
+
+    def workload(self, name: str) -> Workload | None:
+        """A model instance for a workload the cycle changes (built only for those)."""
+        w = self.workloads.get(name)
+        if w is None:
+            r = self.rows.get(name)
+            if r is None:
+                return None
+            w = Workload(**{f: r[f] for f in MODEL_FIELDS})
+            self.workloads[name] = w
+        return w
+
+
+ROW_FIELDS = (
+    "id", "name", "queue__path", "team__name", "owner__username", "state", "priority_class_id",
+    "preemptible", "checkpoint", "strategy", "dataset", "topology", "labels", "submitted_at",
+    "not_before", "backoff_count", "termination_grace_s", "preempt_deadline",
+    "preempted_by_id", "preempt_kind", "reason_code", "reason_message", "progress_s",
+    "state_changed_at", "finished_at",
+)
+MODEL_FIELDS = tuple(f for f in ROW_FIELDS if "__" not in f)
+
+
+def max_pending_per_queue() -> int:
+    """How many pending workloads per leaf queue one cycle considers."""
+    return int(getattr(settings, "ALLOT_WORKERS", {}).get("max_pending_per_queue", 100))
 
 
 def _f(value: Any) -> float:
@@ -147,13 +198,23 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
             ready=n["ready"]))
 
     priorities = {p.pk: p for p in PriorityClass.objects.all()}
-    live = list(
-        Workload.objects.filter(state__in=[S.PENDING, S.RESERVED, S.RUNNING, S.PREEMPTING],
-                                needs_approval=False)
-        .select_related("queue", "owner", "team")
-        .order_by("submitted_at", "id")
+    # Pending work enters the cycle up to `max_pending_per_queue` per leaf, in the leaf's own
+    # order (priority, then submission): the cycle's cost stays bounded by queues x that
+    # number however long the queues grow (Kueue looks at one head per queue per cycle).
+    limit = max_pending_per_queue()
+    pending_rows = list(
+        Workload.objects.filter(state=S.PENDING, needs_approval=False)
+        .annotate(rank=Window(RowNumber(), partition_by=[F("queue_id")],
+                              order_by=[F("priority_class__value").desc(),
+                                        F("submitted_at").asc(), F("id").asc()]))
+        .filter(rank__lte=limit).values(*ROW_FIELDS)
     )
-    ids = [w.pk for w in live]
+    active_rows = list(
+        Workload.objects.filter(state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING],
+                                needs_approval=False).values(*ROW_FIELDS)
+    )
+    live = sorted(pending_rows + active_rows, key=lambda r: (r["submitted_at"], r["id"]))
+    ids = [r["id"] for r in live]
     for ps in PodSet.objects.filter(workload_id__in=ids).order_by("workload_id", "index").values(
         "workload_id", "index", "count", "flavors", "gpus", "cpu", "memory_gib",
         "gpu_memory_gib"
@@ -161,22 +222,22 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
         parts.pod_sets.setdefault(ps["workload_id"], []).append(ps)
     open_adm = {
         a.workload_id: a
-        for a in Admission.objects.filter(workload_id__in=ids, ended_at__isnull=True)
+        for a in Admission.objects.filter(ended_at__isnull=True, workload_id__in=[
+            r["id"] for r in active_rows])
     }
 
-    pending_rows = [w for w in live if w.state == S.PENDING]
     ctx = extensions.CycleContext(
         now=now, queue_paths=list(specs), clusters=[c.name for c in clusters],
         pending=[
             extensions.PendingInfo(
-                id=w.pk, name=w.name, queue_path=w.queue.path,
-                team=w.team.name if w.team else None, owner=w.owner.get_username(),
-                priority_class=priorities[w.priority_class_id].name, labels=w.labels,
-                dataset=w.dataset,
-                gpus=sum(p["count"] * p["gpus"] for p in parts.pod_sets.get(w.pk, [])),
-                flavors=tuple((parts.pod_sets.get(w.pk) or [{"flavors": []}])[0]["flavors"]),
+                id=r["id"], name=r["name"], queue_path=r["queue__path"], team=r["team__name"],
+                owner=r["owner__username"],
+                priority_class=priorities[r["priority_class_id"]].name, labels=r["labels"],
+                dataset=r["dataset"],
+                gpus=sum(p["count"] * p["gpus"] for p in parts.pod_sets.get(r["id"], [])),
+                flavors=tuple((parts.pod_sets.get(r["id"]) or [{"flavors": []}])[0]["flavors"]),
             )
-            for w in pending_rows
+            for r in pending_rows
         ],
     )
     for path, keys in report.resolved.items():
@@ -197,52 +258,54 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
         queues.append(engine.QueueSpec(path=path, parent=spec.parent, quota=quota,
                                        strategy=strategies.get(path, "") or ""))
 
-    def spec_of(w: Workload) -> engine.WorkloadSpec:
-        pc = priorities[w.priority_class_id]
-        allowed = ctx.allowed_clusters.get(w.pk)
+    def spec_of(r: dict[str, Any]) -> engine.WorkloadSpec:
+        pc = priorities[r["priority_class_id"]]
+        allowed = ctx.allowed_clusters.get(r["id"])
         return engine.WorkloadSpec(
-            name=str(w.pk), queue=w.queue.path, display_name=w.name,
+            name=str(r["id"]), queue=r["queue__path"], display_name=r["name"],
             pod_sets=tuple(
                 engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=p["gpus"],
                                   cpu=_f(p["cpu"]), memory_gib=_f(p["memory_gib"]),
                                   gpu_memory_gib=p["gpu_memory_gib"])
-                for p in parts.pod_sets.get(w.pk, [])
+                for p in parts.pod_sets.get(r["id"], [])
             ),
-            submitted_at=w.submitted_at.timestamp(), priority=pc.value,
-            priority_class=pc.name, can_preempt=pc.can_preempt, preemptible=w.preemptible,
-            checkpoint=w.checkpoint, termination_grace_s=float(w.termination_grace_s),
-            strategy=w.strategy, dataset=w.dataset,
-            topology_same=str((w.topology or {}).get("same", "")),
-            labels={str(k): str(v) for k, v in (w.labels or {}).items()},
+            submitted_at=r["submitted_at"].timestamp(), priority=pc.value,
+            priority_class=pc.name, can_preempt=pc.can_preempt, preemptible=r["preemptible"],
+            checkpoint=r["checkpoint"], termination_grace_s=float(r["termination_grace_s"]),
+            strategy=r["strategy"], dataset=r["dataset"],
+            topology_same=str((r["topology"] or {}).get("same", "")),
+            labels={str(k): str(v) for k, v in (r["labels"] or {}).items()},
             allowed_clusters=frozenset(allowed) if allowed is not None else None,
-            allowed_policy=ctx.cluster_reasons.get(w.pk, ""),
-            not_before=ts(w.not_before), backoff_count=w.backoff_count,
+            allowed_policy=ctx.cluster_reasons.get(r["id"], ""),
+            not_before=ts(r["not_before"]), backoff_count=r["backoff_count"],
         )
 
     pending: list[engine.WorkloadSpec] = []
     admitted: list[engine.AdmittedWorkload] = []
     waiting: dict[str, list[str]] = defaultdict(list)
-    for w in live:
-        parts.workloads[str(w.pk)] = w
-        if w.state == S.PENDING:
-            pending.append(spec_of(w))
+    cluster_by_id = {c.pk: c for c in clusters}
+    for r in live:
+        parts.rows[str(r["id"])] = r
+        if r["state"] == S.PENDING:
+            pending.append(spec_of(r))
             continue
-        adm = open_adm.get(w.pk)
+        adm = open_adm.get(r["id"])
         if adm is None:
             logger.error("workload %s is %s without an open admission; left out of the cycle",
-                         w.pk, w.state)
+                         r["id"], r["state"])
             continue
-        parts.admissions[str(w.pk)] = adm
-        cluster = next((c for c in clusters if c.pk == adm.cluster_id), None)
-        if w.state == S.PREEMPTING and w.preempted_by_id:
-            waiting[str(w.preempted_by_id)].append(str(w.pk))
+        parts.admissions[str(r["id"])] = adm
+        cluster = cluster_by_id.get(adm.cluster_id)
+        preempting = r["state"] == S.PREEMPTING
+        if preempting and r["preempted_by_id"]:
+            waiting[str(r["preempted_by_id"])].append(str(r["id"]))
         admitted.append(engine.AdmittedWorkload(
-            workload=spec_of(w), cluster=cluster.name if cluster else str(adm.cluster_id),
+            workload=spec_of(r), cluster=cluster.name if cluster else str(adm.cluster_id),
             flavor=flavor_name[adm.flavor_id], nodes=tuple(adm.nodes), borrowed=adm.borrowed,
             admitted_at=adm.reserved_at.timestamp(),
             running=adm.running_at is not None, admission_seq=adm.pk,
-            grace_until=ts(w.preempt_deadline) if w.state == S.PREEMPTING else None,
-            preempted_by=str(w.preempted_by_id or ""),
+            grace_until=ts(r["preempt_deadline"]) if preempting else None,
+            preempted_by=str(r["preempted_by_id"] or ""),
         ))
 
     cluster_specs = tuple(
@@ -369,8 +432,8 @@ def _requeue_expired_grace(now: datetime, report: CycleReport) -> None:
             payload={"progress_s": w.progress_s}))
         w.preempt_deadline = None
         report.requeued.append(w.pk)
-    Admission.objects.bulk_update(closed, ["ended_at", "end_reason"])
-    Workload.objects.bulk_update(victims, [*STATE_FIELDS, "progress_s", "preempt_deadline"])
+    bulk_set(Admission, closed, ["ended_at", "end_reason"])
+    bulk_set(Workload, victims, [*STATE_FIELDS, "progress_s", "preempt_deadline"])
     WorkloadEvent.objects.bulk_create(events)
 
 
@@ -383,7 +446,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
     closed: list[Admission] = []
 
     for adm in result.admitted:
-        w = parts.workloads[adm.workload]
+        w = parts.workload(adm.workload)
         cluster = parts.clusters[adm.cluster]
         events.append(workload_transition(
             w, S.RESERVED, at=now, event_type=EventType.ADMITTED,
@@ -402,8 +465,8 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         report.dispatch_clusters.add(cluster.pk)
 
     for pre in result.preempted:
-        w = parts.workloads[pre.workload]
-        by = parts.workloads.get(pre.by)
+        w = parts.workload(pre.workload)
+        by = parts.workload(pre.by)
         events.append(workload_transition(
             w, S.PREEMPTING, at=now, event_type=EventType.PREEMPTED, code=str(pre.reason.code),
             message=pre.reason.message,
@@ -419,7 +482,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
             report.suspend_admissions.append(adm_row.pk)
 
     for rej in result.rejected:
-        w = parts.workloads[rej.workload]
+        w = parts.workload(rej.workload)
         events.append(workload_transition(
             w, S.REJECTED, at=now, event_type=EventType.REJECTED,
             code=str(rej.reasons[0].code) if rej.reasons else "",
@@ -432,7 +495,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         report.rejected.append(w.pk)
 
     for rel in result.released:
-        w = parts.workloads[rel.workload]
+        w = parts.workload(rel.workload)
         adm_row = parts.admissions.get(rel.workload)
         if adm_row is not None:
             adm_row.ended_at, adm_row.end_reason = now, EndReason.PODS_READY_TIMEOUT
@@ -448,11 +511,17 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         changed[w.pk] = w
         report.released.append(w.pk)
 
+    moved = set(changed)  # rows whose state changed; the rest only get a new reason
     for name, reason in result.reasons.items():
-        w = parts.workloads.get(name)
-        if w is None or w.state != S.PENDING:
+        row = parts.rows.get(name)
+        if row is None or row["state"] != S.PENDING or name in parts.workloads and \
+                parts.workloads[name].state != S.PENDING:
             continue
         code = str(reason.code)
+        if code == row["reason_code"] and reason.message == row["reason_message"]:
+            continue
+        w = parts.workload(name)
+        assert w is not None
         if code != w.reason_code:
             # The same code in consecutive cycles is recorded once (its numbers may move).
             events.append(event_new(w, EventType.REASON, at=now, code=code,
@@ -462,41 +531,91 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
             changed[w.pk] = w
 
     if closed:
-        Admission.objects.bulk_update(closed, ["ended_at", "end_reason"])
+        bulk_set(Admission, closed, ["ended_at", "end_reason"])
     if new_admissions:
         Admission.objects.bulk_create(new_admissions)
-    if changed:
-        Workload.objects.bulk_update(
-            list(changed.values()),
-            [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
-             "preempt_kind", "preempted_by", "not_before", "backoff_count"],
-            batch_size=500)
+    reasons_only = [w for pk, w in changed.items() if pk not in moved]
+    moved_rows = [w for pk, w in changed.items() if pk in moved]
+    bulk_set(Workload, reasons_only, ["reason_code", "reason_message"])
+    bulk_set(Workload, moved_rows,
+             [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
+              "preempt_kind", "preempted_by", "not_before", "backoff_count"])
     if events:
         WorkloadEvent.objects.bulk_create(events, batch_size=1000)
 
 
 # --- submission check -------------------------------------------------------------------------
 
+class RequestChecker:
+    """The engine's impossibility check for new requests (QUOTA-SEMANTICS.md §4.7).
+
+    The tree and the fleet are read once per checker (a submission batch), and kept per process
+    for a few seconds keyed by a one-query stamp of the tables they come from, so a stream of
+    submissions does not rebuild them each time; any change to those tables shows at once.
+    """
+
+    _cache: tuple[Any, float, Any] | None = None
+    TTL_S = 30.0
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self._engine: Any = None
+
+    @staticmethod
+    def _stamp() -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT (SELECT COUNT(*) FROM quotas_quotaentry),"
+                " (SELECT COALESCE(SUM(min), 0) + COALESCE(SUM(max), 0)"
+                "  + COALESCE(SUM(lendable), 0) FROM quotas_quotaentry),"
+                " (SELECT MAX(updated_at) FROM quotas_queue),"
+                " (SELECT COUNT(*) FROM quotas_queue),"
+                " (SELECT COUNT(*) FROM scheduling_node),"
+                " (SELECT COALESCE(SUM(gpus), 0) + COALESCE(SUM(cpu), 0)"
+                "  + COALESCE(SUM(memory_gib), 0) FROM scheduling_node),"
+                " (SELECT COUNT(*) FROM scheduling_cluster WHERE enabled),"
+                " (SELECT COUNT(*) FROM quotas_flavor),"
+                " (SELECT COALESCE(SUM(gpu_memory_gib), 0) FROM quotas_flavor)")
+            return cursor.fetchone()
+
+    def engine(self) -> Any:
+        if self._engine is None:
+            stamp = self._stamp()
+            cached = RequestChecker._cache
+            if cached is not None and cached[0] == stamp and time.monotonic() < cached[1]:
+                self._engine = cached[2]
+            else:
+                snapshot, _ = _static_snapshot(self.now)
+                self._engine = EngineCore(queues=snapshot.queues, clusters=snapshot.clusters,
+                                          flavors=snapshot.flavors, settings=snapshot.settings)
+                RequestChecker._cache = (stamp, time.monotonic() + self.TTL_S, self._engine)
+        return self._engine
+
+    def check(self, workload: Workload, pod_sets: list[PodSet]) -> list[tuple[str, str]]:
+        """Reasons the request can never fit (empty if it may wait)."""
+        pc = workload.priority_class
+        spec = engine.WorkloadSpec(
+            name=str(workload.pk or workload.name), queue=workload.queue.path,
+            display_name=workload.name,
+            pod_sets=tuple(
+                engine.PodSetSpec(count=p.count, flavors=tuple(p.flavors), gpus=p.gpus,
+                                  cpu=_f(p.cpu), memory_gib=_f(p.memory_gib),
+                                  gpu_memory_gib=p.gpu_memory_gib)
+                for p in pod_sets),
+            submitted_at=self.now.timestamp(), priority=pc.value, priority_class=pc.name,
+            can_preempt=pc.can_preempt, preemptible=workload.preemptible,
+            checkpoint=workload.checkpoint,
+            termination_grace_s=float(workload.termination_grace_s),
+            strategy=workload.strategy, dataset=workload.dataset,
+            topology_same=str((workload.topology or {}).get("same", "")),
+        )
+        return [(str(r.code), r.message) for r in self.engine().check(spec)]
+
+
 def request_check(workload: Workload, pod_sets: list[PodSet], *, now: datetime
                   ) -> list[tuple[str, str]]:
     """Reasons a new request can never fit (empty if it may); run at submission."""
-    snapshot, parts = _static_snapshot(now)
-    spec = engine.WorkloadSpec(
-        name=str(workload.pk), queue=workload.queue.path, display_name=workload.name,
-        pod_sets=tuple(
-            engine.PodSetSpec(count=p.count, flavors=tuple(p.flavors), gpus=p.gpus,
-                              cpu=_f(p.cpu), memory_gib=_f(p.memory_gib),
-                              gpu_memory_gib=p.gpu_memory_gib)
-            for p in pod_sets),
-        submitted_at=now.timestamp(), priority=workload.priority_class.value,
-        priority_class=workload.priority_class.name,
-        can_preempt=workload.priority_class.can_preempt, preemptible=workload.preemptible,
-        checkpoint=workload.checkpoint, termination_grace_s=float(workload.termination_grace_s),
-        strategy=workload.strategy, dataset=workload.dataset,
-        topology_same=str((workload.topology or {}).get("same", "")),
-    )
-    reasons = check_request(spec, snapshot)
-    return [(str(r.code), r.message) for r in reasons]
+    return RequestChecker(now).check(workload, pod_sets)
 
 
 def _static_snapshot(now: datetime) -> tuple[engine.Snapshot, None]:

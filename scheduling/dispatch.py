@@ -14,11 +14,15 @@ cause are written under it, after re-reading the rows, so a concurrent cycle nev
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduling.backends.base import (
@@ -34,7 +38,7 @@ from scheduling.backends.base import (
 from scheduling.backends.base import (
     EventType as K8sEventType,
 )
-from scheduling.cycle import scheduling_lock
+from scheduling.cycle import LOCK_KEY, bulk_set, scheduling_lock
 from scheduling.models import (
     Admission,
     Cluster,
@@ -49,6 +53,7 @@ from scheduling.services import event_new, workload_transition
 
 logger = logging.getLogger(__name__)
 S = WorkloadState
+DISPATCH_LOCK_BASE = LOCK_KEY + 1000  # + cluster id: one dispatch pass per cluster
 
 
 def _setting(name: str, default: float) -> float:
@@ -122,31 +127,88 @@ class DispatchReport:
     started: list[int] = field(default_factory=list)
     refused: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    errors_ids: set[int] = field(default_factory=set)
 
 
-def cluster_dispatch(*, cluster_id: int, now: datetime | None = None) -> DispatchReport:
+@contextlib.contextmanager
+def cluster_lock(cluster_id: int) -> Iterator[bool]:
+    """One dispatch pass per cluster at a time (PostgreSQL; elsewhere always granted).
+
+    A session-level advisory lock, so the pass needs no open transaction while it talks to
+    the cluster; a pass that finds it taken skips (the holder, or the next beat, does the work).
+    """
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    key = DISPATCH_LOCK_BASE + int(cluster_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        got = bool(cursor.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
+                     batch: int = 200) -> DispatchReport:
     """Create and start every reserved, undispatched workload of a cluster."""
     report = DispatchReport()
-    pending = _admissions(cluster_id=cluster_id, ended_at__isnull=True,
-                          dispatched_at__isnull=True, workload__state=S.RESERVED)
-    if not pending:
-        return report
+    with cluster_lock(cluster_id) as got:
+        if not got:
+            return report
+        while True:
+            pending = _admissions(cluster_id=cluster_id, ended_at__isnull=True,
+                                  dispatched_at__isnull=True, workload__state=S.RESERVED,
+                                  )[:batch]
+            pending = [a for a in pending if a.workload_id not in report.errors_ids]
+            if not pending:
+                return report
+            _dispatch_batch(pending, now, report)
+            if len(pending) < batch:
+                return report
+
+
+def _dispatch_batch(pending: list[Admission], now: datetime | None,
+                    report: DispatchReport) -> None:
     cluster = pending[0].cluster
     backend = get_backend(cluster)
+    started: list[Admission] = []
+    refused: list[tuple[Admission, DispatchRefused]] = []
+    previous = set(Admission.objects.filter(
+        workload_id__in=[a.workload_id for a in pending], cluster_id=cluster.pk,
+        cleaned_at__isnull=True, ended_at__isnull=False).values_list("workload_id", flat=True))
+    # One database transaction around the batch: a database-backed (simulated) cluster then
+    # commits once per batch instead of once per call; a remote cluster is unaffected.
+    with transaction.atomic():
+        _create_and_start(backend, cluster, pending, previous, started, refused, report)
+    now = now or timezone.now()
+    with scheduling_lock(wait=True):
+        _dispatched(started, now, report)
+        for adm, refusal in refused:
+            if _refused(adm, refusal, now):
+                report.refused.append(adm.workload_id)
+    if refused:
+        _nudge()
+
+
+def _create_and_start(backend: Any, cluster: Cluster, pending: list[Admission],
+                      previous: set[int], started: list[Admission],
+                      refused: list[tuple[Admission, DispatchRefused]],
+                      report: DispatchReport) -> None:
     for adm in pending:
         spec = workload_spec(adm)
         try:
-            if Admission.objects.filter(workload_id=adm.workload_id, cluster_id=cluster_id,
-                                        cleaned_at__isnull=True,
-                                        ended_at__isnull=False).exists():
+            if adm.workload_id in previous:
                 # A previous interval's Jobs carry the same names: remove them first, or the
                 # create would find them and resume the old placement.
                 backend.delete_workload(spec.ref)
             ref = backend.create_workload(spec)
             backend.start_workload(ref)
         except DispatchRefused as refusal:
-            _refused(adm, refusal, now or timezone.now())
-            report.refused.append(adm.workload_id)
+            refused.append((adm, refusal))
             try:
                 backend.delete_workload(spec.ref)
             except BackendError:
@@ -154,59 +216,65 @@ def cluster_dispatch(*, cluster_id: int, now: datetime | None = None) -> Dispatc
                                cluster.name, adm.workload_id, exc_info=True)
             continue
         except BackendError as exc:
-            # Retryable: the next dispatch pass tries again; the pods-ready timeout bounds it.
+            # Retryable: the task retries; the pods-ready timeout bounds how long.
             report.errors.append(f"{adm.workload_id}: {exc}")
+            report.errors_ids.add(adm.workload_id)
             logger.warning("cluster %s: dispatch of workload %s failed: %s", cluster.name,
                            adm.workload_id, exc)
             continue
-        _dispatched(adm, now or timezone.now())
-        report.started.append(adm.workload_id)
-    return report
+        started.append(adm)
 
 
-def _dispatched(adm: Admission, now: datetime) -> None:
-    with scheduling_lock(wait=True):
-        fresh = Admission.objects.select_for_update().filter(pk=adm.pk).first()
-        if fresh is None or fresh.ended_at is not None or fresh.dispatched_at is not None:
-            return
-        fresh.dispatched_at = now
-        fresh.save(update_fields=["dispatched_at"])
-        WorkloadEvent.objects.create(
-            workload_id=adm.workload_id, at=now, type=EventType.DISPATCHED,
-            message=f"created on {adm.cluster.name} and started "
-            f"({len(adm.nodes)} pods on {len(set(adm.nodes))} nodes)",
-            payload={"cluster": adm.cluster.name})
+def _dispatched(admissions: list[Admission], now: datetime, report: DispatchReport) -> None:
+    """Record the started ones whose admission is still open (under the scheduling lock)."""
+    if not admissions:
+        return
+    still_open = set(Admission.objects.filter(
+        pk__in=[a.pk for a in admissions], ended_at__isnull=True,
+        dispatched_at__isnull=True).values_list("pk", flat=True))
+    done = [a for a in admissions if a.pk in still_open]
+    for a in done:
+        a.dispatched_at = now
+    bulk_set(Admission, done, ["dispatched_at"])
+    WorkloadEvent.objects.bulk_create([
+        WorkloadEvent(workload_id=a.workload_id, at=now, type=EventType.DISPATCHED,
+                      message=f"created on {a.cluster.name} and started "
+                      f"({len(a.nodes)} pods on {len(set(a.nodes))} nodes)",
+                      payload={"cluster": a.cluster.name})
+        for a in done])
+    report.started.extend(a.workload_id for a in done)
 
 
-def _refused(adm: Admission, refusal: DispatchRefused, now: datetime) -> None:
-    """Release the reservation and lower the cluster's health for a while (both recorded)."""
-    with scheduling_lock(wait=True):
-        w = Workload.objects.select_for_update().get(pk=adm.workload_id)
-        fresh = Admission.objects.select_for_update().get(pk=adm.pk)
-        if fresh.ended_at is not None or w.state != S.RESERVED:
-            return
-        fresh.ended_at, fresh.end_reason = now, EndReason.REFUSED
-        fresh.cleaned_at = now
-        fresh.save(update_fields=["ended_at", "end_reason", "cleaned_at"])
-        cluster = Cluster.objects.select_for_update().get(pk=adm.cluster_id)
-        cluster.health_penalty = penalty()
-        cluster.health_penalty_until = now + timedelta(seconds=penalty_s())
-        cluster.save(update_fields=["health_penalty", "health_penalty_until"])
-        message = (f"cluster {cluster.name} refused the dispatch ({refusal.reason}: "
-                   f"{refusal.message}); reservation released, cluster health "
-                   f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
-                   f"{penalty_s():.0f}s; will be placed again")
-        events = [
-            event_new(w, EventType.REFUSED, at=now, code="DISPATCH_REFUSED", message=message,
-                      payload={"cluster": cluster.name, "reason": str(refusal.reason)}),
-            workload_transition(w, S.PENDING, at=now, event_type=EventType.REQUEUED,
-                                message=f"back in the queue after the refusal by {cluster.name}"),
-        ]
-        w.reason_code, w.reason_message = "DISPATCH_REFUSED", message
-        w.save(update_fields=["state", "state_changed_at", "reason_code", "reason_message"])
-        WorkloadEvent.objects.bulk_create(events)
+def _refused(adm: Admission, refusal: DispatchRefused, now: datetime) -> bool:
+    """Release the reservation and lower the cluster's health for a while (both recorded).
+
+    Runs under the scheduling lock; False when the admission had already ended."""
+    w = Workload.objects.select_for_update().get(pk=adm.workload_id)
+    fresh = Admission.objects.select_for_update().get(pk=adm.pk)
+    if fresh.ended_at is not None or w.state != S.RESERVED:
+        return False
+    fresh.ended_at, fresh.end_reason = now, EndReason.REFUSED
+    fresh.cleaned_at = now
+    fresh.save(update_fields=["ended_at", "end_reason", "cleaned_at"])
+    cluster = Cluster.objects.select_for_update().get(pk=adm.cluster_id)
+    cluster.health_penalty = penalty()
+    cluster.health_penalty_until = now + timedelta(seconds=penalty_s())
+    cluster.save(update_fields=["health_penalty", "health_penalty_until"])
+    message = (f"cluster {cluster.name} refused the dispatch ({refusal.reason}: "
+               f"{refusal.message}); reservation released, cluster health "
+               f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
+               f"{penalty_s():.0f}s; will be placed again")
+    events = [
+        event_new(w, EventType.REFUSED, at=now, code="DISPATCH_REFUSED", message=message,
+                  payload={"cluster": cluster.name, "reason": str(refusal.reason)}),
+        workload_transition(w, S.PENDING, at=now, event_type=EventType.REQUEUED,
+                            message=f"back in the queue after the refusal by {cluster.name}"),
+    ]
+    w.reason_code, w.reason_message = "DISPATCH_REFUSED", message
+    w.save(update_fields=["state", "state_changed_at", "reason_code", "reason_message"])
+    WorkloadEvent.objects.bulk_create(events)
     logger.warning("workload %s refused by %s: %s", w.pk, cluster.name, refusal)
-    _nudge()
+    return True
 
 
 def _nudge() -> None:
@@ -338,12 +406,11 @@ def _apply_status(observed: list[tuple[Admission, Phase, str]], now: datetime,
             changed_w[w.pk] = w
             report.lost.append(w.pk)
     if changed_a:
-        Admission.objects.bulk_update(list(changed_a.values()),
-                                      ["running_at", "ended_at", "end_reason", "forced"])
+        bulk_set(Admission, list(changed_a.values()),
+                 ["running_at", "ended_at", "end_reason", "forced"])
     if changed_w:
-        Workload.objects.bulk_update(
-            list(changed_w.values()),
-            ["state", "state_changed_at", "finished_at", "progress_s", "preempt_deadline"])
+        bulk_set(Workload, list(changed_w.values()),
+                 ["state", "state_changed_at", "finished_at", "progress_s", "preempt_deadline"])
     if events:
         WorkloadEvent.objects.bulk_create(events)
 

@@ -158,7 +158,59 @@ def _team_for(user: Any, queue: Queue) -> Team | None:
     return None
 
 
-def _validate(user: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+class SubmitLookups:
+    """What validating submissions reads from the database, read once per call (a batch of
+    submissions costs a handful of queries, not a handful each)."""
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+        self._queues: dict[str, Queue | None] = {}
+        self._leaves: set[int] | None = None
+        self._allowed: set[int] | None = None
+        self._classes: dict[str, PriorityClass] | None = None
+        self._flavors: dict[str, Flavor] | None = None
+        self._teams: dict[int, Team | None] = {}
+        self.request_checker: Any = None
+
+    def prefetch_queues(self, paths: set[str]) -> None:
+        for q in Queue.objects.filter(path__in=paths - set(self._queues)):
+            self._queues[q.path] = q
+
+    def queue(self, path: str) -> Queue | None:
+        if path not in self._queues:
+            self._queues[path] = Queue.objects.filter(path=path).first()
+        return self._queues[path]
+
+    def is_leaf(self, queue: Queue) -> bool:
+        if self._leaves is None:
+            self._leaves = set(Queue.objects.filter(children__isnull=True)
+                               .values_list("pk", flat=True))
+        return queue.pk in self._leaves
+
+    def may_use(self, queue: Queue) -> bool:
+        if self._allowed is None:
+            self._allowed = set(user_leaf_queues(self.user).values_list("pk", flat=True))
+        return queue.pk in self._allowed
+
+    @property
+    def classes(self) -> dict[str, PriorityClass]:
+        if self._classes is None:
+            self._classes = {p.name: p for p in PriorityClass.objects.all()}
+        return self._classes
+
+    @property
+    def flavors(self) -> dict[str, Flavor]:
+        if self._flavors is None:
+            self._flavors = {f.name: f for f in Flavor.objects.all()}
+        return self._flavors
+
+    def team(self, queue: Queue) -> Team | None:
+        if queue.pk not in self._teams:
+            self._teams[queue.pk] = _team_for(self.user, queue)
+        return self._teams[queue.pk]
+
+
+def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str, Any]:
     """Check a submission's fields; raise ValidationError naming every bad field at once."""
     errors: dict[str, list[str]] = {}
     if not isinstance(data, Mapping):
@@ -178,19 +230,19 @@ def _validate(user: Any, data: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(queue_path, str) or not queue_path:
         errors["queue"] = ["required: the path of a leaf queue, e.g. rd/vision"]
     else:
-        queue = Queue.objects.filter(path=queue_path).first()
+        queue = lk.queue(queue_path)
         if queue is None:
             errors["queue"] = [f"unknown queue {queue_path!r}"]
-        elif queue.children.exists():
+        elif not lk.is_leaf(queue):
             errors["queue"] = [f"{queue_path} is not a leaf queue: submit to one of its leaves"]
-        elif not user_leaf_queues(user).filter(pk=queue.pk).exists():
+        elif not lk.may_use(queue):
             errors["queue"] = [f"none of your teams may use queue {queue_path}"]
     clean["queue"] = queue
 
     pc_name = data.get("priority_class") or "training"
-    pc = PriorityClass.objects.filter(name=pc_name).first()
+    pc = lk.classes.get(pc_name) if isinstance(pc_name, str) else None
     if pc is None:
-        known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
+        known = ", ".join(sorted(lk.classes, key=lambda n: -lk.classes[n].value))
         errors["priority_class"] = [f"unknown priority class {pc_name!r} (one of {known})"]
     clean["priority_class"] = pc
 
@@ -242,7 +294,7 @@ def _validate(user: Any, data: Mapping[str, Any]) -> dict[str, Any]:
 
     pods = data.get("pods")
     clean_pods: list[dict[str, Any]] = []
-    known_flavors = {f.name: f for f in Flavor.objects.all()}
+    known_flavors = lk.flavors
     if not isinstance(pods, list) or not pods:
         errors["pods"] = ["required: a list of pod sets, e.g. [{\"count\": 1, \"flavors\": "
                           "[\"a100-80g\"], \"gpus\": 8}]"]
@@ -304,63 +356,94 @@ def workload_submit(*, user: Any, data: Mapping[str, Any], now: datetime | None 
     (policies, budgets) and the engine's request check may reject it: it is then saved
     `rejected` with one reason event per reason, so the user sees why.
     """
-    from scheduling.cycle import request_check  # the cycle module imports this one
+    return workloads_submit(user=user, items=[data], now=now, nudge=nudge)[0]
+
+
+@transaction.atomic
+def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
+                     now: datetime | None = None, nudge: bool = True) -> list[Workload]:
+    """Submit several workloads at once, all or nothing (bulk inserts; same rules as
+    `workload_submit`). A malformed item raises ValidationError naming it (`[3] name: ...`
+    when there are several)."""
+    from scheduling.cycle import RequestChecker  # the cycle module imports this one
 
     now = now or timezone.now()
-    clean = _validate(user, data)
-    queue: Queue = clean["queue"]
-    team = _team_for(user, queue)
-    verdict = extensions.run_submission_checks(extensions.SubmissionContext(
-        user=user, queue=queue, team=team, request=dict(data), is_update=False))
-    priority_class: PriorityClass = clean["priority_class"]
-    if verdict.priority_class and verdict.priority_class != priority_class.name:
-        imposed = PriorityClass.objects.filter(name=verdict.priority_class).first()
-        if imposed is None:
-            raise ValidationError({"priority_class": [
-                f"a policy imposes unknown priority class {verdict.priority_class!r}"]})
-        verdict.audit.append(f"priority class {priority_class.name} -> {imposed.name} "
-                             "(set by policy)")
-        priority_class = imposed
+    lk = SubmitLookups(user)
+    lk.prefetch_queues({d.get("queue") for d in items if isinstance(d, Mapping)
+                        and isinstance(d.get("queue"), str)})
+    cleans = []
+    for n, data in enumerate(items):
+        try:
+            cleans.append(_validate(user, data, lk))
+        except ValidationError as exc:
+            if len(items) == 1:
+                raise
+            raise ValidationError({f"[{n}] {k}": v for k, v in exc.message_dict.items()}
+                                  ) from exc
+    checker = RequestChecker(now)
+    plans = []
+    for data, clean in zip(items, cleans, strict=True):
+        queue: Queue = clean["queue"]
+        team = lk.team(queue)
+        verdict = extensions.run_submission_checks(extensions.SubmissionContext(
+            user=user, queue=queue, team=team, request=dict(data), is_update=False))
+        priority_class: PriorityClass = clean["priority_class"]
+        if verdict.priority_class and verdict.priority_class != priority_class.name:
+            imposed = lk.classes.get(verdict.priority_class)
+            if imposed is None:
+                raise ValidationError({"priority_class": [
+                    f"a policy imposes unknown priority class {verdict.priority_class!r}"]})
+            verdict.audit.append(f"priority class {priority_class.name} -> {imposed.name} "
+                                 "(set by policy)")
+            priority_class = imposed
+        workload = Workload(
+            name=clean["name"], queue=queue, team=team, owner=user, state=S.PENDING,
+            priority_class=priority_class, preemptible=clean["preemptible"],
+            checkpoint=clean["checkpoint"], strategy=clean["strategy"],
+            dataset=clean["dataset"], image=clean["image"], command=clean["command"],
+            duration_hint_s=clean["duration_hint_s"],
+            termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
+            labels=clean["labels"], submitted_at=now, state_changed_at=now,
+        )
+        pod_sets = [
+            PodSet(index=p["index"], count=p["count"], flavors=p["flavors"], gpus=p["gpus"],
+                   cpu=p["cpu"], memory_gib=p["memory_gib"], gpu_memory_gib=p["gpu_memory_gib"])
+            for p in clean["pods"]
+        ]
+        reasons = list(verdict.deny) or checker.check(workload, pod_sets)
+        if reasons:
+            workload.state = S.REJECTED
+            workload.finished_at = now
+            workload.reason_code, workload.reason_message = reasons[0]
+        plans.append((workload, pod_sets, verdict, reasons))
 
-    workload = Workload.objects.create(
-        name=clean["name"], queue=queue, team=team, owner=user, state=S.PENDING,
-        priority_class=priority_class, preemptible=clean["preemptible"],
-        checkpoint=clean["checkpoint"], strategy=clean["strategy"], dataset=clean["dataset"],
-        image=clean["image"], command=clean["command"],
-        duration_hint_s=clean["duration_hint_s"],
-        termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
-        labels=clean["labels"], submitted_at=now, state_changed_at=now,
-    )
-    pod_sets = PodSet.objects.bulk_create([
-        PodSet(workload=workload, index=p["index"], count=p["count"], flavors=p["flavors"],
-               gpus=p["gpus"], cpu=p["cpu"], memory_gib=p["memory_gib"],
-               gpu_memory_gib=p["gpu_memory_gib"])
-        for p in clean["pods"]
-    ])
-    gpus = sum(p.count * p.gpus for p in pod_sets)
-    events = [event_new(workload, EventType.SUBMITTED, at=now, actor=user,
-                        message=f"submitted to {queue.path} by {user.get_username()}: "
-                        f"{gpus} GPUs in {sum(p.count for p in pod_sets)} pods",
-                        payload={"priority_class": priority_class.name})]
-    events += [event_new(workload, EventType.POLICY, at=now, actor=user, message=line)
-               for line in verdict.audit]
-
-    reasons = list(verdict.deny)
-    if not reasons:
-        reasons = request_check(workload, pod_sets, now=now)
-    if reasons:
-        events.append(workload_transition(
-            workload, S.REJECTED, at=now, event_type=EventType.REJECTED, actor=user,
-            code=reasons[0][0], message=f"rejected: {len(reasons)} reason(s)"))
-        events += [event_new(workload, EventType.REASON, at=now, code=code, message=message)
-                   for code, message in reasons]
-        workload.reason_code, workload.reason_message = reasons[0]
-        workload.save(update_fields=["state", "state_changed_at", "finished_at", "reason_code",
-                                     "reason_message"])
+    workloads = Workload.objects.bulk_create([p[0] for p in plans])
+    all_pod_sets: list[PodSet] = []
+    events: list[WorkloadEvent] = []
+    for workload, pod_sets, verdict, reasons in plans:
+        for ps in pod_sets:
+            ps.workload = workload
+        all_pod_sets += pod_sets
+        gpus = sum(p.count * p.gpus for p in pod_sets)
+        events.append(event_new(
+            workload, EventType.SUBMITTED, at=now, actor=user,
+            message=f"submitted to {workload.queue.path} by {user.get_username()}: "
+            f"{gpus} GPUs in {sum(p.count for p in pod_sets)} pods",
+            payload={"priority_class": workload.priority_class.name}))
+        events += [event_new(workload, EventType.POLICY, at=now, actor=user, message=line)
+                   for line in verdict.audit]
+        if reasons:
+            # The rejection is a state change of its own, recorded after the submission.
+            events.append(event_new(workload, EventType.REJECTED, at=now, actor=user,
+                                    code=reasons[0][0],
+                                    message=f"rejected: {len(reasons)} reason(s)"))
+            events += [event_new(workload, EventType.REASON, at=now, code=code,
+                                 message=message) for code, message in reasons]
+    PodSet.objects.bulk_create(all_pod_sets)
     WorkloadEvent.objects.bulk_create(events)
-    if nudge and workload.state == S.PENDING:
+    if nudge and any(w.state == S.PENDING for w in workloads):
         transaction.on_commit(cycle_nudge)
-    return workload
+    return workloads
 
 
 # --- cancellation -----------------------------------------------------------------------------

@@ -7,8 +7,10 @@ retryable backend errors. Every task is idempotent.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from celery import shared_task
+from django.utils import timezone
 
 from scheduling.backends.base import BackendError
 
@@ -87,7 +89,8 @@ def sync_all() -> None:
     for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
         sync_cluster.delay(cluster_id)
     # Dispatches whose task was lost (a worker died) are picked up here.
-    stale = (Admission.objects.filter(ended_at__isnull=True, dispatched_at__isnull=True)
+    stale = (Admission.objects.filter(ended_at__isnull=True, dispatched_at__isnull=True,
+                                      reserved_at__lt=timezone.now() - timedelta(seconds=2))
              .values_list("cluster_id", flat=True).distinct())
     for cluster_id in stale:
         dispatch_cluster.delay(cluster_id)
