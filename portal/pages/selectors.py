@@ -36,14 +36,17 @@ def _bar(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def dashboard_queues(*, user: Any, scope: Scope) -> list[dict[str, Any]]:
-    """Leaf queues the user may submit to, with per-GPU-model used/min/max and a bar.
+    """The leaf queues of the user's teams, with per-GPU-model used/min/max and a bar; for a
+    platform admin in no team, the top-level queues (the whole tree is on the tree page).
 
     Usage comes with the tree rows (`quotas.selectors.quota_usage`): computed once per page.
     """
+    tree = queue_rows(user=user)
+    mine = [r for r in tree if r["can_submit"]]
+    if not mine and scope.is_admin:
+        mine = [r for r in tree if r["depth"] == 1]
     rows = []
-    for row in queue_rows(user=user):
-        if not row["is_leaf"] or not scope.can_submit_to(row["id"]):
-            continue
+    for row in mine:
         keys = []
         for flavor, resources in row["quota"].items():
             cell = resources.get("gpu")
@@ -56,7 +59,8 @@ def dashboard_queues(*, user: Any, scope: Scope) -> list[dict[str, Any]]:
             }
             full["bar"] = _bar(full)
             keys.append(full)
-        rows.append({"id": row["id"], "path": row["path"], "keys": keys})
+        rows.append({"id": row["id"], "path": row["path"], "keys": keys,
+                     "can_submit": row["can_submit"]})
     return rows
 
 

@@ -37,6 +37,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     min_health = float(settings.ALLOT_ENGINE.get("min_cluster_health", 0.5))
     return render(request, "portal/dashboard.html", {
         "queues": queues,
+        "own_queues": any(q["can_submit"] for q in queues),
         "workloads": page_selectors.my_live_workloads(user=request.user),
         "headroom": page_selectors.fleet_headroom(min_health=min_health),
         "scope": scope,
@@ -89,9 +90,8 @@ def _tree_context(request: HttpRequest, state: Any = None, post: Any = None) -> 
     specs = state.specs if state is not None else tree_selectors.tree_specs()
     scope = user_scope(request.user)
     keys = editor_keys(specs)
-    rows = editor_rows(specs, keys, post)
-    if not scope.is_admin:
-        rows = [r for r in rows if scope.can_see_queue(r["id"])]
+    rows = editor_rows(specs, keys, post, editable=scope.is_admin,
+                       visible=None if scope.is_admin else scope.can_see_queue)
     return {"rows": rows, "keys": keys, "state": state, "can_edit": scope.is_admin,
             "parents": Queue.objects.order_by("path").only("id", "path")}
 
