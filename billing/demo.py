@@ -21,7 +21,7 @@ RATES = {
     "cpu": [("cpu", "0.04", None), ("memory", "0.005", None)],
 }
 # code: (name, basis, teams, monthly budget, thresholds)
-COST_CENTERS = {
+COST_CENTERS: dict[str, tuple[str, str, list[str], str, list[tuple[int, str]]]] = {
     "research": ("Research", "allocation", ["vision", "nlp", "robotics"], "20000",
                  [(50, "notify"), (80, "notify"), (100, "block")]),
     "product": ("Product", "hybrid", ["search", "recsys"], "15000",

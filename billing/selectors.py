@@ -31,6 +31,7 @@ from billing.models import (
     round_quantity,
 )
 from billing.services.budgets import active_firings, period_bounds, spent_in
+from billing.services.usage import rate_versions
 from quotas.models import TeamMembership, TeamRole
 
 GROUPS = {"team": ("team__name", "team_name"), "queue": ("queue", "queue"),
@@ -111,23 +112,26 @@ def usage_summary(
     return out
 
 
-def _running_hourly_cost(workload, now: datetime) -> tuple[Decimal, Decimal, str]:
-    """(current GPU-hour cost per hour, GPUs held, currency) of a workload's open admission."""
-    open_adm = workload.admissions.filter(ended_at__isnull=True).select_related("flavor").first()
-    if open_adm is None:
-        return Decimal(0), Decimal(0), default_currency()
+def _rate_at(rates: dict, flavor: str, resource: str, now: datetime):
+    """The rate version in force at `now` (None before the first)."""
+    current = None
+    for version in rates.get(flavor, {}).get(resource, ()):
+        if version.effective_from <= now:
+            current = version
+    return current
+
+
+def _admission_hourly_cost(adm, rates: dict, now: datetime) -> tuple[Decimal, str]:
+    """What an open admission costs per hour at today's rates (frozen rate until it runs)."""
     per_hour = Decimal(0)
     currency = default_currency()
-    for resource, amount in (("gpu", open_adm.gpus), ("cpu", open_adm.cpu),
-                             ("memory", open_adm.memory_gib)):
-        card = (RateCard.objects.filter(flavor=open_adm.flavor, resource=resource,
-                                        effective_from__lte=now)
-                .order_by("-effective_from").first())
-        if card is not None and amount:
-            rate = card.rate if open_adm.running_at else card.effective_frozen_rate
+    for resource, amount in (("gpu", adm.gpus), ("cpu", adm.cpu), ("memory", adm.memory_gib)):
+        version = _rate_at(rates, adm.flavor.name, resource, now)
+        if version is not None and amount:
+            rate = version.rate if adm.running_at else version.frozen_rate
             per_hour += Decimal(amount) * rate
-            currency = card.currency
-    return per_hour, Decimal(open_adm.gpus), currency
+            currency = version.currency
+    return per_hour, currency
 
 
 def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
@@ -156,10 +160,14 @@ def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
             metered += (a["metered"] or ZERO) - (a["metered_gap"] or ZERO)
     last_hour = records.order_by("-hour").values_list("hour", flat=True).first()
     unbilled_from = (last_hour + HOUR) if last_hour else None
-    per_hour, gpus, rate_currency = _running_hourly_cost(workload, now)
+    rates = rate_versions()
+    open_adm = workload.admissions.filter(ended_at__isnull=True).select_related("flavor").first()
+    per_hour, rate_currency = (
+        _admission_hourly_cost(open_adm, rates, now) if open_adm else (Decimal(0), currency)
+    )
+    gpus = Decimal(open_adm.gpus) if open_adm else Decimal(0)
     unbilled = Decimal(0)
-    if per_hour:
-        open_adm = workload.admissions.filter(ended_at__isnull=True).first()
+    if per_hour and open_adm is not None:
         since = max(unbilled_from or open_adm.reserved_at, open_adm.reserved_at)
         if now > since:
             unbilled = per_hour * exact_hours(now - since)
@@ -174,12 +182,10 @@ def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
     if not per_hour and workload.state == "pending" and remaining_h:
         # Not admitted yet: its first-choice flavor's current GPU rate.
         for pod_set in workload.pod_sets.all():
-            card = (RateCard.objects.filter(flavor__name__in=pod_set.flavors[:1],
-                                            resource="gpu", effective_from__lte=now)
-                    .order_by("-effective_from").first())
-            if card is not None:
-                per_hour += pod_set.count * pod_set.gpus * card.rate
-                currency = card.currency
+            version = _rate_at(rates, (pod_set.flavors or [""])[0], "gpu", now)
+            if version is not None:
+                per_hour += pod_set.count * pod_set.gpus * version.rate
+                currency = version.currency
     estimate = round_money(so_far + per_hour * remaining_h)
     return {
         "billed": billed, "unbilled": round_money(unbilled), "so_far": so_far,
@@ -240,9 +246,10 @@ def budget_forecast(budget: Budget, now: datetime | None = None) -> dict[str, An
     admissions = Admission.objects.filter(
         ended_at__isnull=True, workload__team_id__in=teams
     ).select_related("workload", "flavor")
+    rates = rate_versions()
     for adm in admissions:
         running_ids.add(adm.workload_id)
-        per_hour, _, _ = _running_hourly_cost(adm.workload, now)
+        per_hour, _ = _admission_hourly_cost(adm, rates, now)
         hint = adm.workload.duration_hint_s
         if hint:
             ran = exact_hours(now - (adm.running_at or now)) + Decimal(
