@@ -14,7 +14,7 @@ from billing.services import budget_create, rate_card_create, team_cost_center_s
 
 SINCE = datetime(2020, 1, 1, tzinfo=UTC)
 # flavor: [(resource, rate, frozen rate or None)], EUR per GPU-hour / core-hour / GiB-hour
-RATES = {
+RATES: dict[str, list[tuple[str, str, str | None]]] = {
     "a100-80g": [("gpu", "2.40", "1.20")],
     "h100-80g": [("gpu", "4.10", "2.05")],
     "v100-32g": [("gpu", "0.90", None)],
