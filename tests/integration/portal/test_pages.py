@@ -2,6 +2,7 @@
 
 import re
 from decimal import Decimal
+from html.parser import HTMLParser
 
 import pytest
 from django.db import connection
@@ -292,3 +293,33 @@ def test_schema_documents_the_portal_endpoints(client, org):
                  "/api/v1/capacity-requests/{id}/deny:", "/api/v1/approvals:",
                  "/api/v1/workloads/{id}/approve:", "/api/v1/workloads/{id}/deny:"):
         assert path in schema, path
+
+
+class _Controls(HTMLParser):
+    """Collects form controls and label targets, to check every control is labelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.controls: list[dict] = []
+        self.label_for: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "label" and a.get("for"):
+            self.label_for.add(a["for"])
+        if tag in ("input", "select", "textarea") and a.get("type") not in ("hidden", "submit"):
+            self.controls.append(a)
+
+
+@pytest.mark.parametrize("url", ["/workloads/new/", "/capacity-requests/new/", "/queues/",
+                                 "/workloads/", "/capacity-requests/", "/approvals/"])
+def test_every_control_has_a_label(client, org, priority_classes, url):
+    req = capacity_request_submit(user=org.alice, queue=org.vision, flavor=org.a100,
+                                  resource="gpu", min=Decimal(12), max=None, justification="x")
+    assert req.pk
+    parser = _Controls()
+    parser.feed(login(client, org.admin).get(url).content.decode())
+    assert parser.controls, url
+    unlabelled = [c.get("name") for c in parser.controls
+                  if not c.get("aria-label") and c.get("id") not in parser.label_for]
+    assert unlabelled == [], (url, unlabelled)
