@@ -35,7 +35,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     for q in queues:
         q["pending_count"] = counts.get(q["id"], 0)
     min_health = float(settings.ALLOT_ENGINE.get("min_cluster_health", 0.5))
-    return render(request, "portal/dashboard.html", {
+    # htmx refreshes the standing every few seconds: it gets the body only.
+    template = "portal/partials/dashboard_body.html" if request.htmx else "portal/dashboard.html"
+    return render(request, template, {
         "queues": queues,
         "own_queues": any(q["can_submit"] for q in queues),
         "workloads": page_selectors.my_live_workloads(user=request.user),

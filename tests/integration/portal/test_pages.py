@@ -56,6 +56,9 @@ def test_dashboard_shows_queue_standing_and_headroom(client, org, priority_class
     assert ">big</a>" in html and ">waiting</a>" in html
     # fleet headroom: 32 a100 GPUs on 4 ready nodes, 12 used
     assert '<td data-label="Free" class="num"><strong>20</strong>' in html
+    live = client.get("/dashboard/", HTTP_HX_REQUEST="true").content.decode()
+    assert live.startswith('<div id="dashboard-live"') and "<html" not in live
+    assert 'hx-trigger="every 10s"' in live and "rd/vision" in live
     # an admin in no team sees the top-level queues (the whole tree is on the tree page)
     html = login(Client(), org.admin).get("/dashboard/").content.decode()
     assert "Top-level queues" in html and ">rd</a>" in html and "rd/vision" not in html
