@@ -15,7 +15,10 @@ Choices where the semantics page is silent (Kueue's behaviour unless said otherw
   the same way without new checks.
 - A starving workload holds its first usable flavor: later workloads in the order take nothing
   on that flavor (any queue: quota and nodes of a flavor are shared up the tree). It does not
-  hold when a policy-lowered max blocks it (that may last; holding would idle the flavor).
+  hold when a policy-lowered max or its cooldown blocks it (holding would idle the flavor and,
+  for a reclaimed borrower, take back what was reclaimed).
+- A preemptor whose victims are all gone goes first in the next cycle, before starving work:
+  the capacity was freed for it (otherwise reclaim can repeat after every cooldown).
 - A preemptor whose victims are still in their grace period does not preempt again; it waits
   (WAITING_FOR_PREEMPTION). Victims in grace are never chosen twice.
 - Reclaim victims run on the preemptor's flavor, in another leaf, are preemptible and not in
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -188,11 +192,11 @@ class Engine:
         self.seq = 0
         self.cooldown: dict[int, float] = {}
         self.waiting: dict[str, set[str]] = {}
-        self.repay: dict[int, list[tuple[float, bool]]] = {}
-        for rec in repayment:
-            q = self.tree.index.get(rec.queue)
-            if q is not None:
-                self.repay.setdefault(q, []).append((rec.ended_at, rec.forced))
+        self.repay: dict[int, deque[tuple[float, bool]]] = {}
+        self.repay_forced: dict[int, int] = {}
+        for rec in sorted(repayment, key=lambda r: r.ended_at):
+            self.record_repayment(rec.queue, rec.ended_at, forced=rec.forced)
+        self.claims: set[str] = set()  # preemptors whose victims are all gone
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}
         self.refresh_capacity()
@@ -457,13 +461,14 @@ class Engine:
         if a.cluster in self.fleet.by_name and a.nodes:
             self.fleet.unassign(a.cluster, a.flavor, a.nodes, a.pods)
         if a.borrowed:
-            self.repay.setdefault(a.leaf, []).append((now, forced))
+            self.record_repayment(a.leaf, now, forced=forced)
         if a.preempted_by:
             victims = self.waiting.get(a.preempted_by)
             if victims is not None:
                 victims.discard(name)
                 if not victims:
                     del self.waiting[a.preempted_by]
+                    self._claim(a.preempted_by)
         c = self.fleet.by_name.get(a.cluster)
         if c is not None and not self.fleet.healthy(c):
             self.refresh_capacity()
@@ -492,12 +497,36 @@ class Engine:
         if not hist:
             return 1.0
         start = now - self.settings.repayment_window_s
-        if hist[0][0] < start:
-            hist[:] = [h for h in hist if h[0] >= start]
+        while hist and hist[0][0] < start:
+            if hist.popleft()[1]:
+                self.repay_forced[leaf] -= 1
         if not hist:
             return 1.0
-        forced = sum(1 for h in hist if h[1])
-        return (len(hist) - forced) / len(hist)
+        return (len(hist) - self.repay_forced.get(leaf, 0)) / len(hist)
+
+    def record_repayment(self, queue: str | int, at: float, *, forced: bool) -> None:
+        """One borrowing admission of `queue` ended: returned on time, or `forced` (§6)."""
+        q = queue if isinstance(queue, int) else self.tree.index.get(queue)
+        if q is None:
+            return
+        self.repay.setdefault(q, deque()).append((at, forced))
+        if forced:
+            self.repay_forced[q] = self.repay_forced.get(q, 0) + 1
+
+    def _claim(self, name: str) -> None:
+        """The victims of `name` are gone: it goes first next cycle (the freed capacity was
+        taken for it; without this a starving borrower could take it back and the reclaim
+        would repeat after every cooldown)."""
+        p = self.pending.get(name)
+        if p is None:
+            return
+        self.claims.add(name)
+        g = p.group
+        if g is not None:
+            g.parked = False
+            if g.members[0] is not p:
+                g.members.remove(p)
+                g.members.insert(0, p)
 
     # ---- the cycle -------------------------------------------------------------------
 
@@ -577,9 +606,11 @@ class Engine:
         att = tree.attainment(p.leaf, p.gpu_key)
         return (1, -(s.attainment_weight * (1.0 - min(1.0, att)) + s.repayment_weight * rep))
 
-    @staticmethod
-    def _order_key(p: Pending, rank: tuple[int, float], cutoff: float) -> tuple[object, ...]:
+    def _order_key(self, p: Pending, rank: tuple[int, float],
+                   cutoff: float) -> tuple[object, ...]:
         sub = p.spec.submitted_at
+        if p.name in self.claims:
+            return (-1, sub, 0, 0.0, p.order_tail)
         if sub < cutoff:
             return (0, sub, 0, 0.0, p.order_tail)
         return (1, 0.0, rank[0], rank[1], p.order_tail)
@@ -664,6 +695,7 @@ class Engine:
                   held: dict[str, str]) -> tuple[int, Reason | None, dict[str, Reason]]:
         """Try one workload: admit, preempt for it, or say why it waits."""
         name = p.name
+        self.claims.discard(name)
         reasons: dict[str, Reason] = {}
         if not p.flavors:
             return FAILED, p.static_reason or Reason(
@@ -719,7 +751,8 @@ class Engine:
                         break
         if starving:
             r0 = reasons.get(flav[0], reason)
-            if not (r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
+            if r0.code != RC.COOLDOWN and not (
+                    r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
                 held.setdefault(flav[0], name)
         if outcome == WAITING:
             res.reasons[name] = reason

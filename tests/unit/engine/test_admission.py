@@ -41,7 +41,7 @@ def test_borrow_score_prefers_low_attainment_and_good_repayment() -> None:
     run(eng, 0, wl("a0", "a", 8), wl("b0", "b", 8), wl("c0", "c", 8))
     # attainment: a 8/8 = 1, b 8/16 = 0.5 (b1 is within guarantee: 8 + 8 <= 16),
     # so add b1 now to leave b at 16/16 and give c a forced repayment history.
-    eng.repay[eng.tree.index["c"]] = [(0.0, True)]
+    eng.record_repayment("c", 0.0, forced=True)
     res = run(eng, 1, wl("a1", "a", 8, t=1), wl("c1", "c", 8, t=1))
     # a: score 1*(1-1) + 0.5*1 = 0.5; c: 0 + 0.5*0 = 0 -> a first; one node left.
     assert [a.workload for a in res.admitted] == ["a1"]
@@ -52,7 +52,8 @@ def test_repayment_window_and_default() -> None:
     eng = engine([q("a", 8, 16)], [cluster()], repayment_window_s=100.0)
     leaf = eng.tree.index["a"]
     assert eng.repayment(leaf, 0) == 1.0
-    eng.repay[leaf] = [(0.0, True), (50.0, False), (60.0, False), (70.0, True)]
+    for at, forced in [(0.0, True), (50.0, False), (60.0, False), (70.0, True)]:
+        eng.record_repayment("a", at, forced=forced)
     assert eng.repayment(leaf, 80) == 0.5
     assert eng.repayment(leaf, 155) == 0.5  # (0, forced) left the window: 2 returned, 1 forced
     assert eng.repayment(leaf, 10_000) == 1.0
