@@ -175,7 +175,7 @@ def start_workers(n: int, concurrency: int, env: dict[str, str]) -> list[subproc
     logs = ROOT / "var"
     logs.mkdir(exist_ok=True)
     for i in range(n):
-        cmd = [celery, "-A", "portal", "worker", "--loglevel=WARNING",
+        cmd = [celery, "-A", "portal", "worker", "--loglevel=INFO",
                f"--concurrency={concurrency}", "-n", f"bench{i}@%h", "--without-gossip",
                "--without-mingle", "--without-heartbeat"]
         if i == 0:
@@ -346,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     s = data.get("settings") or {}
     env = {k: v for k, v in os.environ.items() if k != "TEST_DATABASE_NAME"}
     env.update({
-        "DATABASE_URL": database_url, "CELERY_BROKER_URL": broker_url, "LOG_LEVEL": "WARNING",
+        "DATABASE_URL": database_url, "CELERY_BROKER_URL": broker_url, "LOG_LEVEL": "INFO",
+        "CONN_MAX_AGE": "600",
         "ALLOT_CYCLE_INTERVAL_S": "0.25", "ALLOT_SYNC_INTERVAL_S": "0.25",
         "ALLOT_RECLAIM_COOLDOWN_S": str(s.get("reclaim_cooldown_s", 120)),
         "ALLOT_STARVATION_S": str(s.get("starvation_s", 1800)),

@@ -131,19 +131,25 @@ class DispatchReport:
 
 
 @contextlib.contextmanager
-def cluster_lock(cluster_id: int) -> Iterator[bool]:
-    """One dispatch pass per cluster at a time (PostgreSQL; elsewhere always granted).
+def cluster_lock(cluster_id: int, *, wait: bool = False) -> Iterator[bool]:
+    """One writer of a cluster's objects at a time: dispatch passes and deletions
+    (PostgreSQL; elsewhere always granted).
 
-    A session-level advisory lock, so the pass needs no open transaction while it talks to
-    the cluster; a pass that finds it taken skips (the holder, or the next beat, does the work).
+    Deletions wait for it so an old interval's delete never lands after a new interval's
+    create of the same Job names. A session-level advisory lock, so no transaction stays open
+    while we talk to the cluster; a dispatch pass that finds it taken skips (the holder, or the
+    next beat, does the work).
     """
     if connection.vendor != "postgresql":
         yield True
         return
     key = DISPATCH_LOCK_BASE + int(cluster_id)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        got = bool(cursor.fetchone()[0])
+        if wait:
+            cursor.execute("SELECT pg_advisory_lock(%s), true", [key])
+        else:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        got = bool(cursor.fetchone()[-1])
     try:
         yield got
     finally:
@@ -305,8 +311,14 @@ def admission_delete(*, admission_id: int, now: datetime | None = None) -> None:
     if not adms or adms[0].cleaned_at is not None:
         return
     adm = adms[0]
-    get_backend(adm.cluster).delete_workload(workload_ref(adm))
-    Admission.objects.filter(pk=adm.pk).update(cleaned_at=now or timezone.now())
+    with cluster_lock(adm.cluster_id, wait=True):
+        newer = Admission.objects.filter(workload_id=adm.workload_id, cluster_id=adm.cluster_id,
+                                         pk__gt=adm.pk).exists()
+        # A newer interval on the same cluster owns the Job names now (its dispatch removed
+        # the old objects before creating its own): deleting would kill the new run.
+        if not newer:
+            get_backend(adm.cluster).delete_workload(workload_ref(adm))
+        Admission.objects.filter(pk=adm.pk).update(cleaned_at=now or timezone.now())
 
 
 # --- sync -------------------------------------------------------------------------------------
@@ -396,7 +408,7 @@ def _apply_status(observed: list[tuple[Admission, Phase, str]], now: datetime,
                 message=f"failed on {adm.cluster.name}: {message or 'a pod failed'}"))
             changed_w[w.pk] = w
             report.failed.append(w.pk)
-        elif phase == Phase.MISSING and w.state == S.RUNNING:
+        elif phase == Phase.MISSING and w.state in (S.RUNNING, S.RESERVED):
             # Its Jobs vanished (deleted by hand, cluster rebuilt): back to the queue.
             a.ended_at, a.end_reason, a.forced = now, EndReason.FAILED, a.borrowed
             changed_a[a.pk] = a
