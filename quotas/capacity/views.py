@@ -63,9 +63,17 @@ def capacity_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
     scope = user_scope(request.user)
     current = services._entry(obj)
+    can_decide = obj.is_open and scope.can_decide(obj.queue_id)
+    # The decider sees before deciding whether the tree would accept the change, and why not.
+    check = None
+    if can_decide:
+        errors, warnings = services.tree_check_entry(
+            queue=obj.queue, flavor=obj.flavor, resource=obj.resource,
+            values=services._requested_values(obj, current))
+        check = {"errors": errors, "warnings": warnings}
     return render(request, "capacity/detail.html", {
-        "obj": obj, "current": current,
-        "can_decide": obj.is_open and scope.can_decide(obj.queue_id),
+        "obj": obj, "current": current, "check": check,
+        "can_decide": can_decide,
         "can_cancel": obj.state in ("submitted", "approved") and (
             obj.requested_by_id == request.user.pk or scope.can_decide(obj.queue_id)),
         "decision_form": DecisionForm(), "comment_form": CommentForm(),

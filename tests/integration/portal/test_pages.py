@@ -165,6 +165,8 @@ def test_capacity_request_pages_and_inbox_approval(client, org):
     pk = int(r["Location"].strip("/").split("/")[-1])
     html = c.get(r["Location"]).content.decode()
     assert "Submitted" in html and "<strong>16</strong>" in html and "Approve" not in html
+    decider = login(Client(), org.admin).get(r["Location"]).content.decode()
+    assert "The tree's rules hold with this change" in decider
     assert "Max</dt><dd>32 → unchanged" in html
     listing = c.get("/capacity-requests/").content.decode()
     assert '<td data-label="New min" class="num">16</td>' in listing
@@ -185,6 +187,9 @@ def test_capacity_approval_breaking_a_rule_shows_the_reason(client, org):
                                   resource="gpu", min=Decimal(30), max=None,
                                   justification="more")
     admin = login(client, org.admin)
+    page = admin.get(f"/capacity-requests/{req.pk}/").content.decode()
+    assert "Approving would break the tree" in page
+    assert "rd: a100-80g/gpu: children&#x27;s min 38 &gt; min 32" in page
     r = admin.post(f"/capacity-requests/{req.pk}/approve/", follow=True)
     assert "children&#x27;s min 38 &gt; min 32" in r.content.decode()
 
