@@ -106,7 +106,7 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
 
     capacity = Decimal(sum(
         Node.objects.filter(flavor__name=flavor, ready=True, cluster__enabled=True)
-        .values_list("gpus", flat=True)
+        .values_list("gpus", flat=True), 0
     ))
     used_fleet = sum((u["gpu"] for (c, f), u in fleet_usage().items() if f == flavor), ZERO)
     preview.fleet_free = max(ZERO, capacity - used_fleet)
@@ -147,8 +147,8 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
         left = max(0.0, hint - adm.workload.progress_s)
         ends.append((max(now, started + timedelta(seconds=left)), adm.gpus))
     freed = limit
-    for end, g in sorted(ends):
-        freed += g
+    for end, released in sorted(ends):
+        freed += Decimal(released)
         if freed >= need:
             preview.estimated_start = end
             break

@@ -7,14 +7,15 @@ everything. Ids outside a user's scope are answered with 404, never 403 (API.md)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 
 from quotas.models import Queue, TeamMembership, TeamRole
 
 
-def is_platform_admin(user: AbstractBaseUser | AnonymousUser) -> bool:
+def is_platform_admin(user: User | AnonymousUser) -> bool:
     """Platform admins: Django staff or superusers."""
     return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
 
@@ -45,7 +46,9 @@ class Scope:
         return bool(self.decide_queue_ids)
 
 
-def _related(paths: list[tuple[str, str | None]], all_queues: list[tuple[int, str]]) -> set[int]:
+def _related(
+    paths: Sequence[tuple[str, str | None]], all_queues: Sequence[tuple[int, str]]
+) -> set[int]:
     """Ids of queues equal to, below, or above (but strictly inside the department) a path."""
     out: set[int] = set()
     for qid, qpath in all_queues:
@@ -59,7 +62,7 @@ def _related(paths: list[tuple[str, str | None]], all_queues: list[tuple[int, st
     return out
 
 
-def user_scope(user: AbstractBaseUser | AnonymousUser) -> Scope:
+def user_scope(user: User | AnonymousUser) -> Scope:
     """The user's scope, computed with two queries (the tree is small: hundreds of queues)."""
     admin = is_platform_admin(user)
     if not user.is_authenticated:

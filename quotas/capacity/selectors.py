@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 
 from portal.pages.access import user_scope
@@ -10,7 +10,7 @@ from quotas.capacity.models import CapacityRequest, CapacityRequestState
 
 
 def capacity_requests_visible(
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
 ) -> QuerySet[CapacityRequest]:
     """Requests the user may see: their own, their teams' queues', all for admins."""
     qs = CapacityRequest.objects.select_related("queue", "flavor", "requested_by", "decided_by")
@@ -21,7 +21,7 @@ def capacity_requests_visible(
 
 
 def capacity_requests_to_decide(
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
 ) -> QuerySet[CapacityRequest]:
     """Open requests the user may approve or deny, oldest first."""
     scope = user_scope(user)

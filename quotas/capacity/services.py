@@ -12,7 +12,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.db import transaction
@@ -141,7 +141,7 @@ def _notify(request: CapacityRequest, subject: str, body: str) -> None:
 
 @transaction.atomic
 def capacity_request_submit(
-    *, user: AbstractBaseUser, queue: Queue, flavor: Flavor, resource: str,
+    *, user: User, queue: Queue, flavor: Flavor, resource: str,
     min: Decimal | None, max: Decimal | None, justification: str,
     starts_at: dt.datetime | None = None, ends_at: dt.datetime | None = None,
 ) -> CapacityRequest:
@@ -187,7 +187,7 @@ def _change(old: Any, new: Decimal | None) -> str:
     return f"{old_text} -> {fmt(new)}"
 
 
-def _check_decider(user: AbstractBaseUser, request: CapacityRequest) -> None:
+def _check_decider(user: User, request: CapacityRequest) -> None:
     scope = user_scope(user)
     if not scope.can_decide(request.queue_id):
         raise PermissionDenied(
@@ -198,7 +198,7 @@ def _check_decider(user: AbstractBaseUser, request: CapacityRequest) -> None:
 
 @transaction.atomic
 def capacity_request_approve(
-    *, user: AbstractBaseUser, request: CapacityRequest, comment: str = "",
+    *, user: User, request: CapacityRequest, comment: str = "",
     now: dt.datetime | None = None,
 ) -> CapacityRequest:
     """Approve; a change whose period has started is applied at once (if the tree allows)."""
@@ -247,7 +247,7 @@ def _apply(request: CapacityRequest, *, actor: Any, now: dt.datetime) -> None:
 
 @transaction.atomic
 def capacity_request_deny(
-    *, user: AbstractBaseUser, request: CapacityRequest, comment: str,
+    *, user: User, request: CapacityRequest, comment: str,
     now: dt.datetime | None = None,
 ) -> CapacityRequest:
     """Deny with a comment saying why."""
@@ -268,7 +268,7 @@ def capacity_request_deny(
 
 @transaction.atomic
 def capacity_request_cancel(
-    *, user: AbstractBaseUser, request: CapacityRequest
+    *, user: User, request: CapacityRequest
 ) -> CapacityRequest:
     """The requester (or a decider) withdraws a request that has not taken effect."""
     if request.requested_by_id != user.pk:
@@ -282,7 +282,7 @@ def capacity_request_cancel(
 
 @transaction.atomic
 def capacity_request_comment(
-    *, user: AbstractBaseUser, request: CapacityRequest, message: str
+    *, user: User, request: CapacityRequest, message: str
 ) -> CapacityRequestEvent:
     """A comment on the request's timeline."""
     if not message.strip():
@@ -292,7 +292,7 @@ def capacity_request_comment(
 
 @transaction.atomic
 def capacity_request_revert(
-    *, request: CapacityRequest, actor: AbstractBaseUser | None = None,
+    *, request: CapacityRequest, actor: User | None = None,
     now: dt.datetime | None = None,
 ) -> CapacityRequest:
     """Restore the entry as it was before the request (its period ended)."""
