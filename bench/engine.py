@@ -5,6 +5,10 @@ simulated time through the scenario runner (the same engine the workers use).
     python -m bench.engine kueue           # only the Kueue baseline (15,000 workloads)
     python -m bench.engine kueue-large     # only the 1,000-queue, 50,000-workload variant
     python -m bench.engine philly          # only the Philly replays (elastic and static)
+    python -m bench.engine philly --jobs 20000   # the first 20,000 jobs of the trace only
+
+Each replay has a wall-clock budget (ALLOT_BENCH_BUDGET_S, default 120 s) so `make bench` stays
+bounded: a replay that runs out of it is reported as such (its figures are then missing).
 
 Prints the figures, then one line of JSON with all of them (`{"bench": "engine", ...}`).
 Scenarios are generated in memory; nothing is written to the repository.
@@ -34,6 +38,7 @@ import csv
 import json
 import math
 import os
+import signal
 import sys
 import time
 from collections import defaultdict
@@ -61,6 +66,29 @@ KUEUE_SETS = (
 )
 NOMINAL = 20
 BORROWING_LIMIT = 100
+
+
+class BudgetExceeded(Exception):
+    """A replay ran longer than its wall-clock budget."""
+
+
+def _budget_s() -> float:
+    return float(os.environ.get("ALLOT_BENCH_BUDGET_S", "120"))
+
+
+def run_with_budget(scenario: Any) -> dict[str, Any]:
+    """run_scenario, interrupted (BudgetExceeded) after the wall-clock budget."""
+
+    def expired(_signum: int, _frame: Any) -> None:
+        raise BudgetExceeded
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, _budget_s())
+    try:
+        return run_scenario(scenario)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def traces_dir() -> Path:
@@ -126,7 +154,11 @@ def run_kueue(label: str, cohorts: int, per_cohort: int, scale: float) -> dict[s
     t0 = time.perf_counter()
     scenario = load_scenario(data)
     t1 = time.perf_counter()
-    result = run_scenario(scenario)
+    try:
+        result = run_with_budget(scenario)
+    except BudgetExceeded:
+        print(f"[{label}] {n} workloads: not finished within the {_budget_s():.0f} s budget")
+        return {"workloads": n, "budget_exceeded_s": _budget_s()}
     t2 = time.perf_counter()
     wls = result["workloads"].values()
     finished = [w for w in wls if w["state"] == "finished"]
@@ -249,7 +281,12 @@ def run_philly(jobs: list[tuple[float, float, int, str]], elastic: bool) -> dict
     t0 = time.perf_counter()
     scenario = load_scenario(data)
     t1 = time.perf_counter()
-    result = run_scenario(scenario)
+    try:
+        result = run_with_budget(scenario)
+    except BudgetExceeded:
+        print(f"[philly {label}] {facts['jobs']} jobs: not finished within the "
+              f"{_budget_s():.0f} s budget (target < 60 s)")
+        return {**facts, "budget_exceeded_s": _budget_s()}
     t2 = time.perf_counter()
     m = result["metrics"]
     states: dict[str, int] = defaultdict(int)
@@ -287,6 +324,11 @@ def run_philly(jobs: list[tuple[float, float, int, str]], elastic: bool) -> dict
 
 
 def main(argv: list[str]) -> int:
+    limit = None
+    if "--jobs" in argv:
+        i = argv.index("--jobs")
+        limit = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     which = set(argv) or {"kueue", "kueue-large", "philly"}
     figures: dict[str, Any] = {"bench": "engine"}
     if "kueue" in which:
@@ -301,7 +343,7 @@ def main(argv: list[str]) -> int:
             print(f"[philly] skipped: {path} not found (set ALLOT_TRACES_DIR)")
         else:
             t0 = time.perf_counter()
-            jobs = read_philly(path)
+            jobs = read_philly(path)[:limit]
             read_s = time.perf_counter() - t0
             print(f"[philly] {TRACE_CITATION}; read {len(jobs)} jobs in {read_s:.2f} s")
             figures["philly_source"] = TRACE_CITATION
