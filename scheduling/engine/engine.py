@@ -13,10 +13,12 @@ Choices where the semantics page is silent (Kueue's behaviour unless said otherw
 - Within one cycle usage only grows (victims keep their capacity until their grace ends), so a
   workload identical in queue, shape and options to one that already failed in this cycle fails
   the same way without new checks.
-- A starving workload holds its first usable flavor: later workloads in the order take nothing
-  on that flavor (any queue: quota and nodes of a flavor are shared up the tree). It does not
-  hold when a policy-lowered max or its cooldown blocks it (holding would idle the flavor and,
-  for a reclaimed borrower, take back what was reclaimed).
+- A starving workload that does not fit holds a reservation on its first usable flavor for the
+  rest of the cycle: its demand as phantom usage in the quota tree, and, when its quota fits but
+  no nodes do, the nodes that could hold its gang (most free GPUs first) are kept from later
+  workloads. Later workloads that would have fit without the hold get NO_CAPACITY naming it.
+  It does not hold when a policy-lowered max or its cooldown blocks it (holding would idle the
+  flavor and, for a reclaimed borrower, take back what was reclaimed).
 - A preemptor whose victims are all gone goes first in the next cycle, before starving work:
   the capacity was freed for it (otherwise reclaim can repeat after every cooldown).
 - A preemptor whose victims are still in their grace period does not preempt again; it waits
@@ -40,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from scheduling.engine.accounting import EPS, INF, Demand, QuotaTree, fmt, key_name
-from scheduling.engine.placement import Fleet, Pod
+from scheduling.engine.placement import Fleet, Pod, Pool
 from scheduling.engine.types import (
     Admit,
     AdmittedWorkload,
@@ -116,13 +118,15 @@ class Group:
     skipped until then.
     """
 
-    __slots__ = ("sig", "members", "code", "unreported", "parked", "park", "retry_at",
-                 "preempts", "pos", "violating")
+    __slots__ = ("sig", "members", "code", "reason", "unreported", "parked", "park",
+                 "retry_at", "preempts", "pos", "violating", "holds")
 
     def __init__(self, sig: tuple[object, ...]) -> None:
         self.sig = sig
         self.members: list[Pending] = []
         self.code = ""
+        self.reason: Reason | None = None
+        self.holds = False  # when starving, its last failure holds its first flavor
         self.unreported: set[str] = set()
         self.parked = False
         # Per flavor: (free events seen, freed amounts seen, quota deficit per key).
@@ -188,6 +192,7 @@ class Engine:
         self.full = True
         self.admitted: dict[str, Admitted] = {}
         self.in_grace: dict[str, dict[str, Admitted]] = {}  # flavor -> victims in grace
+        self.reserved: dict[str, Admitted] = {}  # admitted, pods not all running yet
         self.by_leaf_flavor: dict[tuple[int, str], dict[str, Admitted]] = {}
         self.seq = 0
         self.cooldown: dict[int, float] = {}
@@ -197,6 +202,7 @@ class Engine:
         for rec in sorted(repayment, key=lambda r: r.ended_at):
             self.record_repayment(rec.queue, rec.ended_at, forced=rec.forced)
         self.claims: set[str] = set()  # preemptors whose victims are all gone
+        self._holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]] = []
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}
         self.refresh_capacity()
@@ -254,6 +260,8 @@ class Engine:
 
     def _index_admitted(self, a: Admitted) -> None:
         self.admitted[a.name] = a
+        if not a.running:
+            self.reserved[a.name] = a
         self.by_leaf_flavor.setdefault((a.leaf, a.flavor), {})[a.name] = a
 
     def _demand(self, flavor: str, pods: Sequence[Pod]) -> Demand:
@@ -442,6 +450,7 @@ class Engine:
         a = self.admitted.get(name)
         if a is not None:
             a.running = True
+            self.reserved.pop(name, None)
 
     def end(self, name: str, now: float, *, forced: bool = False) -> Admitted | None:
         """Free an admitted workload's capacity (finished, cancelled, refused, grace over).
@@ -451,6 +460,7 @@ class Engine:
         a = self.admitted.pop(name, None)
         if a is None:
             return None
+        self.reserved.pop(name, None)
         self.by_leaf_flavor[(a.leaf, a.flavor)].pop(name, None)
         if a.grace_until is not None:
             self.in_grace.get(a.flavor, {}).pop(name, None)
@@ -535,8 +545,8 @@ class Engine:
         s = self.settings
         res = CycleResult(now=now)
         if s.pods_ready_timeout_s > 0:
-            late = [a for a in self.admitted.values()
-                    if not a.running and a.grace_until is None
+            late = [a for a in self.reserved.values()
+                    if a.grace_until is None
                     and now - a.admitted_at >= s.pods_ready_timeout_s - EPS]
             for a in late:
                 self._timeout(a, now, res)
@@ -547,14 +557,25 @@ class Engine:
                 p.not_before = None
                 self._join(p)
         cutoff = now - s.starvation_s
-        full = self.full or any(g.members[0].spec.submitted_at < cutoff
-                                for g in self.groups.values())
+        full = self.full
         self.full = False
         repay_cache: dict[int, float] = {}
         heap: list[tuple[tuple[object, ...], int, Group]] = []
         base: dict[int, tuple[int, float]] = {}
+        hold_only: set[int] = set()
         for g in self.groups.values():
             if g.parked and not full and not self._wakes(g, now):
+                if g.unreported and g.reason is not None:
+                    for name in list(g.unreported):
+                        if name not in self.waiting:
+                            res.reasons[name] = g.reason
+                            g.unreported.discard(name)
+                head = g.members[0]
+                if g.holds and head.spec.submitted_at < cutoff:
+                    # Still cannot fit, still starving: it keeps holding its flavor.
+                    hold_only.add(id(g))
+                    heap.append(((0, head.spec.submitted_at, 0, 0.0, head.order_tail), id(g),
+                                 g))
                 continue
             g.parked = False
             g.pos = 0
@@ -566,6 +587,12 @@ class Engine:
         held: dict[str, str] = {}
         while heap:
             key, gid, g = heapq.heappop(heap)
+            if gid in hold_only:
+                head = g.members[0]
+                if head.flavors and head.flavors[0] not in held:
+                    held[head.flavors[0]] = head.name
+                    self._hold(head, head.flavors[0])
+                continue
             p = g.members[g.pos]
             if key[0] == 1 and key[2] == 0:
                 rank = self._rank(p, now, repay_cache)
@@ -592,7 +619,65 @@ class Engine:
                                       gid, g))
             elif not g.members:
                 del self.groups[g.sig]
+        self._release_holds()
         return res
+
+    def _hold(self, p: Pending, f: str) -> None:
+        """A starving workload that does not fit holds what it needs on flavor f for the rest
+        of the cycle (§4.3): its demand is reserved in the quota tree (a phantom admission),
+        and when its quota fits but no nodes do, the nodes with the most free GPUs that could
+        hold its gang are kept from later workloads, so they drain towards it."""
+        d = p.demand[f]
+        quota_ok = self.tree.fits(p.leaf, d)
+        self.tree.add(p.leaf, d)
+        masked: list[tuple[Pool, int]] = []
+        need = sum(x[0] for x in p.pods)
+        found = self.fleet.flavor_problem(f, p.spec.allowed_clusters)
+        if quota_ok and need and found is None:
+            clusters = [c for c in self.fleet.flavor_clusters.get(f, [])
+                        if self.fleet.healthy(c) and (p.spec.allowed_clusters is None
+                                                      or c.name in p.spec.allowed_clusters)]
+            best = max(clusters, key=lambda c: (sum(g for g, r in zip(
+                c.pools[f].gpus, c.pools[f].ready, strict=True) if r), c.pools[f].free_gpus(),
+                c.name), default=None)
+            if best is not None:
+                pool = best.pools[f]
+                order = sorted((i for i in range(len(pool.names)) if pool.ready[i]),
+                               key=lambda i: (-pool.fg[i], i))
+                room = 0
+                for i in order:
+                    if room >= need:
+                        break
+                    pool.set_ready(i, False)
+                    masked.append((pool, i))
+                    room += pool.gpus[i]
+        self._holds.append((p, f, d, masked))
+
+    def _release_holds(self) -> None:
+        """End of cycle: give back held quota and nodes (counted as freed, so parked groups
+        may look again)."""
+        for p, f, d, masked in reversed(self._holds):
+            self.tree.add(p.leaf, d, -1.0)
+            for pool, i in masked:
+                pool.set_ready(i, True)
+            self.free_events[f] = self.free_events.get(f, 0) + 1
+            for k, amount in d:
+                self.freed[k] = self.freed.get(k, 0.0) + amount
+        self._holds.clear()
+
+    def _fits_unheld(self, p: Pending, now: float) -> bool:
+        """Would p fit on some flavor if no starving workload held anything?"""
+        holds = list(self._holds)
+        for q, _, d, masked in holds:
+            self.tree.add(q.leaf, d, -1.0)
+            for pool, i in masked:
+                pool.set_ready(i, True)
+        ok = any(self._fits_without(p, f, now) for f in p.flavors)
+        for q, _, d, masked in holds:
+            self.tree.add(q.leaf, d)
+            for pool, i in masked:
+                pool.set_ready(i, False)
+        return ok
 
     def _rank(self, p: Pending, now: float, repay_cache: dict[int, float]) -> tuple[int, float]:
         """(0, 0) within guarantee, else (1, -borrow score) (§4.2a-b)."""
@@ -626,13 +711,16 @@ class Engine:
                 g.unreported.discard(m.name)
             g.code = code
         else:
-            for m in rest:
-                if m.name in g.unreported:
-                    res.reasons[m.name] = reason
-                    g.unreported.discard(m.name)
+            for name in list(g.unreported):
+                if name not in self.waiting:
+                    res.reasons[name] = reason
+                    g.unreported.discard(name)
+        g.reason = reason
         p = rest[0]
-        if any(f in held for f in p.flavors) or reason.code == RC.NO_CAPACITY and (
-                "held for starving" in reason.message):
+        r0 = per_flavor.get(p.flavors[0], reason) if p.flavors else reason
+        g.holds = bool(p.flavors) and r0.code != RC.COOLDOWN and not (
+            r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message)
+        if reason.code == RC.NO_CAPACITY and "held for starving" in reason.message:
             return  # a starving workload's hold can end any time: stay active
         tree = self.tree
         g.park = {}
@@ -700,11 +788,7 @@ class Engine:
         if not p.flavors:
             return FAILED, p.static_reason or Reason(
                 RC.FLAVOR_UNAVAILABLE, "no usable flavor"), reasons
-        flav = [f for f in p.flavors if f not in held]
-        if not flav:
-            holder = held[p.flavors[0]]
-            return FAILED, Reason(RC.NO_CAPACITY, (
-                f"flavor {p.flavors[0]}: capacity held for starving workload {holder}")), reasons
+        flav = list(p.flavors)
         waiting = name in self.waiting
         tree = self.tree
         leaf = p.leaf
@@ -751,9 +835,15 @@ class Engine:
                         break
         if starving:
             r0 = reasons.get(flav[0], reason)
-            if r0.code != RC.COOLDOWN and not (
+            if flav[0] not in held and r0.code != RC.COOLDOWN and not (
                     r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
-                held.setdefault(flav[0], name)
+                held[flav[0]] = name
+                self._hold(p, flav[0])
+        elif outcome == FAILED and self._holds and self._fits_unheld(p, now):
+            holders = sorted({q.name for q, f, _, _ in self._holds if f in flav})
+            reason = Reason(RC.NO_CAPACITY, (
+                f"flavor {flav[0]}: capacity held for starving workload "
+                f"{', '.join(holders) or next(iter(held.values()))}"))
         if outcome == WAITING:
             res.reasons[name] = reason
         return outcome, reason, reasons
