@@ -41,7 +41,7 @@ class ApprovalInboxApi(APIView):
     def get(self, request: Request) -> Response:
         scope = user_scope(request.user)
         return Response(InboxOutput({
-            "capacity_requests": list(capacity_requests_to_decide(request.user)[:200]),
+            "capacity_requests": list(capacity_requests_to_decide(request.user, scope=scope)[:200]),
             "workloads": list(_workloads_to_decide(scope)[:200]),
         }).data)
 

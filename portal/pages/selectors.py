@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Min, Q
 
 from portal.pages.access import Scope
 from quotas.selectors import queue_rows
@@ -177,19 +177,18 @@ def queue_waits(*, start: datetime, now: datetime, queue_ids: frozenset[int] | N
                 ) -> list[dict[str, Any]]:
     """Per leaf queue: how long admitted work waited (median, p90, minutes) since `start`,
     and how long its pending work has waited so far."""
-    firsts = Admission.objects.filter(workload__submitted_at__gte=start)
+    admitted = Workload.objects.filter(submitted_at__gte=start, admissions__isnull=False)
     pend = Workload.objects.filter(state=WorkloadState.PENDING)
     if queue_ids is not None:
-        firsts = firsts.filter(workload__queue_id__in=queue_ids)
+        admitted = admitted.filter(queue_id__in=queue_ids)
         pend = pend.filter(queue_id__in=queue_ids)
-    first_by_workload: dict[int, tuple[str, datetime, datetime]] = {}
-    rows = firsts.values_list("workload_id", "workload__queue__path", "workload__submitted_at",
-                              "reserved_at").order_by("workload_id", "reserved_at")
-    for wid, path, submitted, reserved in rows:
-        first_by_workload.setdefault(wid, (path, submitted, reserved))
+    # The database finds each workload's first admission; Python only sorts the waits.
+    rows = (admitted.values("queue__path", "submitted_at")
+            .annotate(first=Min("admissions__reserved_at"))
+            .values_list("queue__path", "submitted_at", "first"))
     waits: dict[str, list[float]] = defaultdict(list)
-    for path, submitted, reserved in first_by_workload.values():
-        waits[path].append(max(0.0, (reserved - submitted).total_seconds() / 60))
+    for path, submitted, first in rows:
+        waits[path].append(max(0.0, (first - submitted).total_seconds() / 60))
     pending: dict[str, list[float]] = defaultdict(list)
     for path, submitted in pend.values_list("queue__path", "submitted_at"):
         pending[path].append(max(0.0, (now - submitted).total_seconds() / 60))

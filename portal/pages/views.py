@@ -25,6 +25,8 @@ from quotas.models import Queue
 from scheduling import approvals
 from scheduling.models import Workload, WorkloadState
 
+INBOX_ROWS = 50  # oldest first: decide these, the next ones follow
+
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
@@ -59,9 +61,12 @@ def approval_inbox(request: HttpRequest) -> HttpResponse:
     """Capacity requests and held workloads the user may decide."""
     scope = user_scope(request.user)
     max_gpus, max_hours = approvals.approval_thresholds()
+    requests = capacity_requests_to_decide(request.user, scope=scope)
+    workloads = _workloads_to_decide(scope)
     return render(request, "portal/approvals.html", {
-        "requests": list(capacity_requests_to_decide(request.user)[:200]),
-        "workloads": list(_workloads_to_decide(scope)[:200]),
+        "requests": list(requests[:INBOX_ROWS]), "requests_total": requests.count(),
+        "workloads": list(workloads[:INBOX_ROWS]), "workloads_total": workloads.count(),
+        "inbox_rows": INBOX_ROWS,
         "scope": scope, "max_gpus": max_gpus, "max_hours": max_hours,
     })
 

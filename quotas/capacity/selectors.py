@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 
-from portal.pages.access import user_scope
+from portal.pages.access import Scope, user_scope
 from quotas.capacity.models import CapacityRequest, CapacityRequestState
 
 
@@ -21,10 +21,10 @@ def capacity_requests_visible(
 
 
 def capacity_requests_to_decide(
-    user: User | AnonymousUser,
+    user: User | AnonymousUser, *, scope: Scope | None = None,
 ) -> QuerySet[CapacityRequest]:
-    """Open requests the user may approve or deny, oldest first."""
-    scope = user_scope(user)
+    """Open requests the user may approve or deny, oldest first (`scope`: if already known)."""
+    scope = scope or user_scope(user)
     qs = CapacityRequest.objects.select_related("queue", "flavor", "requested_by").filter(
         state=CapacityRequestState.SUBMITTED
     )
