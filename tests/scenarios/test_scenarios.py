@@ -42,13 +42,7 @@ SCENARIO_FILES = sorted(
 )
 
 # file stem -> what the engine gets wrong (relayed to the engine's owner).
-ENGINE_XFAIL: dict[str, str] = {
-    "34-starvation-holds-only-what-it-needs": (
-        "engine: a starving workload holds its whole flavor for every queue, so b1 (another "
-        "leaf, own quota, a free node left for big) waits until 200; §4.3 holds only the "
-        "capacity (quota or nodes) the starving workload needs. On the Philly trace with static "
-        "quotas this idles the fleet (demand-bounded allocation 0.39)"),
-}
+ENGINE_XFAIL: dict[str, str] = {}
 
 # Reason codes that only the portal side produces (admission policies, budgets): the scenario
 # format has no policies or budgets, so no scenario can show them.
