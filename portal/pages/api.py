@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.pages.access import user_scope
-from portal.pages.views import _workloads_to_decide
+from portal.pages.selectors import workloads_to_decide
 from quotas.capacity.api import CapacityRequestOutput, DecisionInput
 from quotas.capacity.selectors import capacity_requests_to_decide
 from scheduling import approvals
@@ -42,7 +42,7 @@ class ApprovalInboxApi(APIView):
         scope = user_scope(request.user)
         return Response(InboxOutput({
             "capacity_requests": list(capacity_requests_to_decide(request.user, scope=scope)[:200]),
-            "workloads": list(_workloads_to_decide(scope)[:200]),
+            "workloads": list(workloads_to_decide(scope)[:200]),
         }).data)
 
 
@@ -51,7 +51,7 @@ class _WorkloadDecisionApi(APIView):
         raise NotImplementedError
 
     def post(self, request: Request, pk: int) -> Response:
-        workload = _workloads_to_decide(user_scope(request.user)).filter(pk=pk).first()
+        workload = workloads_to_decide(user_scope(request.user)).filter(pk=pk).first()
         if workload is None:
             raise Http404("no such workload waiting for your approval")
         data = DecisionInput(data=request.data)

@@ -73,6 +73,15 @@ def pending_counts(queue_ids: list[int]) -> dict[int, int]:
     return dict(counts)
 
 
+def workloads_to_decide(scope: Scope) -> Any:
+    """Pending workloads held for approval that the user may decide, oldest first."""
+    qs = Workload.objects.filter(needs_approval=True, state=WorkloadState.PENDING)
+    if not scope.is_admin:
+        qs = qs.filter(queue_id__in=scope.decide_queue_ids)
+    return (qs.select_related("queue", "owner", "priority_class").prefetch_related("pod_sets")
+            .order_by("submitted_at", "id"))
+
+
 def my_live_workloads(*, user: Any, limit: int = 20) -> list[Workload]:
     """The user's own running and waiting workloads, newest first."""
     live = [WorkloadState.PENDING, *ACTIVE_STATES]

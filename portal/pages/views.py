@@ -23,7 +23,6 @@ from quotas import services as tree_services
 from quotas.capacity.selectors import capacity_requests_to_decide
 from quotas.models import Queue
 from scheduling import approvals
-from scheduling.models import Workload, WorkloadState
 
 INBOX_ROWS = 50  # oldest first: decide these, the next ones follow
 
@@ -48,21 +47,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     })
 
 
-def _workloads_to_decide(scope: Any) -> Any:
-    qs = Workload.objects.filter(needs_approval=True, state=WorkloadState.PENDING)
-    if not scope.is_admin:
-        qs = qs.filter(queue_id__in=scope.decide_queue_ids)
-    return (qs.select_related("queue", "owner", "priority_class").prefetch_related("pod_sets")
-            .order_by("submitted_at", "id"))
-
-
 @login_required
 def approval_inbox(request: HttpRequest) -> HttpResponse:
     """Capacity requests and held workloads the user may decide."""
     scope = user_scope(request.user)
     max_gpus, max_hours = approvals.approval_thresholds()
     requests = capacity_requests_to_decide(request.user, scope=scope)
-    workloads = _workloads_to_decide(scope)
+    workloads = page_selectors.workloads_to_decide(scope)
     return render(request, "portal/approvals.html", {
         "requests": list(requests[:INBOX_ROWS]), "requests_total": requests.count(),
         "workloads": list(workloads[:INBOX_ROWS]), "workloads_total": workloads.count(),
@@ -76,7 +67,7 @@ def approval_inbox(request: HttpRequest) -> HttpResponse:
 def workload_decision(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     """Approve or deny a held workload from the inbox."""
     scope = user_scope(request.user)
-    workload = _workloads_to_decide(scope).filter(pk=pk).first()
+    workload = page_selectors.workloads_to_decide(scope).filter(pk=pk).first()
     if workload is None or action not in ("approve", "deny"):
         raise Http404("no such workload waiting for your approval")
     comment = request.POST.get("comment", "")
