@@ -47,7 +47,7 @@ class _W:
         self.state = "pending"
         self.admissions: list[dict[str, Any]] = []
         self.preemptions: list[dict[str, Any]] = []
-        self.reasons: list[dict[str, Any]] = []
+        self.reasons: list[tuple[float, str, str]] = []  # dicts only in the output
         self.finished_at: float | None = None
         self.last_code = ""
         self.token = 0
@@ -119,7 +119,7 @@ class Runner:
         if code == w.last_code:
             return
         w.last_code = code
-        w.reasons.append({"at": _num(at), "code": code, "message": reason.message})
+        w.reasons.append((at, code, reason.message))
 
     def _alloc_end(self, w: _W, t: float) -> None:
         self.reserved_at.pop(w.sim.spec.name, None)
@@ -216,7 +216,7 @@ class Runner:
             if reasons:
                 w.state = "rejected"
                 for r in reasons:
-                    w.reasons.append({"at": _num(t), "code": str(r.code), "message": r.message})
+                    w.reasons.append((t, str(r.code), r.message))
                 return
             eng.submit(w.sim.spec)
             w.counted = True
@@ -382,7 +382,8 @@ class Runner:
                 "admissions": w.admissions,
                 "preemptions": w.preemptions,
                 "finished_at": None if w.finished_at is None else _num(w.finished_at),
-                "reasons": w.reasons,
+                "reasons": [{"at": _num(at), "code": code, "message": message}
+                            for at, code, message in w.reasons],
             }
         waits.sort()
         mean_wait = sum(waits) / len(waits) if waits else 0.0
@@ -424,11 +425,14 @@ class Runner:
 def run_scenario(scenario: Scenario) -> dict[str, Any]:
     """Replay a loaded scenario; return the output JSON as a dict."""
     # The replay allocates many small long-lived objects and frees them by reference counting;
-    # the cyclic collector would only rescan them (it costs up to a third of a large replay).
-    enabled = gc.isenabled()
-    gc.disable()
+    # a frequent cyclic collector would only rescan them (up to a third of a large replay), so
+    # it runs rarely.
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(500_000, 50, 1000)
     try:
         return Runner(scenario).run()
     finally:
-        if enabled:
-            gc.enable()
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
