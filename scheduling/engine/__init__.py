@@ -8,7 +8,8 @@ interface and QUOTA-SEMANTICS.md for the rules.
 - `Engine`: the live state the simulator keeps between cycles (`submit`, `end`, `cycle`).
 """
 
-from scheduling.engine.engine import Engine, backoff_delay, check_request, schedule
+from scheduling.engine.engine import Engine, check_request, schedule
+from scheduling.engine.state import backoff_delay
 from scheduling.engine.types import (
     DEFAULT_PRIORITY_CLASSES,
     Admit,

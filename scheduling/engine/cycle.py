@@ -1,0 +1,378 @@
+"""The admission cycle (QUOTA-SEMANTICS.md §4, §7): order, holds, groups, reasons.
+
+Part of `Engine` (a mixin); the choices are listed in `scheduling.engine.engine`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+
+from scheduling.engine.accounting import EPS, INF, Demand, fmt
+from scheduling.engine.placement import Pool
+from scheduling.engine.preemption import PreemptionMixin
+from scheduling.engine.state import (
+    ADMITTED,
+    FAILED,
+    PREEMPTING,
+    RC,
+    WAITING,
+    Admitted,
+    Group,
+    Pending,
+    backoff_delay,
+)
+from scheduling.engine.types import (
+    Admit,
+    CycleResult,
+    Reason,
+    Release,
+)
+
+
+class CycleMixin(PreemptionMixin):
+    """One admission cycle over the engine's state."""
+
+    # ---- the cycle -------------------------------------------------------------------
+
+    def cycle(self, now: float) -> CycleResult:
+        """One admission cycle at time `now` (§4): timeouts, order, admit, preempt, reasons."""
+        s = self.settings
+        res = CycleResult(now=now)
+        if s.pods_ready_timeout_s > 0:
+            late = [a for a in self.reserved.values()
+                    if a.grace_until is None
+                    and now - a.admitted_at >= s.pods_ready_timeout_s - EPS]
+            for a in late:
+                self._timeout(a, now, res)
+        while self.backoff and self.backoff[0][0] <= now + EPS:
+            _, name = heapq.heappop(self.backoff)
+            p = self.pending.get(name)
+            if p is not None and p.group is None:
+                p.not_before = None
+                self._join(p)
+        cutoff = now - s.starvation_s
+        full = self.full
+        self.full = False
+        repay_cache: dict[int, float] = {}
+        heap: list[tuple[tuple[object, ...], int, Group]] = []
+        base: dict[int, tuple[int, float]] = {}
+        hold_only: set[int] = set()
+        for g in self.groups.values():
+            if g.parked and not full and not self._wakes(g, now):
+                if g.unreported and g.reason is not None:
+                    for name in list(g.unreported):
+                        if name not in self.waiting:
+                            res.reasons[name] = g.reason
+                            g.unreported.discard(name)
+                head = g.members[0]
+                if g.holds and head.spec.submitted_at < cutoff:
+                    # Still cannot fit, still starving: it keeps holding its flavor.
+                    hold_only.add(id(g))
+                    heap.append(((0, head.spec.submitted_at, 0, 0.0, head.order_tail), id(g),
+                                 g))
+                continue
+            g.parked = False
+            g.pos = 0
+            p = g.members[0]
+            rank = self._rank(p, now, repay_cache)
+            base[id(g)] = rank
+            heap.append((self._order_key(p, rank, cutoff), id(g), g))
+        heapq.heapify(heap)
+        held: dict[str, str] = {}
+        while heap:
+            key, gid, g = heapq.heappop(heap)
+            if gid in hold_only:
+                head = g.members[0]
+                if head.flavors and head.flavors[0] not in held:
+                    held[head.flavors[0]] = head.name
+                    self._hold(head, head.flavors[0])
+                continue
+            p = g.members[g.pos]
+            if key[0] == 1 and key[2] == 0:
+                rank = self._rank(p, now, repay_cache)
+                if rank[0] == 1:
+                    # Earlier admissions of this cycle used its guarantee: it would borrow now,
+                    # so it goes behind the within-guarantee work (Kueue re-checks the mode).
+                    base[gid] = rank
+                    heapq.heappush(heap, (self._order_key(p, rank, cutoff), gid, g))
+                    continue
+            outcome, reason, per_flavor = self._consider(p, now, key[0] == 0, res, held)
+            if outcome == ADMITTED:
+                g.members.pop(g.pos)
+                g.unreported.discard(p.name)
+                p.group = None
+            elif outcome == FAILED:
+                assert reason is not None
+                self._fail(g, reason, per_flavor, now, res, held)
+                continue
+            else:
+                g.unreported.add(p.name)
+                g.pos += 1
+            if g.pos < len(g.members):
+                heapq.heappush(heap, (self._order_key(g.members[g.pos], base[gid], cutoff),
+                                      gid, g))
+            elif not g.members:
+                del self.groups[g.sig]
+        self._release_holds()
+        return res
+
+    def _hold(self, p: Pending, f: str) -> None:
+        """A starving workload that does not fit holds what it needs on flavor f for the rest
+        of the cycle (§4.3): its demand is reserved in the quota tree (a phantom admission),
+        and when its quota fits but no nodes do, the nodes with the most free GPUs that could
+        hold its gang are kept from later workloads, so they drain towards it."""
+        d = p.demand[f]
+        quota_ok = self.tree.fits(p.leaf, d)
+        self.tree.add(p.leaf, d)
+        masked: list[tuple[Pool, int]] = []
+        need = sum(x[0] for x in p.pods)
+        found = self.fleet.flavor_problem(f, p.spec.allowed_clusters)
+        if quota_ok and need and found is None:
+            clusters = [c for c in self.fleet.flavor_clusters.get(f, [])
+                        if self.fleet.healthy(c) and (p.spec.allowed_clusters is None
+                                                      or c.name in p.spec.allowed_clusters)]
+            best = max(clusters, key=lambda c: (sum(g for g, r in zip(
+                c.pools[f].gpus, c.pools[f].ready, strict=True) if r), c.pools[f].free_gpus(),
+                c.name), default=None)
+            if best is not None:
+                pool = best.pools[f]
+                order = sorted((i for i in range(len(pool.names)) if pool.ready[i]),
+                               key=lambda i: (-pool.fg[i], i))
+                room = 0
+                for i in order:
+                    if room >= need:
+                        break
+                    pool.set_ready(i, False)
+                    masked.append((pool, i))
+                    room += pool.gpus[i]
+        self._holds.append((p, f, d, masked))
+
+    def _release_holds(self) -> None:
+        """End of cycle: give back held quota and nodes (counted as freed, so parked groups
+        may look again)."""
+        for p, f, d, masked in reversed(self._holds):
+            self.tree.add(p.leaf, d, -1.0)
+            for pool, i in masked:
+                pool.set_ready(i, True)
+            self.free_events[f] = self.free_events.get(f, 0) + 1
+            for k, amount in d:
+                self.freed[k] = self.freed.get(k, 0.0) + amount
+        self._holds.clear()
+
+    def _fits_unheld(self, p: Pending, now: float) -> bool:
+        """Would p fit on some flavor if no starving workload held anything?"""
+        holds = list(self._holds)
+        for q, _, d, masked in holds:
+            self.tree.add(q.leaf, d, -1.0)
+            for pool, i in masked:
+                pool.set_ready(i, True)
+        ok = any(self._fits_without(p, f, now) for f in p.flavors)
+        for q, _, d, masked in holds:
+            self.tree.add(q.leaf, d)
+            for pool, i in masked:
+                pool.set_ready(i, False)
+        return ok
+
+    def _rank(self, p: Pending, now: float, repay_cache: dict[int, float]) -> tuple[int, float]:
+        """(0, 0) within guarantee, else (1, -borrow score) (§4.2a-b)."""
+        tree = self.tree
+        if any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors):
+            return (0, 0.0)
+        s = self.settings
+        rep = repay_cache.get(p.leaf)
+        if rep is None:
+            rep = repay_cache[p.leaf] = self.repayment(p.leaf, now)
+        att = tree.attainment(p.leaf, p.gpu_key)
+        return (1, -(s.attainment_weight * (1.0 - min(1.0, att)) + s.repayment_weight * rep))
+
+    def _order_key(self, p: Pending, rank: tuple[int, float],
+                   cutoff: float) -> tuple[object, ...]:
+        sub = p.spec.submitted_at
+        if p.name in self.claims:
+            return (-1, sub, 0, 0.0, p.order_tail)
+        if sub < cutoff:
+            return (0, sub, 0, 0.0, p.order_tail)
+        return (1, 0.0, rank[0], rank[1], p.order_tail)
+
+    def _fail(self, g: Group, reason: Reason, per_flavor: dict[str, Reason], now: float,
+              res: CycleResult, held: dict[str, str]) -> None:
+        """Give the group's remaining members the reason and park it until something helps."""
+        rest = g.members[g.pos:]
+        code = str(reason.code)
+        if code != g.code:
+            for m in rest:
+                res.reasons[m.name] = reason
+                g.unreported.discard(m.name)
+            g.code = code
+        else:
+            for name in list(g.unreported):
+                if name not in self.waiting:
+                    res.reasons[name] = reason
+                    g.unreported.discard(name)
+        g.reason = reason
+        p = rest[0]
+        r0 = per_flavor.get(p.flavors[0], reason) if p.flavors else reason
+        g.holds = bool(p.flavors) and r0.code != RC.COOLDOWN and not (
+            r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message)
+        if reason.code == RC.NO_CAPACITY and "held for starving" in reason.message:
+            return  # a starving workload's hold can end any time: stay active
+        tree = self.tree
+        g.park = {}
+        g.preempts = {}
+        g.retry_at = INF
+        cool = self.cooldown.get(p.leaf, -INF)
+        if cool > now + EPS:
+            g.retry_at = cool
+        for f in p.flavors:
+            d = p.demand[f]
+            deficit: Demand = []
+            for k, amount in d:
+                short = amount - tree.available(p.leaf, k)
+                if short > EPS:
+                    deficit.append((k, short))
+            g.park[f] = (self.free_events.get(f, 0),
+                         {k: self.freed.get(k, 0.0) for k, _ in deficit}, deficit)
+            if p.spec.can_preempt or tree.within_guarantee(p.leaf, d):
+                g.preempts[f] = self.admits.get(f, 0)
+        g.parked = True
+        g.violating = False
+        f0 = p.flavors[0]
+        d0 = p.demand[f0]
+        if (reason.code != RC.WAITING_FOR_PREEMPTION and p.name not in self.waiting and d0
+                and tree.within_guarantee(p.leaf, d0)
+                and any(tree.u[p.leaf][k] < tree.mn[p.leaf][k] - EPS for k, _ in d0)):
+            g.violating = self.fits_if_borrowed_returned(p.name)
+
+    def _wakes(self, g: Group, now: float) -> bool:
+        """Could the parked group fit now? (conservative: True when unsure)."""
+        if now + EPS >= g.retry_at:
+            return True
+        for f, seen in g.preempts.items():
+            if self.admits.get(f, 0) != seen:
+                return True
+        for f, (events, snap, deficit) in g.park.items():
+            if self.free_events.get(f, 0) == events:
+                continue
+            if all(self.freed.get(k, 0.0) - snap[k] + EPS >= short for k, short in deficit):
+                return True
+        return False
+
+    def violating(self) -> bool:
+        """Some parked group is within guarantee, below min, and would fit if all borrowed
+        capacity were given back (the runner's min_guarantee_violation_s)."""
+        return any(g.violating and g.parked for g in self.groups.values())
+
+    def _timeout(self, a: Admitted, now: float, res: CycleResult) -> None:
+        s = self.settings
+        self.end(a.name, now)
+        n = a.spec.backoff_count + 1
+        until = now + backoff_delay(s, n)
+        reason = Reason(RC.PODS_READY_TIMEOUT, (
+            f"pods not all running {fmt(s.pods_ready_timeout_s)} s after admission to "
+            f"{a.cluster}; retry #{n} after {fmt(until - now)} s backoff"))
+        res.released.append(Release(a.name, reason, until, n))
+        self.submit(replace(a.spec, not_before=until, backoff_count=n))
+
+    def _consider(self, p: Pending, now: float, starving: bool, res: CycleResult,
+                  held: dict[str, str]) -> tuple[int, Reason | None, dict[str, Reason]]:
+        """Try one workload: admit, preempt for it, or say why it waits."""
+        name = p.name
+        self.claims.discard(name)
+        reasons: dict[str, Reason] = {}
+        if not p.flavors:
+            return FAILED, p.static_reason or Reason(
+                RC.FLAVOR_UNAVAILABLE, "no usable flavor"), reasons
+        flav = list(p.flavors)
+        waiting = name in self.waiting
+        tree = self.tree
+        leaf = p.leaf
+        wg = {f: tree.within_guarantee(leaf, p.demand[f]) for f in flav}
+        for f in flav:
+            if wg[f]:
+                r = self._try(p, f, False, now, res)
+                if r is None:
+                    return ADMITTED, None, reasons
+                reasons[f] = r
+        cool = self.cooldown.get(leaf, -INF)
+        for f in flav:
+            if wg[f]:
+                continue
+            d = p.demand[f]
+            if not p.spec.preemptible:
+                reasons[f] = tree.guarantee_reason(leaf, d) or Reason(
+                    RC.NON_PREEMPTIBLE_BEYOND_MIN, f"queue {tree.paths[leaf]}: beyond min")
+                continue
+            if cool > now + EPS:
+                reasons[f] = Reason(RC.COOLDOWN, (
+                    f"queue {tree.paths[leaf]}: a workload was reclaimed; no borrowing "
+                    f"admissions until {fmt(cool)} (reclaim_cooldown_s "
+                    f"{fmt(self.settings.reclaim_cooldown_s)})"))
+                continue
+            r = self._try(p, f, True, now, res)
+            if r is None:
+                return ADMITTED, None, reasons
+            reasons[f] = r
+        outcome = FAILED
+        if waiting:
+            reason = self._waiting_reason(name, now)
+            outcome = WAITING
+        else:
+            reason = reasons[flav[0]]
+            for f in flav:
+                if wg[f] or p.spec.can_preempt:
+                    got = self._preempt(p, f, wg[f], now, res)
+                    if got is None:
+                        res.reasons[name] = self._waiting_reason(name, now)
+                        return PREEMPTING, None, reasons
+                    if got.code in (RC.BUDGET_EXCEEDED, RC.WAITING_FOR_PREEMPTION):
+                        reason = got
+                        break
+        if starving:
+            r0 = reasons.get(flav[0], reason)
+            if flav[0] not in held and r0.code != RC.COOLDOWN and not (
+                    r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
+                held[flav[0]] = name
+                self._hold(p, flav[0])
+        elif outcome == FAILED and self._holds and self._fits_unheld(p, now):
+            holders = sorted({q.name for q, f, _, _ in self._holds if f in flav})
+            reason = Reason(RC.NO_CAPACITY, (
+                f"flavor {flav[0]}: capacity held for starving workload "
+                f"{', '.join(holders) or next(iter(held.values()))}"))
+        if outcome == WAITING:
+            res.reasons[name] = reason
+        return outcome, reason, reasons
+
+    def _waiting_reason(self, name: str, now: float) -> Reason:
+        victims = sorted(self.waiting.get(name, ()))
+        until = max((self.admitted[v].grace_until or now for v in victims if v in self.admitted),
+                    default=now)
+        return Reason(RC.WAITING_FOR_PREEMPTION, (
+            f"waiting for {', '.join(victims)} to stop (grace until {fmt(until)})"))
+
+    def _try(self, p: Pending, f: str, borrowed: bool, now: float,
+             res: CycleResult) -> Reason | None:
+        """Quota, then placement on flavor f; admit on success (None), else the reason."""
+        d = p.demand[f]
+        if not self.tree.fits(p.leaf, d):
+            # An absent or unhealthy flavor explains more than the quota numbers do.
+            return (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
+                    or self.tree.quota_reason(p.leaf, d))
+        got = self._place(p, f, commit=True)
+        if isinstance(got, Reason):
+            return got
+        cluster, nodes = got
+        self.tree.add(p.leaf, d)
+        self.seq += 1
+        pool = self.fleet.by_name[cluster].pools[f]
+        names = tuple(pool.names[i] for i in nodes)
+        a = Admitted(p.spec, p.leaf, f, cluster, nodes, names, p.pods, d, borrowed, now,
+                     self.seq)
+        self._index_admitted(a)
+        self.admits[f] = self.admits.get(f, 0) + 1
+        del self.pending[p.name]
+        self.waiting.pop(p.name, None)
+        g = sum(x[0] for x in p.pods)
+        res.admitted.append(Admit(p.name, cluster, f, names, borrowed, g,
+                                  sum(x[1] for x in p.pods), sum(x[2] for x in p.pods)))
+        return None

@@ -1,0 +1,226 @@
+"""Preemption (QUOTA-SEMANTICS.md §5): reclaim, priority, minimal victim sets, budgets.
+
+Part of `Engine` (a mixin); the choices are listed in `scheduling.engine.engine`.
+"""
+
+from __future__ import annotations
+
+from scheduling.engine.accounting import EPS, INF, fmt, key_name
+from scheduling.engine.state import (
+    RC,
+    Admitted,
+    EngineBase,
+    Pending,
+)
+from scheduling.engine.types import (
+    CycleResult,
+    DisruptionBudget,
+    Preempt,
+    PreemptionKind,
+    Reason,
+)
+
+
+class PreemptionMixin(EngineBase):
+    """Victim search and the what-if checks it needs."""
+
+    def _place(self, p: Pending, f: str, *, commit: bool) -> tuple[str, list[int]] | Reason:
+        strategy = p.spec.strategy or self.tree.strategy[p.leaf] or self.settings.strategy
+        return self.fleet.try_place(
+            f, p.pods, spread=strategy == "spread", same_rack=p.spec.topology_same == "rack",
+            allowed=p.spec.allowed_clusters, dataset=p.spec.dataset, weights=self.weights,
+            commit=commit)
+
+
+    # ---- preemption ------------------------------------------------------------------
+
+    def _fits_without(self, p: Pending, f: str, now: float) -> bool:
+        d = p.demand[f]
+        if not self.tree.fits(p.leaf, d):
+            return False
+        if not self.tree.within_guarantee(p.leaf, d):
+            if not p.spec.preemptible or self.cooldown.get(p.leaf, -INF) > now + EPS:
+                return False
+        return not isinstance(self._place(p, f, commit=False), Reason)
+
+    def _lift(self, a: Admitted) -> None:
+        self.tree.add(a.leaf, a.demand, -1.0)
+        if a.nodes:
+            self.fleet.unassign(a.cluster, a.flavor, a.nodes, a.pods)
+
+    def _drop(self, a: Admitted) -> None:
+        self.tree.add(a.leaf, a.demand, 1.0)
+        if a.nodes:
+            self.fleet.assign(a.cluster, a.flavor, a.nodes, a.pods)
+
+    def _grace_reason(self, p: Pending, f: str) -> Reason | None:
+        """WAITING_FOR_PREEMPTION when capacity already in grace on f would make p fit."""
+        going = list(self.in_grace.get(f, {}).values())
+        if not going:
+            return None
+        for a in going:
+            self._lift(a)
+        ok = self._fits_without(p, f, -INF)
+        for a in reversed(going):
+            self._drop(a)
+        if not ok:
+            return None
+        until = max(a.grace_until or 0.0 for a in going)
+        names = ", ".join(sorted(a.name for a in going)[:5])
+        return Reason(RC.WAITING_FOR_PREEMPTION, (
+            f"flavor {f}: capacity is being freed by preempted {names} (grace until "
+            f"{fmt(until)})"))
+
+    def _reclaim_valid(self, a: Admitted, leaf: int, contested: list[int]) -> bool:
+        tree = self.tree
+        mine = set(tree.chain[leaf])
+        for k in contested:
+            node = a.leaf
+            ok = True
+            while node > 0 and node not in mine:
+                if tree.u[node][k] <= tree.mn[node][k] + EPS:
+                    ok = False
+                    break
+                node = tree.parent[node]
+            if ok:
+                return True
+        return False
+
+    def _budget_state(self) -> list[tuple[DisruptionBudget, set[str], int]]:
+        out = []
+        for b in self.budgets:
+            sel = dict(b.selector)
+            names = {a.name for a in self.admitted.values()
+                     if all(a.spec.labels.get(k) == v for k, v in sel.items())}
+            running = sum(self.admitted[n].spec.pod_count for n in names
+                          if self.admitted[n].running and self.admitted[n].grace_until is None)
+            out.append((b, names, running))
+        return out
+
+    def _preempt(self, p: Pending, f: str, reclaim: bool, now: float,
+                 res: CycleResult) -> Reason | None:
+        """Find and apply a minimal victim set on flavor f; None when preemption started."""
+        tree = self.tree
+        d = p.demand[f]
+        contested = [k for k, _ in d]
+        cands: list[tuple[tuple[float, ...], Admitted, PreemptionKind]] = []
+        if reclaim and contested:
+            for (leaf, fl), group in self.by_leaf_flavor.items():
+                if fl != f or leaf == p.leaf or not group:
+                    continue
+                if not any(tree.borrowing(leaf, k) for k in contested):
+                    continue
+                ratio = max(tree.borrow_ratio(leaf, k) for k in contested)
+                for a in group.values():
+                    if a.spec.preemptible and a.grace_until is None:
+                        cands.append(((-ratio, a.spec.priority, -a.admitted_at, -a.seq),
+                                      a, PreemptionKind.RECLAIM))
+        cands.sort(key=lambda t: t[0])
+        if p.spec.can_preempt:
+            own = [a for a in self.by_leaf_flavor.get((p.leaf, f), {}).values()
+                   if a.spec.preemptible and a.grace_until is None
+                   and a.spec.priority < p.spec.priority]
+            own.sort(key=lambda a: (a.spec.priority, -a.admitted_at, -a.seq))
+            cands.extend(((0.0,), a, PreemptionKind.PRIORITY) for a in own)
+        if not cands:
+            return self._grace_reason(p, f) or Reason(RC.NO_CAPACITY, "no preemptible victims")
+        budgets = self._budget_state() if self.budgets else []
+        removed: list[tuple[Admitted, PreemptionKind]] = []
+        budget_block = ""
+        fits = False
+        for _, a, kind in cands:
+            if kind == PreemptionKind.RECLAIM and not self._reclaim_valid(a, p.leaf, contested):
+                continue
+            blocked = False
+            for b, names, running in budgets:
+                if a.name in names and a.running:
+                    left = running - a.spec.pod_count
+                    if left < b.min_available:
+                        blocked = True
+                        budget_block = (f"preempting {a.name} would leave {left} running pods "
+                                        f"< min_available {b.min_available} of budget "
+                                        f"{b.name or dict(b.selector)}")
+                        break
+            if blocked:
+                continue
+            for i, (b, names, running) in enumerate(budgets):
+                if a.name in names and a.running:
+                    budgets[i] = (b, names, running - a.spec.pod_count)
+            self._lift(a)
+            removed.append((a, kind))
+            if self._fits_without(p, f, now):
+                fits = True
+                break
+        if not fits:
+            for a, _ in reversed(removed):
+                self._drop(a)
+            if budget_block:
+                return Reason(RC.BUDGET_EXCEEDED, budget_block)
+            freeing = self._grace_reason(p, f)
+            if freeing is not None:
+                return freeing
+            return Reason(RC.NO_CAPACITY, "preempting every valid victim would not make it fit")
+        for i in range(len(removed) - 2, -1, -1):
+            a, _ = removed[i]
+            self._drop(a)
+            if self._fits_without(p, f, now):
+                del removed[i]
+            else:
+                self._lift(a)
+        for a, _ in reversed(removed):
+            self._drop(a)
+        names = set()
+        for a, kind in removed:
+            grace_s = a.spec.termination_grace_s
+            if grace_s is None:
+                grace_s = self.settings.termination_grace_s
+            a.grace_until = now + grace_s
+            self.in_grace.setdefault(a.flavor, {})[a.name] = a
+            a.preempted_by = p.name
+            names.add(a.name)
+            kn = key_name(tree.keys[contested[0]]) if contested else f
+            if kind == PreemptionKind.RECLAIM:
+                self.cooldown[a.leaf] = now + self.settings.reclaim_cooldown_s
+                res.cooldowns[tree.paths[a.leaf]] = self.cooldown[a.leaf]
+                k0 = contested[0]
+                reason = Reason(RC.QUOTA_BORROW_UNAVAILABLE, (
+                    f"queue {tree.paths[a.leaf]} {kn}: borrowed capacity reclaimed by {p.name} "
+                    f"of queue {tree.paths[p.leaf]} (used {fmt(tree.u[a.leaf][k0])} > min "
+                    f"{fmt(tree.mn[a.leaf][k0])})"))
+            else:
+                reason = Reason(RC.NO_CAPACITY, (
+                    f"queue {tree.paths[a.leaf]}: preempted by {p.name} ({p.spec.priority_class}"
+                    f" {p.spec.priority} > {a.spec.priority_class} {a.spec.priority})"))
+            res.preempted.append(Preempt(a.name, p.name, kind, a.grace_until, reason))
+        self.waiting[p.name] = names
+        return None
+
+    def fits_if_borrowed_returned(self, name: str) -> bool:
+        """Would pending `name` fit on its first flavor if every borrowing leaf gave back what
+        it borrows (preemptible work, most recent first, while the leaf stays above min)?
+        Budgets and the LCA rule are ignored: this is the yardstick of I2 and the metric."""
+        p = self.pending.get(name)
+        if p is None or not p.flavors:
+            return False
+        f = p.flavors[0]
+        tree = self.tree
+        contested = [k for k, _ in p.demand[f]]
+        lifted: list[Admitted] = []
+        for (leaf, fl), group in sorted(self.by_leaf_flavor.items()):
+            if fl != f or leaf == p.leaf:
+                continue
+            for a in sorted(group.values(), key=lambda a: (-a.admitted_at, -a.seq)):
+                if a.grace_until is not None:
+                    self._lift(a)
+                    lifted.append(a)
+                    continue
+                if not a.spec.preemptible:
+                    continue
+                if not any(tree.borrowing(leaf, k) for k in contested):
+                    break
+                self._lift(a)
+                lifted.append(a)
+        ok = self._fits_without(p, f, -INF)
+        for a in reversed(lifted):
+            self._drop(a)
+        return ok

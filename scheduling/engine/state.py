@@ -1,0 +1,154 @@
+"""The engine's per-workload records: pending workloads, their groups, admitted ones."""
+
+from __future__ import annotations
+
+from scheduling.engine.accounting import INF, Demand, QuotaTree
+from scheduling.engine.placement import Fleet, Pod, Pool
+from scheduling.engine.types import (
+    DisruptionBudget,
+    Reason,
+    ReasonCode,
+    Settings,
+    WorkloadSpec,
+)
+
+RC = ReasonCode
+ADMITTED, PREEMPTING, WAITING, FAILED = range(4)
+
+
+def backoff_delay(settings: Settings, n: int) -> float:
+    """Pods-ready backoff before retry number n (n >= 1): base * 2^(n-1), capped."""
+    return float(min(settings.backoff_max_s, settings.backoff_base_s * 2 ** max(0, n - 1)))
+
+
+def pods_text(n: int) -> str:
+    return f"{n} pod" if n == 1 else f"{n} pods"
+
+
+def expand_pods(w: WorkloadSpec) -> list[Pod]:
+    pods: list[Pod] = []
+    for ps in w.pod_sets:
+        pods.extend([(int(ps.gpus), float(ps.cpu), float(ps.memory_gib))] * int(ps.count))
+    return pods
+
+
+class Pending:
+    """A pending workload with what the cycle needs precomputed."""
+
+    __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
+                 "sig", "gpu_key", "order_tail", "not_before", "group")
+
+    def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
+                 demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
+                 gpu_key: int | None) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.leaf = leaf
+        self.pods = pods
+        self.demand = demand
+        self.flavors = flavors
+        self.static_reason = static_reason
+        self.gpu_key = gpu_key
+        self.not_before = spec.not_before
+        self.order_tail = (-spec.priority, spec.submitted_at, spec.name)
+        self.sig = (leaf, tuple(pods), tuple(flavors), spec.preemptible, spec.can_preempt,
+                    spec.priority, spec.topology_same, spec.strategy, spec.dataset,
+                    spec.allowed_clusters, spec.allowed_policy)
+        self.group: Group | None = None
+
+
+class Group:
+    """Pending workloads identical for admission (leaf, pods, flavors, options, priority).
+
+    Within one cycle usage only grows, so when a group's first member fails the rest fail the
+    same way: a cycle tries a group's members in order and stops at the first failure. A group
+    that failed is parked with what could change that (capacity freed on its flavors, enough
+    to cover its quota deficit; admissions that create victims; its cooldown ending) and is
+    skipped until then.
+    """
+
+    __slots__ = ("sig", "members", "code", "reason", "unreported", "parked", "park",
+                 "retry_at", "preempts", "pos", "violating", "holds")
+
+    def __init__(self, sig: tuple[object, ...]) -> None:
+        self.sig = sig
+        self.members: list[Pending] = []
+        self.code = ""
+        self.reason: Reason | None = None
+        self.holds = False  # when starving, its last failure holds its first flavor
+        self.unreported: set[str] = set()
+        self.parked = False
+        # Per flavor: (free events seen, freed amounts seen, quota deficit per key).
+        self.park: dict[str, tuple[int, dict[int, float], Demand]] = {}
+        self.retry_at = INF
+        self.preempts: dict[str, int] = {}
+        self.pos = 0
+        self.violating = False
+
+
+class Admitted:
+    """A workload holding capacity, with its nodes as pool indices."""
+
+    __slots__ = ("spec", "name", "leaf", "flavor", "cluster", "nodes", "node_names", "pods",
+                 "demand", "borrowed", "admitted_at", "seq", "running", "grace_until",
+                 "preempted_by")
+
+    def __init__(self, spec: WorkloadSpec, leaf: int, flavor: str, cluster: str,
+                 nodes: list[int], node_names: tuple[str, ...], pods: list[Pod],
+                 demand: Demand, borrowed: bool, admitted_at: float, seq: int) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.leaf = leaf
+        self.flavor = flavor
+        self.cluster = cluster
+        self.nodes = nodes
+        self.node_names = node_names
+        self.pods = pods
+        self.demand = demand
+        self.borrowed = borrowed
+        self.admitted_at = admitted_at
+        self.seq = seq
+        self.running = False
+        self.grace_until: float | None = None
+        self.preempted_by = ""
+
+
+class EngineBase:
+    """The engine's state, declared once for the mixins (`Engine` sets it up)."""
+
+    settings: Settings
+    fleet: Fleet
+    tree: QuotaTree
+    weights: tuple[float, float, float, float]
+    pending: dict[str, Pending]
+    groups: dict[tuple[object, ...], Group]
+    backoff: list[tuple[float, str]]
+    free_events: dict[str, int]
+    freed: dict[int, float]
+    admits: dict[str, int]
+    full: bool
+    admitted: dict[str, Admitted]
+    in_grace: dict[str, dict[str, Admitted]]
+    reserved: dict[str, Admitted]
+    by_leaf_flavor: dict[tuple[int, str], dict[str, Admitted]]
+    seq: int
+    cooldown: dict[int, float]
+    waiting: dict[str, set[str]]
+    budgets: list[DisruptionBudget]
+    claims: set[str]
+    _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
+
+    def submit(self, w: WorkloadSpec) -> None:
+        raise NotImplementedError
+
+    def end(self, name: str, now: float, *, forced: bool = False) -> Admitted | None:
+        raise NotImplementedError
+
+    def repayment(self, leaf: int, now: float) -> float:
+        raise NotImplementedError
+
+    def _index_admitted(self, a: Admitted) -> None:
+        raise NotImplementedError
+
+    def _join(self, p: Pending) -> None:
+        raise NotImplementedError
