@@ -348,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     env.update({
         "DATABASE_URL": database_url, "CELERY_BROKER_URL": broker_url, "LOG_LEVEL": "INFO",
         "CONN_MAX_AGE": "600",
-        "ALLOT_CYCLE_INTERVAL_S": "0.25", "ALLOT_SYNC_INTERVAL_S": "0.25",
+        "ALLOT_CYCLE_INTERVAL_S": str(s.get("cycle_interval_s", 1.0)),
+        "ALLOT_SYNC_INTERVAL_S": "0.5", "ALLOT_MAX_PENDING_PER_QUEUE": "32",
         "ALLOT_RECLAIM_COOLDOWN_S": str(s.get("reclaim_cooldown_s", 120)),
         "ALLOT_STARVATION_S": str(s.get("starvation_s", 1800)),
         "ALLOT_PODS_READY_TIMEOUT_S": str(s.get("pods_ready_timeout_s", 300)),

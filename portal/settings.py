@@ -159,12 +159,18 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 
 # The workers' periodic tasks (scheduling/tasks.py): the cycle is also nudged on submit/finish.
+# A scheduling task that waited longer than its interval is dropped (the next one comes), so
+# a busy worker never works through a backlog of stale cycles and syncs.
+_CYCLE_S = env.float("ALLOT_CYCLE_INTERVAL_S", default=3.0)
+_SYNC_S = env.float("ALLOT_SYNC_INTERVAL_S", default=2.0)
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
-    "scheduling-cycle": {"task": "scheduling.cycle",
-                         "schedule": env.float("ALLOT_CYCLE_INTERVAL_S", default=3.0)},
-    "scheduling-sync": {"task": "scheduling.sync_all",
-                        "schedule": env.float("ALLOT_SYNC_INTERVAL_S", default=2.0)},
-    "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0},
+    "scheduling-cycle": {"task": "scheduling.cycle", "schedule": _CYCLE_S,
+                         "options": {"expires": max(1.0, 2 * _CYCLE_S)}},
+    "scheduling-sync": {"task": "scheduling.sync_all", "schedule": _SYNC_S,
+                        "options": {"expires": max(1.0, 2 * _SYNC_S)}},
+    "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0,
+                            "options": {"expires": 60.0}},
     "capacity-process-due": {"task": "capacity.process_due", "schedule": 60.0},
     # Billing (billing/tasks.py): meter, price and check budgets after each hour; reconcile
     # the previous day; invoice the previous month on the 1st.
@@ -181,6 +187,7 @@ ALLOT_WORKERS = {
     "dispatch_penalty": env.float("ALLOT_DISPATCH_PENALTY", default=0.6),
     "cleanup_ttl_s": env.float("ALLOT_CLEANUP_TTL_S", default=600.0),
     "preempting_stuck_s": env.float("ALLOT_PREEMPTING_STUCK_S", default=600.0),
+    "max_pending_per_queue": env.int("ALLOT_MAX_PENDING_PER_QUEUE", default=100),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.

@@ -392,12 +392,13 @@ def cycle_run(*, now: datetime | None = None, wait: bool = False,
 def _after_commit(report: CycleReport) -> None:
     from scheduling import tasks
 
+    # Expiring: a dispatch that waited this long is done by the beat's sync pass anyway.
     for cluster_id in sorted(report.dispatch_clusters):
-        tasks.dispatch_cluster.delay(cluster_id)
-    for admission_id in report.suspend_admissions:
-        tasks.backend_suspend.delay(admission_id)
-    for admission_id in report.delete_admissions:
-        tasks.backend_delete.delay(admission_id)
+        tasks.dispatch_cluster.apply_async((cluster_id,), expires=30)
+    if report.suspend_admissions:
+        tasks.backend_suspend_many.delay(report.suspend_admissions)
+    if report.delete_admissions:
+        tasks.backend_delete_many.delay(report.delete_admissions)
 
 
 def _requeue_expired_grace(now: datetime, report: CycleReport) -> None:

@@ -291,34 +291,57 @@ def _nudge() -> None:
 
 def admission_suspend(*, admission_id: int) -> None:
     """Suspend a preempted workload's Jobs with its grace period (and say why on the Jobs)."""
-    adms = _admissions(pk=admission_id)
-    if not adms:
+    admissions_suspend(admission_ids=[admission_id])
+
+
+def admissions_suspend(*, admission_ids: list[int]) -> None:
+    """Suspend several preempted workloads (one pass per cluster, one transaction each)."""
+    by_cluster: dict[int, list[Admission]] = {}
+    for adm in _admissions(pk__in=admission_ids, dispatched_at__isnull=False):
+        by_cluster.setdefault(adm.cluster_id, []).append(adm)
+    if not by_cluster:
         return
-    adm = adms[0]
-    if adm.dispatched_at is None:
-        return  # never created: nothing runs
-    backend = get_backend(adm.cluster)
-    ref = workload_ref(adm)
-    backend.suspend_workload(ref, adm.workload.termination_grace_s)
-    event = adm.workload.events.filter(type=EventType.PREEMPTED).order_by("-at", "-id").first()
-    if event is not None:
-        backend.post_event(ref, K8sEventType.WARNING, "Preempted", event.message[:1000])
+    messages = {}
+    for wid, message in (WorkloadEvent.objects.filter(
+            workload_id__in=[a.workload_id for adms in by_cluster.values() for a in adms],
+            type=EventType.PREEMPTED).order_by("at", "id").values_list("workload_id", "message")):
+        messages[wid] = message  # the latest preemption's reason
+    for adms in by_cluster.values():
+        backend = get_backend(adms[0].cluster)
+        with transaction.atomic():
+            for adm in adms:
+                ref = workload_ref(adm)
+                backend.suspend_workload(ref, adm.workload.termination_grace_s)
+                if adm.workload_id in messages:
+                    backend.post_event(ref, K8sEventType.WARNING, "Preempted",
+                                       messages[adm.workload_id][:1000])
 
 
 def admission_delete(*, admission_id: int, now: datetime | None = None) -> None:
     """Delete an ended admission's Jobs (idempotent) and note when."""
-    adms = _admissions(pk=admission_id)
-    if not adms or adms[0].cleaned_at is not None:
-        return
-    adm = adms[0]
-    with cluster_lock(adm.cluster_id, wait=True):
-        newer = Admission.objects.filter(workload_id=adm.workload_id, cluster_id=adm.cluster_id,
-                                         pk__gt=adm.pk).exists()
-        # A newer interval on the same cluster owns the Job names now (its dispatch removed
-        # the old objects before creating its own): deleting would kill the new run.
-        if not newer:
-            get_backend(adm.cluster).delete_workload(workload_ref(adm))
-        Admission.objects.filter(pk=adm.pk).update(cleaned_at=now or timezone.now())
+    admissions_delete(admission_ids=[admission_id], now=now)
+
+
+def admissions_delete(*, admission_ids: list[int], now: datetime | None = None) -> None:
+    """Delete ended admissions' Jobs, one pass per cluster under its lock; note when."""
+    by_cluster: dict[int, list[Admission]] = {}
+    for adm in _admissions(pk__in=admission_ids, cleaned_at__isnull=True):
+        by_cluster.setdefault(adm.cluster_id, []).append(adm)
+    for cluster_id, adms in by_cluster.items():
+        backend = get_backend(adms[0].cluster)
+        with cluster_lock(cluster_id, wait=True):
+            newer = set(Admission.objects.filter(
+                cluster_id=cluster_id, workload_id__in=[a.workload_id for a in adms],
+                pk__gt=min(a.pk for a in adms)).values_list("workload_id", "pk"))
+            with transaction.atomic():
+                for adm in adms:
+                    # A newer interval on the same cluster owns the Job names now (its
+                    # dispatch removed the old objects first): deleting would kill the new run.
+                    if any(w == adm.workload_id and pk > adm.pk for w, pk in newer):
+                        continue
+                    backend.delete_workload(workload_ref(adm))
+            Admission.objects.filter(pk__in=[a.pk for a in adms]).update(
+                cleaned_at=now or timezone.now())
 
 
 # --- sync -------------------------------------------------------------------------------------

@@ -527,7 +527,8 @@ def cycle_nudge() -> None:
     try:
         from scheduling import tasks
 
-        tasks.scheduling_cycle.apply_async(kwargs={"nudged": True}, countdown=_NUDGE_WINDOW_S)
+        tasks.scheduling_cycle.apply_async(kwargs={"nudged": True}, countdown=_NUDGE_WINDOW_S,
+                                           expires=10)
     except Exception:
         logger.warning("could not nudge the scheduling cycle; the beat will run it",
                        exc_info=True)

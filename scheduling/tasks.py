@@ -59,6 +59,34 @@ def backend_suspend(self, admission_id: int) -> None:  # type: ignore[no-untyped
         raise self.retry(exc=exc) from exc
 
 
+@shared_task(name="scheduling.backend_suspend_many", ignore_result=True, bind=True,
+             max_retries=5, default_retry_delay=2)
+def backend_suspend_many(self, admission_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Suspend the workloads one cycle preempted."""
+    from scheduling.dispatch import admissions_suspend
+
+    try:
+        admissions_suspend(admission_ids=admission_ids)
+    except BackendError as exc:
+        if not exc.retryable:
+            raise
+        raise self.retry(exc=exc) from exc
+
+
+@shared_task(name="scheduling.backend_delete_many", ignore_result=True, bind=True,
+             max_retries=5, default_retry_delay=5)
+def backend_delete_many(self, admission_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Delete the objects of the admissions one cycle ended."""
+    from scheduling.dispatch import admissions_delete
+
+    try:
+        admissions_delete(admission_ids=admission_ids)
+    except BackendError as exc:
+        if not exc.retryable:
+            raise
+        raise self.retry(exc=exc) from exc
+
+
 @shared_task(name="scheduling.backend_delete", ignore_result=True, bind=True,
              max_retries=5, default_retry_delay=5)
 def backend_delete(self, admission_id: int) -> None:  # type: ignore[no-untyped-def]
@@ -83,17 +111,24 @@ def sync_cluster(cluster_id: int, nodes: bool = True) -> None:
 
 @shared_task(name="scheduling.sync_all", ignore_result=True)
 def sync_all() -> None:
-    """Fan out one sync per enabled cluster (sync shards by cluster), then dispatch leftovers."""
+    """Sync every enabled cluster, then dispatch what a lost task left undispatched.
+
+    Clusters are synced in this task, one after the other: a fan-out of one task per cluster
+    per beat floods the queue on a busy worker; shard by running more workers instead.
+    """
+    from scheduling.dispatch import cluster_dispatch, cluster_sync
     from scheduling.models import Admission, Cluster
 
     for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
-        sync_cluster.delay(cluster_id)
-    # Dispatches whose task was lost (a worker died) are picked up here.
+        try:
+            cluster_sync(cluster_id=cluster_id)
+        except Exception:
+            logger.exception("sync of cluster %s failed", cluster_id)
     stale = (Admission.objects.filter(ended_at__isnull=True, dispatched_at__isnull=True,
-                                      reserved_at__lt=timezone.now() - timedelta(seconds=2))
+                                      reserved_at__lt=timezone.now() - timedelta(seconds=10))
              .values_list("cluster_id", flat=True).distinct())
-    for cluster_id in stale:
-        dispatch_cluster.delay(cluster_id)
+    for cluster_id in list(stale):
+        cluster_dispatch(cluster_id=cluster_id)
 
 
 @shared_task(name="scheduling.maintain", ignore_result=True)
