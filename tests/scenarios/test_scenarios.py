@@ -42,7 +42,12 @@ SCENARIO_FILES = sorted(
 )
 
 # file stem -> what the engine gets wrong (relayed to the engine's owner).
-ENGINE_XFAIL: dict[str, str] = {}
+ENGINE_XFAIL: dict[str, str] = {
+    "36-held-back-reason": (
+        "engine: at 115 the held-back s5 gets `QUOTA_MAX: queue q ...: used 16 + requested 4 > "
+        "max 16`; the 16 includes big's phantom hold (real usage 8), so the message states a "
+        "false number; §4.3 gives held-back work NO_CAPACITY naming the starving workload"),
+}
 
 # Reason codes that only the portal side produces (admission policies, budgets): the scenario
 # format has no policies or budgets, so no scenario can show them.
