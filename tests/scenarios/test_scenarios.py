@@ -15,6 +15,8 @@ command (`manage.py simulate`) in a subprocess to check exit codes, stdout JSON 
   of the actual reasons; items have `code`, optional `at` and `contains`),
   `reason_codes_absent`.
 - `metrics.<name>`: a number, or `{approx: x, tol: t}`, or `{min: a, max: b}`.
+- `warnings`: groups of substrings, each matching a distinct `warning:` line on the command's
+  stderr (tree warnings W1-W3 do not stop a scenario).
 Times may be a number or `{min: a, max: b}`. In `contains`, a number matches as a whole number
 ("8" does not match "80"; it does match "8.0").
 
@@ -294,6 +296,8 @@ def test_command_prints_the_same_json(path: Path) -> None:
     assert printed == json.loads(json.dumps(expected))
     assert printed["scenario"] == _read(path)["name"]
     assert not compare(printed, _expectation(path))
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert not match_errors(warnings, _expectation(path).get("warnings", [])), proc.stderr
 
 
 def test_command_reads_json_and_writes_out(tmp_path: Path) -> None:
