@@ -304,6 +304,17 @@ class CycleMixin(PreemptionMixin):
                     RC.NON_PREEMPTIBLE_BEYOND_MIN, f"queue {tree.paths[leaf]}: beyond min")
                 continue
             if cool > now + EPS:
+                if not tree.fits(leaf, d):
+                    # Name what would block it anyway: the reason then does not flip each
+                    # time a cooldown starts or ends.
+                    reasons[f] = (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
+                                  or tree.quota_reason(leaf, d)
+                                  or Reason(RC.QUOTA_BORROW_UNAVAILABLE, "no room"))
+                    continue
+                placed = self._place(p, f, commit=False)
+                if isinstance(placed, Reason):
+                    reasons[f] = placed
+                    continue
                 reasons[f] = Reason(RC.COOLDOWN, (
                     f"queue {tree.paths[leaf]}: a workload was reclaimed; no borrowing "
                     f"admissions until {fmt(cool)} (reclaim_cooldown_s "
