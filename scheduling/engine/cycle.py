@@ -160,19 +160,45 @@ class CycleMixin(PreemptionMixin):
                 self.freed[k] = self.freed.get(k, 0.0) + amount
         self._holds.clear()
 
-    def _fits_unheld(self, p: Pending, now: float) -> bool:
-        """Would p fit on some flavor if no starving workload held anything?"""
+    def _unheld_reason(self, p: Pending, now: float) -> Reason | None:
+        """With every hold lifted: None when p would fit on some flavor, else its reason on
+        its first flavor with real numbers (a phantom hold must not show up in a message)."""
         holds = list(self._holds)
         for q, _, d, masked in holds:
             self.tree.add(q.leaf, d, -1.0)
             for pool, i in masked:
                 pool.set_ready(i, True)
-        ok = any(self._fits_without(p, f, now) for f in p.flavors)
+        reason: Reason | None = None
+        if not any(self._fits_without(p, f, now) for f in p.flavors):
+            reason = self._plain_reason(p, p.flavors[0], now)
         for q, _, d, masked in holds:
             self.tree.add(q.leaf, d)
             for pool, i in masked:
                 pool.set_ready(i, False)
-        return ok
+        return reason
+
+    def _plain_reason(self, p: Pending, f: str, now: float) -> Reason:
+        """Why p does not fit on flavor f now, in the order the cycle checks."""
+        tree, d = self.tree, p.demand[f]
+        wg = tree.within_guarantee(p.leaf, d)
+        if not wg and not p.spec.preemptible:
+            r = tree.guarantee_reason(p.leaf, d)
+            if r is not None:
+                return r
+        if not tree.fits(p.leaf, d):
+            return (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
+                    or tree.quota_reason(p.leaf, d)
+                    or Reason(RC.QUOTA_BORROW_UNAVAILABLE, f"flavor {f}: no room"))
+        placed = self._place(p, f, commit=False)
+        if isinstance(placed, Reason):
+            return placed
+        cool = self.cooldown.get(p.leaf, -INF)
+        if not wg and cool > now + EPS:
+            return Reason(RC.COOLDOWN, (
+                f"queue {tree.paths[p.leaf]}: a workload was reclaimed; no borrowing "
+                f"admissions until {fmt(cool)} (reclaim_cooldown_s "
+                f"{fmt(self.settings.reclaim_cooldown_s)})"))
+        return Reason(RC.NO_CAPACITY, f"flavor {f}: no room")
 
     def _rank(self, p: Pending, now: float, repay_cache: dict[int, float]) -> tuple[int, float]:
         """(0, 0) within guarantee, else (1, -borrow score) (§4.2a-b)."""
@@ -345,11 +371,18 @@ class CycleMixin(PreemptionMixin):
                     r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
                 held[flav[0]] = name
                 self._hold(p, flav[0])
-        elif outcome == FAILED and self._holds and self._fits_unheld(p, now):
-            holders = sorted({q.name for q, f, _, _ in self._holds if f in flav})
-            reason = Reason(RC.NO_CAPACITY, (
-                f"flavor {flav[0]}: capacity held for starving workload "
-                f"{', '.join(holders) or next(iter(held.values()))}"))
+        elif outcome == FAILED and self._holds:
+            plain = self._unheld_reason(p, now)
+            holders = ", ".join(sorted({q.name for q, f, _, _ in self._holds if f in flav}))
+            if plain is None:
+                reason = Reason(RC.NO_CAPACITY, (
+                    f"flavor {flav[0]}: capacity held for starving workload "
+                    f"{holders or next(iter(held.values()))}"))
+            elif reason.code != RC.BUDGET_EXCEEDED:
+                reason = plain
+                if holders and plain.code in (RC.NO_CAPACITY, RC.QUOTA_BORROW_UNAVAILABLE):
+                    reason = Reason(plain.code, (
+                        f"{plain.message}; capacity also held for starving workload {holders}"))
         if outcome == WAITING:
             res.reasons[name] = reason
         return outcome, reason, reasons
