@@ -1,4 +1,4 @@
-"""Portal pages: the home page and its queue-tree partial."""
+"""Portal pages: the home page (dashboard) and the read-only queue tree with its partial."""
 
 from django.urls import path
 
@@ -6,5 +6,6 @@ from portal import views
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("home/tree/", views.home_tree, name="home-tree"),
+    path("tree/", views.tree, name="tree"),
+    path("tree/partial/", views.tree_partial, name="tree-partial"),
 ]

@@ -1,4 +1,4 @@
-"""The home page (tree for alice, htmx partial, query budget) and the admin's tree rules."""
+"""Home page (alice's dashboard), tree page (htmx partial, query budget), admin tree rules."""
 
 from decimal import Decimal
 
@@ -33,9 +33,21 @@ def tree():
     return {"rd": rd, "vision": vision, "alice": alice}
 
 
-def test_home_shows_tree_for_alice(client, tree):
+def test_home_is_alices_dashboard_linking_the_tree(client, tree):
     client.force_login(tree["alice"])
     response = client.get(reverse("home"))
+    assert response.status_code == 200
+    assert [t.name for t in response.templates][0] == "portal/dashboard.html"
+    html = response.content.decode()
+    assert "<h1>Dashboard</h1>" in html
+    assert 'href="/queues/q/rd/vision/"' in html  # her queue's card
+    assert 'href="/tree/"' in html
+    assert '<a href="/dashboard/" aria-current="page">Dashboard</a>' in html
+
+
+def test_tree_page_shows_tree_for_alice(client, tree):
+    client.force_login(tree["alice"])
+    response = client.get(reverse("tree"))
     assert response.status_code == 200
     html = response.content.decode()
     assert 'data-path="rd/vision"' in html and 'data-path="rd/nlp"' in html
@@ -44,25 +56,25 @@ def test_home_shows_tree_for_alice(client, tree):
     assert "8 / 32 / 8" in html  # vision: max inherited
     assert "<code>rd-vision</code>" in html
     assert html.count('class="pill-ok">yours<') == 1
-    assert 'hx-get="/home/tree/"' in html
+    assert 'hx-get="/tree/partial/"' in html
 
 
-def test_home_tree_partial(client, tree):
+def test_tree_partial(client, tree):
     client.force_login(tree["alice"])
-    response = client.get(reverse("home-tree"), HTTP_HX_REQUEST="true")
+    response = client.get(reverse("tree-partial"), HTTP_HX_REQUEST="true")
     assert response.status_code == 200
     html = response.content.decode()
     assert "<html" not in html and 'data-path="rd"' in html
 
 
-def test_home_query_budget(client, tree, django_assert_max_num_queries):
+def test_tree_query_budget(client, tree, django_assert_max_num_queries):
     for i in range(15):
         queue_create(name=f"p{i}", parent=Queue.objects.get(path="rd/nlp") if i == 0 else
                      Queue.objects.get(path="rd/nlp/p0"))
     client.force_login(tree["alice"])
     # Constant in the tree size (session, user, tree, quotas, usage, teams).
     with django_assert_max_num_queries(14):
-        response = client.get(reverse("home"))
+        response = client.get(reverse("tree"))
     assert response.status_code == 200
 
 

@@ -68,5 +68,8 @@ def test_seeded_tree_is_valid_and_alice_can_submit(client):
         "research/vision/detection", "research/vision/segmentation"
     ]
     client.force_login(alice)
-    html = client.get("/").content.decode()
+    html = client.get("/tree/").content.decode()
     assert 'data-path="research/vision/detection"' in html
+    home = client.get("/").content.decode()  # her dashboard: a card per queue she submits to
+    assert 'href="/queues/q/research/vision/detection/"' in home
+    assert 'href="/queues/q/research/vision/segmentation/"' in home
