@@ -20,8 +20,10 @@ exactly: the simulated cluster runs at SPEEDUP x and duration hints are scaled b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -181,8 +183,9 @@ def start_workers(n: int, concurrency: int, env: dict[str, str]) -> list[subproc
         if i == 0:
             cmd += ["-B", "-s", str(logs / "bench-beat-schedule")]
         handle = open(logs / f"bench-worker-{i}.log", "wb")  # noqa: SIM115
+        # A session of its own, so stopping it stops its pool and embedded beat too.
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=handle,
-                                      stderr=subprocess.STDOUT))
+                                      stderr=subprocess.STDOUT, start_new_session=True))
     time.sleep(3.0)
     for p in procs:
         if p.poll() is not None:
@@ -192,12 +195,14 @@ def start_workers(n: int, concurrency: int, env: dict[str, str]) -> list[subproc
 
 def stop_workers(procs: list[subprocess.Popen]) -> None:
     for p in procs:
-        p.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
     for p in procs:
         try:
             p.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            p.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
 
 
 # --- play -------------------------------------------------------------------------------------

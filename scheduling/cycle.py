@@ -365,7 +365,7 @@ class CycleReport:
 
 
 def cycle_run(*, now: datetime | None = None, wait: bool = False,
-              after_snapshot: Any = None) -> CycleReport:
+              after_snapshot: Any = None, enqueue_dispatch: bool = True) -> CycleReport:
     """Run one scheduling cycle under the lock; skip (ran=False) if another cycle runs.
 
     `after_snapshot` is a test hook called between the engine and the writes (to inject a
@@ -384,16 +384,16 @@ def cycle_run(*, now: datetime | None = None, wait: bool = False,
             after_snapshot(snapshot, result)
         _apply(now, result, parts, report)
         report.pending = len(snapshot.pending) - len(report.admitted) - len(report.rejected)
-        transaction.on_commit(lambda: _after_commit(report))
+        transaction.on_commit(lambda: _after_commit(report, enqueue_dispatch))
     report.seconds = time.monotonic() - started
     return report
 
 
-def _after_commit(report: CycleReport) -> None:
+def _after_commit(report: CycleReport, enqueue_dispatch: bool) -> None:
     from scheduling import tasks
 
     # Expiring: a dispatch that waited this long is done by the beat's sync pass anyway.
-    for cluster_id in sorted(report.dispatch_clusters):
+    for cluster_id in sorted(report.dispatch_clusters) if enqueue_dispatch else ():
         tasks.dispatch_cluster.apply_async((cluster_id,), expires=30)
     if report.suspend_admissions:
         tasks.backend_suspend_many.delay(report.suspend_admissions)

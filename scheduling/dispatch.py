@@ -128,6 +128,7 @@ class DispatchReport:
     refused: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     errors_ids: set[int] = field(default_factory=set)
+    skipped: bool = False  # another pass held the cluster
 
 
 @contextlib.contextmanager
@@ -164,6 +165,7 @@ def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
     report = DispatchReport()
     with cluster_lock(cluster_id) as got:
         if not got:
+            report.skipped = True
             return report
         while True:
             pending = _admissions(cluster_id=cluster_id, ended_at__isnull=True,
@@ -358,7 +360,7 @@ class SyncReport:
 
 
 def cluster_sync(*, cluster_id: int, now: datetime | None = None,
-                 nodes: bool = True) -> SyncReport:
+                 nodes: bool = True, nudge: bool = True) -> SyncReport:
     """Follow pods of the cluster's dispatched workloads; refresh its node inventory."""
     report = SyncReport()
     cluster = Cluster.objects.get(pk=cluster_id)
@@ -382,7 +384,7 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None,
     now = now or timezone.now()
     with scheduling_lock(wait=True):
         _apply_status(observed, now, report)
-    if report.finished or report.failed or report.lost:
+    if nudge and (report.finished or report.failed or report.lost):
         _nudge()
     return report
 

@@ -17,12 +17,16 @@ from scheduling.backends.base import BackendError
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="scheduling.cycle", ignore_result=True)
-def scheduling_cycle(nudged: bool = False) -> dict[str, int] | None:
-    """One scheduling cycle; skipped if another process holds the lock."""
-    from scheduling.cycle import cycle_run
+def cycle_and_dispatch() -> dict[str, int] | None:
+    """One cycle, then phase two of dispatch for what it admitted, in this task.
 
-    report = cycle_run()
+    Dispatching here saves a trip through the broker between a reservation and its Jobs; a
+    cluster whose dispatch pass is busy elsewhere gets a queued pass instead.
+    """
+    from scheduling.cycle import cycle_run
+    from scheduling.dispatch import cluster_dispatch
+
+    report = cycle_run(enqueue_dispatch=False)
     if not report.ran:
         return None
     if report.admitted or report.preempted or report.rejected or report.released:
@@ -30,8 +34,19 @@ def scheduling_cycle(nudged: bool = False) -> dict[str, int] | None:
                     "%d pending in %.3fs", len(report.admitted), len(report.preempted),
                     len(report.rejected), len(report.released), len(report.requeued),
                     report.pending, report.seconds)
+    for cluster_id in sorted(report.dispatch_clusters):
+        result = cluster_dispatch(cluster_id=cluster_id)
+        if result.skipped or result.errors:
+            dispatch_cluster.apply_async((cluster_id,), countdown=0.5, expires=30)
     return {"admitted": len(report.admitted), "preempted": len(report.preempted),
             "pending": report.pending}
+
+
+@shared_task(name="scheduling.cycle", ignore_result=True)
+def scheduling_cycle(nudged: bool = False) -> dict[str, int] | None:
+    """One scheduling cycle and the dispatch of its admissions; skipped if another process
+    holds the scheduling lock."""
+    return cycle_and_dispatch()
 
 
 @shared_task(name="scheduling.dispatch_cluster", ignore_result=True, bind=True,
@@ -119,11 +134,17 @@ def sync_all() -> None:
     from scheduling.dispatch import cluster_dispatch, cluster_sync
     from scheduling.models import Admission, Cluster
 
+    freed = False
     for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
         try:
-            cluster_sync(cluster_id=cluster_id)
+            report = cluster_sync(cluster_id=cluster_id, nudge=False)
         except Exception:
             logger.exception("sync of cluster %s failed", cluster_id)
+            continue
+        freed = freed or bool(report.finished or report.failed or report.lost)
+    if freed:
+        # Capacity came back: schedule it now rather than one broker trip later.
+        cycle_and_dispatch()
     stale = (Admission.objects.filter(ended_at__isnull=True, dispatched_at__isnull=True,
                                       reserved_at__lt=timezone.now() - timedelta(seconds=10))
              .values_list("cluster_id", flat=True).distinct())

@@ -8,7 +8,9 @@ tests). The test process's own Celery app is pointed at the same broker, so the 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,7 +88,7 @@ class CeleryWorker:
             cmd += ["-B", "-s", str(self.log.with_suffix(".beat"))]
         handle = open(self.log, "wb")  # noqa: SIM115 - the child writes it until stop()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=handle,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -106,11 +108,14 @@ class CeleryWorker:
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.terminate()
+        # The worker leads its own session: its pool and embedded beat stop with it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=5)
 
 
