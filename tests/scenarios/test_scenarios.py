@@ -50,10 +50,6 @@ ENGINE_XFAIL: dict[str, str] = {
         "a1 (queue a, real usage 4 <= min 8, max = min) is reclaimed at 201 by b2 with the "
         "reason `used 12 > min 8`; a static queue never borrows, so it has no valid victims. "
         "On the Philly trace with static quotas this gives 15,370 reclaims"),
-    "36-held-back-reason": (
-        "engine: at 115 the held-back s5 gets `QUOTA_MAX: queue q ...: used 16 + requested 4 > "
-        "max 16`; the 16 includes big's phantom hold (real usage 8), so the message states a "
-        "false number; §4.3 gives held-back work NO_CAPACITY naming the starving workload"),
 }
 
 # Reason codes that only the portal side produces (admission policies, budgets): the scenario
