@@ -167,17 +167,20 @@ def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
     )
     gpus = Decimal(open_adm.gpus) if open_adm else Decimal(0)
     unbilled = Decimal(0)
+    unbilled_h = Decimal(0)  # held since the last billed hour: counts toward the hint too
     if per_hour and open_adm is not None:
         since = max(unbilled_from or open_adm.reserved_at, open_adm.reserved_at)
         if now > since:
-            unbilled = per_hour * exact_hours(now - since)
+            unbilled_h = exact_hours(now - since)
+            unbilled = per_hour * unbilled_h
         currency = rate_currency
     so_far = round_money(billed + unbilled)
     remaining_h = Decimal(0)
     hint = getattr(workload, "duration_hint_s", None)
     if hint and workload.state in ("pending", "reserved", "running", "preempting"):
         ran_s = Decimal(str(getattr(workload, "progress_s", 0) or 0))
-        ran_s = max(ran_s, (reserved + frozen) / gpus * 3600 if gpus else Decimal(0))
+        held_h = (reserved + frozen) / gpus + unbilled_h if gpus else Decimal(0)
+        ran_s = max(ran_s, held_h * 3600)
         remaining_h = max(Decimal(hint) - ran_s, Decimal(0)) / 3600
     if not per_hour and workload.state == "pending" and remaining_h:
         # Not admitted yet: its first-choice flavor's current GPU rate.

@@ -21,7 +21,7 @@ from portal.pages.tree_editor import editor_apply, editor_keys, editor_rows
 from quotas import selectors as tree_selectors
 from quotas import services as tree_services
 from quotas.capacity.selectors import capacity_requests_to_decide
-from quotas.models import Queue
+from quotas.models import Queue, Team
 from scheduling import approvals
 
 INBOX_ROWS = 50  # oldest first: decide these, the next ones follow
@@ -38,7 +38,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     min_health = float(settings.ALLOT_ENGINE.get("min_cluster_health", 0.5))
     # htmx refreshes the standing every few seconds: it gets the body only.
     template = "portal/partials/dashboard_body.html" if request.htmx else "portal/dashboard.html"
+    # Month-to-date cost cards change hourly: the full page only, not the 10 s refresh.
+    teams = [] if request.htmx else list(Team.objects.filter(members=request.user).order_by("name"))
     return render(request, template, {
+        "teams": teams,
         "queues": queues,
         "own_queues": any(q["can_submit"] for q in queues),
         "workloads": page_selectors.my_live_workloads(user=request.user),

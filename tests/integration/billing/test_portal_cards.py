@@ -1,0 +1,81 @@
+"""Cost on the portal's pages: the workload page, the dashboard, and the nav links."""
+
+from datetime import timedelta
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from billing import selectors
+from billing.metering import hour_floor
+from billing.services import charges_post_hour, usage_rollup_hour
+from tests.factories import AdminFactory
+
+from .conftest import minutes
+
+
+@pytest.fixture
+def running(world, admit, monkeypatch):
+    """8 × a100 reserved at h, running from h+6 min, 4 h hint; hour h billed; clock at h+2.5 h."""
+    real_now = timezone.now()
+    h = hour_floor(real_now) - timedelta(hours=3)
+    adm = admit(gpus=8, reserved=h, running=h + minutes(6), name="resnet")
+    usage_rollup_hour(hour=h, now=real_now, telemetry={})
+    charges_post_hour(hour=h, now=real_now)
+    clock = h + timedelta(hours=2, minutes=30)
+    monkeypatch.setattr(selectors, "timezone", SimpleNamespace(now=lambda: clock))
+    return {"workload": adm.workload, "h": h}
+
+
+def test_workload_page_shows_cost_so_far_and_estimated_total(client, world, running):
+    client.force_login(world["user"])
+    page = client.get(reverse("workload-detail", args=[running["workload"].pk]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    # Hour h billed: 0.8 frozen GPU-h @ 1.00 + 7.2 running GPU-h @ 2.50 = 18.80; then 1.5 h
+    # unbilled at 8 × 2.50 = 20.00/h = 30.00. So far 48.80.
+    assert "<strong>48.80 EUR</strong>" in text
+    assert "18.80 billed + 30.00 this hour" in text
+    # Held 2.5 h of its 4 h hint: 1.5 h more at 20.00/h = 30.00 → 78.80 in all.
+    assert "78.80 EUR" in text and "(1.50 h more at 20.00 EUR/h)" in text
+    assert "7.2000 running + 0.8000 frozen" in text
+    assert reverse("billing-workload", args=[running["workload"].pk]) in text
+
+
+def test_dashboard_shows_the_teams_month_to_date(client, world, running):
+    client.force_login(world["user"])
+    for url in ("/", reverse("dashboard")):
+        text = client.get(url).content.decode()
+        if running["h"] >= hour_floor(timezone.now()).replace(day=1, hour=0):
+            assert "<strong>18.80 EUR</strong> spent · 7.20 GPU-hours · 0.80 EUR frozen" in text
+        else:  # the first hours of a month: hour h was last month
+            assert "<strong>0.00 EUR</strong> spent" in text
+        assert "vision: " in text and " to date</h2>" in text
+    # The 10 s htmx refresh carries the queue standing only, not the cost cards.
+    partial = client.get(reverse("dashboard"), HTTP_HX_REQUEST="true").content.decode()
+    assert "to date</h2>" not in partial and "<html" not in partial
+
+
+def test_dashboard_without_a_team_has_no_cost_card(client, world):
+    client.force_login(AdminFactory())
+    text = client.get("/").content.decode()
+    assert "to date</h2>" not in text
+
+
+def test_nav_costs_for_everyone_policies_for_admins(client, world):
+    client.force_login(world["user"])
+    text = client.get("/").content.decode()
+    assert f'<a href="{reverse("billing-overview")}">Costs</a>' in text
+    assert ">Policies</a>" not in text
+    client.force_login(AdminFactory())
+    text = client.get(reverse("billing-overview")).content.decode()
+    assert f'<a href="{reverse("billing-overview")}" aria-current="page">Costs</a>' in text
+    assert f'<a href="{reverse("policy-list")}">Policies</a>' in text
+
+
+def test_estimate_counts_unbilled_hours_once(world, running):
+    cost = selectors.workload_cost(running["workload"])
+    assert (cost["so_far"], cost["estimate_total"]) == (Decimal("48.80"), Decimal("78.80"))
+    assert cost["remaining_hours"] == Decimal("1.5")
