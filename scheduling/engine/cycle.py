@@ -29,6 +29,8 @@ from scheduling.engine.types import (
     Release,
 )
 
+REFRESH = 50  # group members whose reasons follow every change
+
 
 class CycleMixin(PreemptionMixin):
     """One admission cycle over the engine's state."""
@@ -64,6 +66,7 @@ class CycleMixin(PreemptionMixin):
                     for name in list(g.unreported):
                         if name not in self.waiting:
                             res.reasons[name] = g.reason
+                            self.pending[name].last_code = g.code
                             g.unreported.discard(name)
                 head = g.members[0]
                 if g.holds and head.spec.submitted_at < cutoff:
@@ -226,16 +229,21 @@ class CycleMixin(PreemptionMixin):
         """Give the group's remaining members the reason and park it until something helps."""
         rest = g.members[g.pos:]
         code = str(reason.code)
-        if code != g.code:
-            for m in rest:
+        # The members nearest admission get every change of reason; deeper ones keep the
+        # reason they were given until they move up (so a reason that flips cycle after cycle
+        # costs O(REFRESH) per cycle, not O(members)). New members always get one.
+        for m in rest[:REFRESH]:
+            if m.last_code != code:
                 res.reasons[m.name] = reason
+                m.last_code = code
                 g.unreported.discard(m.name)
-            g.code = code
-        else:
-            for name in list(g.unreported):
-                if name not in self.waiting:
-                    res.reasons[name] = reason
-                    g.unreported.discard(name)
+        if g.unreported:
+            for m in rest[REFRESH:]:
+                if m.name in g.unreported:
+                    res.reasons[m.name] = reason
+                    m.last_code = code
+            g.unreported.difference_update(m.name for m in rest)
+        g.code = code
         g.reason = reason
         p = rest[0]
         r0 = per_flavor.get(p.flavors[0], reason) if p.flavors else reason
@@ -259,8 +267,15 @@ class CycleMixin(PreemptionMixin):
                     deficit.append((k, short))
             g.park[f] = (self.free_events.get(f, 0),
                          {k: self.freed.get(k, 0.0) for k, _ in deficit}, deficit)
-            if p.spec.can_preempt or tree.within_guarantee(p.leaf, d):
+            if tree.within_guarantee(p.leaf, d):
                 g.preempts[f] = self.admits.get(f, 0)
+        if p.spec.can_preempt:
+            g.preempts[""] = self.leaf_admits.get(p.leaf, 0)
+        if all(x[0] == 0 for x in p.pods):
+            # A GPU pod taking a free GPU releases the cores reserved for it: CPU-only work
+            # on GPU nodes may fit after any admission there.
+            for f in p.flavors:
+                g.preempts["any:" + f] = self.all_admits.get(f, 0)
         g.parked = True
         g.violating = False
         f0 = p.flavors[0]
@@ -275,7 +290,13 @@ class CycleMixin(PreemptionMixin):
         if now + EPS >= g.retry_at:
             return True
         for f, seen in g.preempts.items():
-            if self.admits.get(f, 0) != seen:
+            if f == "":
+                if self.leaf_admits.get(g.members[0].leaf, 0) != seen:
+                    return True
+            elif f.startswith("any:"):
+                if self.all_admits.get(f[4:], 0) != seen:
+                    return True
+            elif self.admits.get(f, 0) != seen:
                 return True
         for f, (events, snap, deficit) in g.park.items():
             if self.free_events.get(f, 0) == events:
@@ -413,7 +434,10 @@ class CycleMixin(PreemptionMixin):
         a = Admitted(p.spec, p.leaf, f, cluster, nodes, names, p.pods, d, borrowed, now,
                      self.seq)
         self._index_admitted(a)
-        self.admits[f] = self.admits.get(f, 0) + 1
+        if borrowed:
+            self.admits[f] = self.admits.get(f, 0) + 1
+        self.leaf_admits[p.leaf] = self.leaf_admits.get(p.leaf, 0) + 1
+        self.all_admits[f] = self.all_admits.get(f, 0) + 1
         del self.pending[p.name]
         self.waiting.pop(p.name, None)
         g = sum(x[0] for x in p.pods)

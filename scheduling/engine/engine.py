@@ -92,6 +92,8 @@ class Engine(CycleMixin):
         self.free_events: dict[str, int] = {}
         self.freed: dict[int, float] = {}
         self.admits: dict[str, int] = {}
+        self.leaf_admits: dict[int, int] = {}
+        self.all_admits: dict[str, int] = {}
         self.full = True
         self.admitted: dict[str, Admitted] = {}
         self.in_grace: dict[str, dict[str, Admitted]] = {}  # flavor -> victims in grace
@@ -322,7 +324,7 @@ class Engine(CycleMixin):
         if not members or members[-1].order_tail <= key:
             members.append(p)
         else:
-            members.insert(bisect.bisect_right([m.order_tail for m in members], key), p)
+            members.insert(bisect.bisect_right(members, key, key=lambda m: m.order_tail), p)
         g.unreported.add(p.name)
         p.group = g
 

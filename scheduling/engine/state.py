@@ -36,7 +36,7 @@ class Pending:
     """A pending workload with what the cycle needs precomputed."""
 
     __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
-                 "sig", "gpu_key", "order_tail", "not_before", "group")
+                 "sig", "gpu_key", "order_tail", "not_before", "group", "last_code")
 
     def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
                  demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
@@ -55,6 +55,7 @@ class Pending:
                     spec.priority, spec.topology_same, spec.strategy, spec.dataset,
                     spec.allowed_clusters, spec.allowed_policy)
         self.group: Group | None = None
+        self.last_code = ""
 
 
 class Group:
@@ -125,7 +126,9 @@ class EngineBase:
     backoff: list[tuple[float, str]]
     free_events: dict[str, int]
     freed: dict[int, float]
-    admits: dict[str, int]
+    admits: dict[str, int]  # borrowing admissions per flavor (new reclaim victims)
+    leaf_admits: dict[int, int]  # admissions per leaf (new priority victims)
+    all_admits: dict[str, int]  # every admission per flavor
     full: bool
     admitted: dict[str, Admitted]
     in_grace: dict[str, dict[str, Admitted]]
