@@ -58,13 +58,22 @@ class PreemptionMixin(EngineBase):
         going = list(self.in_grace.get(f, {}).values())
         if not going:
             return None
+        lifted: list[Admitted] = []
+        ok = False
+        quota_ok = self.tree.fits(p.leaf, p.demand[f])
         for a in going:
             self._lift(a)
-        ok = self._fits_without(p, f, -INF)
-        for a in reversed(going):
+            lifted.append(a)
+            # Placement is the costly check: only once the quota fits.
+            if (quota_ok or self.tree.fits(p.leaf, p.demand[f])) and self._fits_without(
+                    p, f, -INF):
+                ok = True
+                break
+        for a in reversed(lifted):
             self._drop(a)
         if not ok:
             return None
+        going = lifted
         until = max(a.grace_until or 0.0 for a in going)
         names = ", ".join(sorted(a.name for a in going)[:5])
         return Reason(RC.WAITING_FOR_PREEMPTION, (
