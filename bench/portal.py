@@ -11,7 +11,10 @@ queues, 3 clusters (150 nodes, 1,200 GPUs), 20,000 workloads and 200,000 events:
 Environment: BENCH_PG (server URL, default postgres://postgres@127.0.0.1:5432),
 BENCH_REDIS (broker for the submit nudges, default redis://127.0.0.1:6379/3, flushed after),
 BENCH_SECONDS (load duration, default 15), BENCH_GUNICORN_WORKERS (default 4),
-BENCH_PARTS (`pages`, `post` or both, the default: `pages,post`).
+BENCH_PARTS (`pages`, `post` or both, the default: `pages,post`), BENCH_URLS (measure only
+the pages whose URL contains one of these comma-separated parts, e.g.
+`/dashboard/,/queues/q/,/api/v1/queues`; default: all), BENCH_DB (database name, default
+`allot_bench`, so two runs need not share one).
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ from pathlib import Path
 
 import psycopg
 
-BENCH_DB = "allot_bench"
+BENCH_DB = os.environ.get("BENCH_DB", "allot_bench")
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/3")
 SECONDS = float(os.environ.get("BENCH_SECONDS", "15"))
 WORKERS = int(os.environ.get("BENCH_GUNICORN_WORKERS", "4"))
 PARTS = set(os.environ.get("BENCH_PARTS", "pages,post").split(","))
+URL_FILTER = [u for u in os.environ.get("BENCH_URLS", "").split(",") if u]
 PORT = 8701
 CLIENTS = 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,6 +221,8 @@ def measure_pages(h: dict, runs: int = 30) -> list[tuple[str, str, float, float]
         f"/api/v1/workloads/{h['workload_id']}", "/api/v1/capacity-requests",
         "/api/v1/approvals", "/api/v1/queues", "/api/v1/clusters",
     ]
+    if URL_FILTER:
+        urls = [u for u in urls if any(part in u for part in URL_FILTER)]
     out = []
     for role, user in (("researcher", h["researcher"]), ("admin", h["admin"])):
         client = Client()

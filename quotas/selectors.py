@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Count, Q, Sum
+from django.db.models import Q, Sum
 
 from quotas.models import Flavor, Queue, QuotaEntry, Team
 from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
@@ -20,20 +20,47 @@ USAGE_FIELDS = ("used", "borrowed", "lent", "pending")
 ZERO = Decimal(0)
 
 
+def _queue_rows_by_path() -> list[dict[str, Any]]:
+    """Every queue as a plain row (no model instances), in the database's path order."""
+    rows: list[dict[str, Any]] = [
+        dict(r)
+        for r in Queue.objects.order_by("path").values(
+            "id", "path", "name", "parent_id", "depth", "strategy", "namespace", "description"
+        )
+    ]
+    path_of = {r["id"]: r["path"] for r in rows}
+    for r in rows:
+        r["parent_path"] = path_of.get(r["parent_id"])
+    return rows
+
+
+def _quota_specs() -> dict[int, dict[Key, QuotaSpec]]:
+    """What each queue sets, by queue id, in entry order."""
+    quotas: dict[int, dict[Key, QuotaSpec]] = defaultdict(dict)
+    rows = QuotaEntry.objects.order_by("pk").values_list(
+        "queue_id", "flavor__name", "resource", "min", "max", "lendable"
+    )
+    for queue_id, flavor, resource, qmin, qmax, lendable in rows:
+        quotas[queue_id][(flavor, resource)] = QuotaSpec(min=qmin, max=qmax, lendable=lendable)
+    return quotas
+
+
+def _specs_from(
+    queues: list[dict[str, Any]], quotas: dict[int, dict[Key, QuotaSpec]]
+) -> dict[str, QueueSpec]:
+    # A stable sort by depth keeps the database's path order within a depth: the same order
+    # as ORDER BY depth, path.
+    return {
+        q["path"]: QueueSpec(
+            path=q["path"], parent=q["parent_path"], quota=dict(quotas.get(q["id"], {}))
+        )
+        for q in sorted(queues, key=lambda q: q["depth"])
+    }
+
+
 def tree_specs() -> dict[str, QueueSpec]:
     """The stored tree as `QueueSpec`s (what each queue sets, None where unset), by path."""
-    quotas: dict[int, dict[Key, QuotaSpec]] = defaultdict(dict)
-    for entry in QuotaEntry.objects.select_related("flavor").order_by("pk"):
-        quotas[entry.queue_id][(entry.flavor.name, entry.resource)] = QuotaSpec(
-            min=entry.min, max=entry.max, lendable=entry.lendable
-        )
-    queues = list(Queue.objects.select_related("parent").order_by("depth", "path"))
-    return {
-        q.path: QueueSpec(
-            path=q.path, parent=q.parent.path if q.parent else None, quota=dict(quotas[q.pk])
-        )
-        for q in queues
-    }
+    return _specs_from(_queue_rows_by_path(), _quota_specs())
 
 
 def fleet_capacity() -> dict[Key, Decimal]:
@@ -63,18 +90,21 @@ def max_tree_depth() -> int:
 def quota_usage() -> Mapping[str, Mapping[Key, Mapping[str, Decimal]]]:
     """Usage per queue path and key: `{"used", "borrowed", "lent", "pending"}`; missing is 0.
 
-    The single place the tree views read usage from. Until the scheduling side records
-    admissions, nothing is used, so this returns no rows (all zero).
+    The single place the tree views read usage from (computed by the scheduling side).
     """
-    return {}
+    from scheduling.selectors import queue_usage
+
+    return queue_usage()
 
 
 def fleet_usage() -> Mapping[tuple[str, str], Mapping[str, Decimal]]:
     """Used resources per (cluster name, flavor name): `{"gpu", "cpu", "memory"}`; missing is 0.
 
-    The single place the cluster views read usage from; zero until admissions are recorded.
+    The single place the cluster views read usage from (open admissions).
     """
-    return {}
+    from scheduling.selectors import fleet_usage as scheduling_fleet_usage
+
+    return scheduling_fleet_usage()
 
 
 def submittable_queue_ids(user: Any) -> set[int]:
@@ -114,42 +144,61 @@ def queue_tree(
     None means unlimited). `can_submit` is true on leaves the user's teams may use.
     With `root`, only that queue's subtree (a one-element list; empty if unknown).
     """
-    specs = tree_specs()
+    # Two plain queries for the tree (no model instances), one for usage, one or two for the
+    # user's leaves: a constant number, whatever the tree's size.
+    queues = _queue_rows_by_path()
+    specs = _specs_from(queues, _quota_specs())
     report = validate_tree(specs.values())
     usage = quota_usage()
     allowed = submittable_queue_ids(user)
-    queues = list(
-        Queue.objects.annotate(n_children=Count("children")).order_by("path")
-    )
+    parents = {q["parent_id"] for q in queues}
+    keys = sorted(report.accounted)
+    if root is not None:
+        prefix = f"{root}/"
+        queues = [q for q in queues if q["path"] == root or q["path"].startswith(prefix)]
+    numbers: dict[Decimal, Decimal | None] = {}
+
+    def number(value: Decimal | None) -> Decimal | None:
+        # Equal values normalise alike: memoised, as a tree repeats a few values many times.
+        if value is None:
+            return None
+        out = numbers.get(value)
+        if out is None:
+            out = numbers[value] = _number(value)
+        return out
+
+    no_usage: dict[Key, Mapping[str, Decimal]] = {}
     nodes: dict[str, dict[str, Any]] = {}
     for q in queues:
-        spec = specs.get(q.path)
-        resolved = report.resolved.get(q.path, {})
+        path = q["path"]
+        spec = specs.get(path)
+        resolved = report.resolved.get(path, {})
+        queue_use = usage.get(path, no_usage)
         quota: dict[str, dict[str, dict[str, Any]]] = {}
-        for key in sorted(report.accounted):
+        for key in keys:
             res = resolved.get(key)
             if res is None:
                 continue
-            use = usage.get(q.path, {}).get(key, {})
+            use = queue_use.get(key, {})
             quota.setdefault(key[0], {})[key[1]] = {
-                "min": _number(res.min),
-                "max": _number(res.max),
-                "lendable": _number(res.lendable),
+                "min": number(res.min),
+                "max": number(res.max),
+                "lendable": number(res.lendable),
                 "set": spec is not None and key in spec.quota,
-                **{f: _number(use.get(f, ZERO)) for f in USAGE_FIELDS},
+                **{f: number(use.get(f, ZERO)) for f in USAGE_FIELDS},
             }
-        is_leaf = q.n_children == 0
-        nodes[q.path] = {
-            "id": q.pk,
-            "path": q.path,
-            "name": q.name,
-            "parent": q.path.rsplit("/", 1)[0] if "/" in q.path else None,
-            "depth": q.depth,
-            "strategy": q.strategy,
-            "namespace": q.namespace,
-            "description": q.description,
+        is_leaf = q["id"] not in parents
+        nodes[path] = {
+            "id": q["id"],
+            "path": path,
+            "name": q["name"],
+            "parent": path.rsplit("/", 1)[0] if "/" in path else None,
+            "depth": q["depth"],
+            "strategy": q["strategy"],
+            "namespace": q["namespace"],
+            "description": q["description"],
             "is_leaf": is_leaf,
-            "can_submit": is_leaf and q.pk in allowed,
+            "can_submit": is_leaf and q["id"] in allowed,
             "quota": quota,
             "children": [],
         }

@@ -39,7 +39,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     # htmx refreshes the standing every few seconds: it gets the body only.
     template = "portal/partials/dashboard_body.html" if request.htmx else "portal/dashboard.html"
     # Month-to-date cost cards change hourly: the full page only, not the 10 s refresh.
-    teams = [] if request.htmx else list(Team.objects.filter(members=request.user).order_by("name"))
+    teams = [] if template != "portal/dashboard.html" else list(
+        Team.objects.filter(members__pk=request.user.pk).order_by("name"))  # type: ignore[misc]
     return render(request, template, {
         "teams": teams,
         "queues": queues,
