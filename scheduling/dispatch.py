@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.functions import Mod
 from django.utils import timezone
 
 from scheduling.backends.base import (
@@ -53,7 +55,8 @@ from scheduling.services import event_new, workload_transition
 
 logger = logging.getLogger(__name__)
 S = WorkloadState
-DISPATCH_LOCK_BASE = LOCK_KEY + 1000  # + cluster id: one dispatch pass per cluster
+DISPATCH_LOCK_BASE = LOCK_KEY + 1000  # + cluster id x 64 + shard
+DISPATCH_SHARDS = 4
 
 
 def _setting(name: str, default: float) -> float:
@@ -132,9 +135,11 @@ class DispatchReport:
 
 
 @contextlib.contextmanager
-def cluster_lock(cluster_id: int, *, wait: bool = False) -> Iterator[bool]:
-    """One writer of a cluster's objects at a time: dispatch passes and deletions
-    (PostgreSQL; elsewhere always granted).
+def cluster_lock(cluster_id: int, shard: int, *, wait: bool = False) -> Iterator[bool]:
+    """One writer of a shard of a cluster's objects at a time: dispatch passes and deletions
+    (PostgreSQL; elsewhere always granted). A workload always falls in the shard
+    `id % DISPATCH_SHARDS`, so several passes dispatch to one cluster in parallel while the
+    objects of one workload still have one writer at a time.
 
     Deletions wait for it so an old interval's delete never lands after a new interval's
     create of the same Job names. A session-level advisory lock, so no transaction stays open
@@ -144,7 +149,7 @@ def cluster_lock(cluster_id: int, *, wait: bool = False) -> Iterator[bool]:
     if connection.vendor != "postgresql":
         yield True
         return
-    key = DISPATCH_LOCK_BASE + int(cluster_id)
+    key = DISPATCH_LOCK_BASE + int(cluster_id) * 64 + int(shard)
     with connection.cursor() as cursor:
         if wait:
             cursor.execute("SELECT pg_advisory_lock(%s), true", [key])
@@ -160,23 +165,32 @@ def cluster_lock(cluster_id: int, *, wait: bool = False) -> Iterator[bool]:
 
 
 def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
-                     batch: int = 200) -> DispatchReport:
-    """Create and start every reserved, undispatched workload of a cluster."""
+                     batch: int = 200, shard: int | None = None) -> DispatchReport:
+    """Create and start every reserved, undispatched workload of a cluster (or of one shard);
+    shards another pass holds are left to it (`skipped`)."""
     report = DispatchReport()
-    with cluster_lock(cluster_id) as got:
-        if not got:
-            report.skipped = True
-            return report
-        while True:
-            pending = _admissions(cluster_id=cluster_id, ended_at__isnull=True,
-                                  dispatched_at__isnull=True, workload__state=S.RESERVED,
-                                  )[:batch]
-            pending = [a for a in pending if a.workload_id not in report.errors_ids]
-            if not pending:
-                return report
-            _dispatch_batch(pending, now, report)
-            if len(pending) < batch:
-                return report
+    first = os.getpid() % DISPATCH_SHARDS  # parallel passes start on different shards
+    shards = [shard] if shard is not None else [
+        (first + k) % DISPATCH_SHARDS for k in range(DISPATCH_SHARDS)]
+    for part in shards:
+        with cluster_lock(cluster_id, part) as got:
+            if not got:
+                report.skipped = True
+                continue
+            while True:
+                ids = list(
+                    Admission.objects.filter(cluster_id=cluster_id, ended_at__isnull=True,
+                                             dispatched_at__isnull=True,
+                                             workload__state=S.RESERVED)
+                    .annotate(shard=Mod("workload_id", DISPATCH_SHARDS)).filter(shard=part)
+                    .exclude(workload_id__in=report.errors_ids)
+                    .order_by("pk").values_list("pk", flat=True)[:batch])
+                if not ids:
+                    break
+                _dispatch_batch(_admissions(pk__in=ids), now, report)
+                if len(ids) < batch:
+                    break
+    return report
 
 
 def _dispatch_batch(pending: list[Admission], now: datetime | None,
@@ -329,21 +343,29 @@ def admissions_delete(*, admission_ids: list[int], now: datetime | None = None) 
     by_cluster: dict[int, list[Admission]] = {}
     for adm in _admissions(pk__in=admission_ids, cleaned_at__isnull=True):
         by_cluster.setdefault(adm.cluster_id, []).append(adm)
-    for cluster_id, adms in by_cluster.items():
-        backend = get_backend(adms[0].cluster)
-        with cluster_lock(cluster_id, wait=True):
-            newer = set(Admission.objects.filter(
-                cluster_id=cluster_id, workload_id__in=[a.workload_id for a in adms],
-                pk__gt=min(a.pk for a in adms)).values_list("workload_id", "pk"))
-            with transaction.atomic():
-                for adm in adms:
-                    # A newer interval on the same cluster owns the Job names now (its
-                    # dispatch removed the old objects first): deleting would kill the new run.
-                    if any(w == adm.workload_id and pk > adm.pk for w, pk in newer):
-                        continue
-                    backend.delete_workload(workload_ref(adm))
-            Admission.objects.filter(pk__in=[a.pk for a in adms]).update(
-                cleaned_at=now or timezone.now())
+    for cluster_id, cluster_adms in by_cluster.items():
+        backend = get_backend(cluster_adms[0].cluster)
+        for part in range(DISPATCH_SHARDS):
+            adms = [a for a in cluster_adms if a.workload_id % DISPATCH_SHARDS == part]
+            if adms:
+                _delete_shard(backend, cluster_id, part, adms, now)
+
+
+def _delete_shard(backend: Any, cluster_id: int, part: int, adms: list[Admission],
+                  now: datetime | None) -> None:
+    with cluster_lock(cluster_id, part, wait=True):
+        newer = set(Admission.objects.filter(
+            cluster_id=cluster_id, workload_id__in=[a.workload_id for a in adms],
+            pk__gt=min(a.pk for a in adms)).values_list("workload_id", "pk"))
+        with transaction.atomic():
+            for adm in adms:
+                # A newer interval on the same cluster owns the Job names now (its dispatch
+                # removed the old objects first): deleting would kill the new run.
+                if any(w == adm.workload_id and pk > adm.pk for w, pk in newer):
+                    continue
+                backend.delete_workload(workload_ref(adm))
+        Admission.objects.filter(pk__in=[a.pk for a in adms]).update(
+            cleaned_at=now or timezone.now())
 
 
 # --- sync -------------------------------------------------------------------------------------
