@@ -128,6 +128,9 @@ class CycleMixin(PreemptionMixin):
         d = p.demand[f]
         quota_ok = self.tree.fits(p.leaf, d)
         self.tree.add(p.leaf, d)
+        for node in self.tree.chain[p.leaf]:
+            for k, amount in d:
+                self.phantom[(node, k)] = self.phantom.get((node, k), 0.0) + amount
         masked: list[tuple[Pool, int]] = []
         need = sum(x[0] for x in p.pods)
         found = self.fleet.flavor_problem(f, p.spec.allowed_clusters)
@@ -162,6 +165,7 @@ class CycleMixin(PreemptionMixin):
             for k, amount in d:
                 self.freed[k] = self.freed.get(k, 0.0) + amount
         self._holds.clear()
+        self.phantom.clear()
 
     def _unheld_reason(self, p: Pending, now: float) -> Reason | None:
         """With every hold lifted: None when p would fit on some flavor, else its reason on

@@ -107,6 +107,7 @@ class Engine(CycleMixin):
         for rec in sorted(repayment, key=lambda r: r.ended_at):
             self.record_repayment(rec.queue, rec.ended_at, forced=rec.forced)
         self.claims: set[str] = set()  # preemptors whose victims are all gone
+        self.phantom: dict[tuple[int, int], float] = {}
         self._holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]] = []
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}

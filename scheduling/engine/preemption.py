@@ -80,6 +80,10 @@ class PreemptionMixin(EngineBase):
             f"flavor {f}: capacity is being freed by preempted {names} (grace until "
             f"{fmt(until)})"))
 
+    def _real_borrowing(self, q: int, k: int) -> bool:
+        """Borrowing on k by real usage: a starving workload's hold is not usage."""
+        return self.tree.u[q][k] - self.phantom.get((q, k), 0.0) > self.tree.mn[q][k] + EPS
+
     def _reclaim_valid(self, a: Admitted, leaf: int, contested: list[int]) -> bool:
         tree = self.tree
         mine = set(tree.chain[leaf])
@@ -87,7 +91,7 @@ class PreemptionMixin(EngineBase):
             node = a.leaf
             ok = True
             while node > 0 and node not in mine:
-                if tree.u[node][k] <= tree.mn[node][k] + EPS:
+                if tree.u[node][k] - self.phantom.get((node, k), 0.0) <= tree.mn[node][k] + EPS:
                     ok = False
                     break
                 node = tree.parent[node]
@@ -117,7 +121,7 @@ class PreemptionMixin(EngineBase):
             for (leaf, fl), group in self.by_leaf_flavor.items():
                 if fl != f or leaf == p.leaf or not group:
                     continue
-                if not any(tree.borrowing(leaf, k) for k in contested):
+                if not any(self._real_borrowing(leaf, k) for k in contested):
                     continue
                 ratio = max(tree.borrow_ratio(leaf, k) for k in contested)
                 for a in group.values():

@@ -139,6 +139,7 @@ class EngineBase:
     waiting: dict[str, set[str]]
     budgets: list[DisruptionBudget]
     claims: set[str]
+    phantom: dict[tuple[int, int], float]  # held (not used) demand per queue and key
     _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
 
     def submit(self, w: WorkloadSpec) -> None:
