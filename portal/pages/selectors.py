@@ -151,6 +151,25 @@ def _admissions(start: datetime, end: datetime, extra: Q) -> Any:
     )
 
 
+def queue_usage_intervals(*, path: str, start: datetime, end: datetime
+                          ) -> dict[str, list[tuple[datetime, datetime | None, float]]]:
+    """Admission intervals (reserved, ended, GPUs) of a queue's subtree overlapping a window,
+    per flavor: one query serves every chart of the queue page (shorter windows included)."""
+    extra = Q(workload__queue__path=path) | Q(workload__queue__path__startswith=f"{path}/")
+    rows = _admissions(start, end, extra).values_list("flavor__name", "reserved_at", "ended_at",
+                                                      "gpus")
+    out: dict[str, list[tuple[datetime, datetime | None, float]]] = defaultdict(list)
+    for flavor, s, e, g in rows:
+        out[flavor].append((s, e, float(g)))
+    return dict(out)
+
+
+def usage_series(intervals: list[tuple[datetime, datetime | None, float]], *, start: datetime,
+                 end: datetime, step: timedelta) -> dict[str, Any]:
+    """GPUs held per bucket (average) from intervals; those outside the window add nothing."""
+    return {"t": _buckets(start, end, step), "used": _spread(intervals, start, end, step)}
+
+
 def queue_usage_series(*, path: str, flavor: str | None, start: datetime, end: datetime,
                        step: timedelta) -> dict[str, Any]:
     """GPUs held by a queue's subtree per bucket (average), with its min/max as lines."""
@@ -159,7 +178,7 @@ def queue_usage_series(*, path: str, flavor: str | None, start: datetime, end: d
         extra &= Q(flavor__name=flavor)
     rows = _admissions(start, end, extra).values_list("reserved_at", "ended_at", "gpus")
     intervals = [(s, e, float(g)) for s, e, g in rows]
-    return {"t": _buckets(start, end, step), "used": _spread(intervals, start, end, step)}
+    return usage_series(intervals, start=start, end=end, step=step)
 
 
 def cluster_allocation_series(*, start: datetime, end: datetime, step: timedelta

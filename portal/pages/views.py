@@ -192,15 +192,19 @@ def queue_detail(request: HttpRequest, path: str) -> HttpResponse:
         raise Http404("no such queue")
     node = tree_selectors.queue_tree(user=request.user, root=queue.path)[0]
     now = timezone.now()
+    spans = (("24 h", timedelta(hours=24), timedelta(minutes=30)),
+             ("30 days", timedelta(days=30), timedelta(hours=12)))
+    # One query for the longest window; each chart keeps the intervals overlapping its own.
+    intervals = page_selectors.queue_usage_intervals(
+        path=queue.path, start=now - max(span for _, span, _ in spans), end=now)
     figures = []
     for flavor, resources in node["quota"].items():
         cell = resources.get("gpu")
         if cell is None:
             continue
-        for label, span, step in (("24 h", timedelta(hours=24), timedelta(minutes=30)),
-                                  ("30 days", timedelta(days=30), timedelta(hours=12))):
-            series = page_selectors.queue_usage_series(
-                path=queue.path, flavor=flavor, start=now - span, end=now, step=step)
+        for label, span, step in spans:
+            series = page_selectors.usage_series(
+                intervals.get(flavor, []), start=now - span, end=now, step=step)
             figures.append({
                 "id": f"chart-{flavor}-{label.replace(' ', '')}",
                 "data_id": f"chart-{flavor}-{label.replace(' ', '')}-data",

@@ -110,3 +110,20 @@ def test_api_queue_json_is_the_serializers(tree):
         assert detail.content == JSONRenderer().render(
             QueueOutput(selectors.queue_tree(user=user, root="rd/nlp")[0]).data)
         assert detail.json()["quota"]["a100-80g"]["gpu"]["min"] == 0.5
+
+
+def test_queue_page_charts_from_one_interval_query(client, tree):
+    import json
+
+    client.force_login(tree["alice"])
+    with CaptureQueriesContext(connection) as queries:
+        html = client.get("/queues/q/rd/").content.decode()
+    admission_queries = [q for q in queries if 'FROM "scheduling_admission"' in q["sql"]
+                         and '"reserved_at" <' in q["sql"]]
+    assert len(admission_queries) == 1  # 24 h and 30 days charts share it
+    for span in ("24h", "30days"):
+        start = html.index(">", html.index(f'id="chart-a100-80g-{span}-data"')) + 1
+        figure = json.loads(html[start:html.index("</script>", start)])
+        used = figure["data"][0]["y"]
+        # 12 GPUs held since just now: the last bucket holds part of them, older ones none.
+        assert 0 < used[-1] <= 12 and all(v == 0 for v in used[:-1])
