@@ -44,13 +44,7 @@ SCENARIO_FILES = sorted(
 )
 
 # file stem -> what the engine gets wrong (relayed to the engine's owner).
-ENGINE_XFAIL: dict[str, str] = {
-    "38-hold-is-not-usage": (
-        "engine: a starving workload's phantom hold counts as its queue's usage in reclaim: "
-        "a1 (queue a, real usage 4 <= min 8, max = min) is reclaimed at 201 by b2 with the "
-        "reason `used 12 > min 8`; a static queue never borrows, so it has no valid victims. "
-        "On the Philly trace with static quotas this gives 15,370 reclaims"),
-}
+ENGINE_XFAIL: dict[str, str] = {}
 
 # Reason codes that only the portal side produces (admission policies, budgets): the scenario
 # format has no policies or budgets, so no scenario can show them.
