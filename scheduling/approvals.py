@@ -32,7 +32,7 @@ def approval_thresholds() -> tuple[int, float]:
 def approval_reason(submission: Mapping[str, Any]) -> str:
     """Why a submission (the API's dict) needs approval, naming the numbers; '' if it does not.
 
-    To be called by `workload_submit`, which then sets `needs_approval`.
+    `workloads_submit` calls it on the validated request and then sets `needs_approval`.
     """
     max_gpus, max_hours = approval_thresholds()
     gpus = sum(int(p.get("count", 1)) * int(p.get("gpus", 0))
@@ -70,7 +70,10 @@ def workload_approve(*, user: Any, workload: Workload, comment: str = "",
     now = now or timezone.now()
     workload = _check(user, workload)
     workload.needs_approval = False
-    workload.save(update_fields=["needs_approval"])
+    if workload.reason_code == "NEEDS_APPROVAL":
+        # The next cycle gives it its scheduling reason (or admits it).
+        workload.reason_code, workload.reason_message = "", ""
+    workload.save(update_fields=["needs_approval", "reason_code", "reason_message"])
     WorkloadEvent.objects.create(
         workload=workload, at=now, type=EventType.POLICY, actor=user, code="APPROVED",
         message=f"approved by {user.get_username()}" + (f": {comment}" if comment else ""),

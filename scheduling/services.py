@@ -365,9 +365,14 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
     """Submit several workloads at once, all or nothing (bulk inserts; same rules as
     `workload_submit`). A malformed item raises ValidationError naming it (`[3] name: ...`
     when there are several)."""
+    from scheduling.approvals import (  # approvals imports this module
+        approval_reason,
+        approval_thresholds,
+    )
     from scheduling.cycle import RequestChecker  # the cycle module imports this one
 
     now = now or timezone.now()
+    max_gpus, max_hours = approval_thresholds()
     lk = SubmitLookups(user)
     lk.prefetch_queues({d.get("queue") for d in items if isinstance(d, Mapping)
                         and isinstance(d.get("queue"), str)})
@@ -415,6 +420,12 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
             workload.state = S.REJECTED
             workload.finished_at = now
             workload.reason_code, workload.reason_message = reasons[0]
+        else:
+            # Above the thresholds it waits for a lead or an admin; the cycle skips it.
+            held = approval_reason(clean)
+            if held:
+                workload.needs_approval = True
+                workload.reason_code, workload.reason_message = "NEEDS_APPROVAL", held
         plans.append((workload, pod_sets, verdict, reasons))
 
     workloads = Workload.objects.bulk_create([p[0] for p in plans])
@@ -432,6 +443,12 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
             payload={"priority_class": workload.priority_class.name}))
         events += [event_new(workload, EventType.POLICY, at=now, actor=user, message=line)
                    for line in verdict.audit]
+        if workload.needs_approval:
+            events.append(event_new(
+                workload, EventType.POLICY, at=now, actor=user, code="NEEDS_APPROVAL",
+                message=workload.reason_message,
+                payload={"gpus": gpus, "max_gpus": max_gpus,
+                         "duration_hint_s": workload.duration_hint_s, "max_hours": max_hours}))
         if reasons:
             # The rejection is a state change of its own, recorded after the submission.
             events.append(event_new(workload, EventType.REJECTED, at=now, actor=user,
@@ -441,7 +458,7 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
                                  message=message) for code, message in reasons]
     PodSet.objects.bulk_create(all_pod_sets)
     WorkloadEvent.objects.bulk_create(events)
-    if nudge and any(w.state == S.PENDING for w in workloads):
+    if nudge and any(w.state == S.PENDING and not w.needs_approval for w in workloads):
         transaction.on_commit(cycle_nudge)
     return workloads
 
