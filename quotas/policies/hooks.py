@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from quotas.models import Queue, Team
 
@@ -26,8 +27,10 @@ from .context import (
     cost_center_variables,
     fleet_variables,
     now_variables,
+    policy_stamp,
     queue_variables_many,
     request_variables,
+    submission_rows,
     submission_variables,
 )
 from .evaluation import (
@@ -64,8 +67,10 @@ def active_specs(kinds: Sequence[str]) -> list[PolicySpec]:
     from django.db.models import Count, Max, Sum  # noqa: PLC0415
 
     key = tuple(sorted(kinds))
-    stamp = tuple(Policy.objects.aggregate(n=Count("id"), v=Sum("version"),
-                                           at=Max("updated_at"), last=Max("id")).values())
+    stamp: Any = policy_stamp()
+    if stamp is None:
+        stamp = tuple(Policy.objects.aggregate(n=Count("id"), v=Sum("version"),
+                                               at=Max("updated_at"), last=Max("id")).values())
     cached = _spec_cache.get(key)
     if cached is not None and cached[0] == stamp:
         return cached[1]
@@ -76,6 +81,15 @@ def active_specs(kinds: Sequence[str]) -> list[PolicySpec]:
 
 
 # --- submission ---------------------------------------------------------------------------
+
+
+def _needs(specs: Sequence[PolicySpec]) -> set[str]:
+    """The context variables these policies read."""
+    needs: set[str] = set()
+    for spec in specs:
+        for src in (spec.match, spec.rule, spec.message):
+            needs |= referenced_roots(src)
+    return needs
 
 
 def _totals(request: Mapping[str, Any]) -> tuple[float, ...]:
@@ -113,16 +127,25 @@ def policy_submission_check(ctx: Any) -> Any:
     """The submission check: deny, impose a priority class, record audits and errors."""
     from scheduling.extensions import SubmissionVerdict  # noqa: PLC0415
 
-    specs = active_specs(SUBMISSION_KINDS)
+    rows = None
+    now = timezone.now()
+    cached = _spec_cache.get(tuple(sorted(SUBMISSION_KINDS)))
+    if cached is not None and cached[1]:
+        # The policies seen last time decide what to read; the stamp read in the same query
+        # says whether they are still the ones in force (else: reload, and read again).
+        specs = cached[1]
+        rows = submission_rows(queue=ctx.queue, team=ctx.team, needed=_needs(specs),
+                               now=now, stamp=True)
+        if rows is not None and rows.get("stamp") != cached[0]:
+            rows = None
+            specs = active_specs(SUBMISSION_KINDS)
+    else:
+        specs = active_specs(SUBMISSION_KINDS)
     if not specs:
         return None
-    needs: set[str] = set()
-    for spec in specs:
-        for src in (spec.match, spec.rule, spec.message):
-            needs |= referenced_roots(src)
     variables = submission_variables(
         data=ctx.request, queue=ctx.queue, team=ctx.team, user=ctx.user, is_update=ctx.is_update,
-        needs=needs,
+        now=now, needs=_needs(specs), rows=rows,
     )
     grandfathered = bool(ctx.is_update) and not grows(
         variables["request"], _previous_request(ctx.request))

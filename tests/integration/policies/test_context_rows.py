@@ -103,3 +103,48 @@ def test_the_cost_center_is_the_teams_own_else_the_default(org):
     TeamCostCenter.objects.create(team=team_a, cost_center=own)
     assert cc_of(team_a) == ("cc-rd", "EUR")
     assert cc_of(team_b) == ("cc-default", "USD")
+
+
+def _check(org, gpus=8):
+    from quotas.policies.hooks import policy_submission_check
+    from scheduling.extensions import SubmissionContext
+
+    data = {"name": "sweep", "queue": "rd/team-a",
+            "pods": [{"count": 1, "flavors": ["h100-80g"], "gpus": gpus}]}
+    return policy_submission_check(SubmissionContext(
+        user=org.alice, queue=org.team_a, team=org.teams["team-a"], request=data))
+
+
+RULE = {"name": "cap", "kind": "validate", "mode": "enforce", "rule": "request.gpus <= 8",
+        "message": '"at most 8 GPUs, asked " + string(request.gpus)'}
+
+
+def test_policy_changes_are_seen_by_the_next_submission(org):
+    from quotas.policies.models import Policy
+    from quotas.policies.services import policy_create, policy_delete, policy_update
+
+    assert _check(org, 16) is None
+    policy_create(user=org.admin, data=RULE)
+    assert [m for _, m in _check(org, 16).deny] == ["at most 8 GPUs, asked 16 (policy cap)"]
+    policy = Policy.objects.get(name="cap")
+    policy_update(user=org.admin, policy=policy, data={**RULE, "rule": "request.gpus <= 16"})
+    assert _check(org, 16).deny == []
+    second = policy_create(user=org.admin, data={
+        **RULE, "name": "h100", "rule": '"h100" in team.approvals', "message": '"no h100"'})
+    assert [m for _, m in _check(org).deny] == ["no h100 (policy h100)"]
+    TeamApproval.objects.create(team=org.teams["team-a"], name="h100")
+    assert _check(org).deny == []
+    policy_delete(user=org.admin, policy=second)
+    policy_delete(user=org.admin, policy=Policy.objects.get(name="cap"))
+    assert _check(org, 64) is None
+
+
+def test_a_warm_check_reads_stamp_and_context_in_one_query(org):
+    from quotas.policies.services import policy_create
+
+    policy_create(user=org.admin, data=RULE)
+    _check(org)
+    with CaptureQueriesContext(connection) as queries:
+        _check(org)
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 1 and "'s'" in reads[0]
