@@ -148,3 +148,15 @@ def test_a_warm_check_reads_stamp_and_context_in_one_query(org):
         _check(org)
     reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
     assert len(reads) == 1 and "'s'" in reads[0]
+
+
+def test_counters_outside_a_transaction_count_hits_and_denials(transactional_db):
+    from quotas.policies.models import Policy
+    from quotas.policies.services import policy_counters_bump, policy_create
+
+    a = policy_create(user=None, data=RULE)
+    b = policy_create(user=None, data={**RULE, "name": "other"})
+    policy_counters_bump(hit_ids=[a.pk, b.pk], denied_ids=[b.pk])
+    policy_counters_bump(hit_ids=[b.pk], denied_ids=[])
+    assert list(Policy.objects.order_by("name").values_list("name", "hits", "denials")) == [
+        ("cap", 1, 0), ("other", 2, 1)]
