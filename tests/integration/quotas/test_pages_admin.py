@@ -43,6 +43,8 @@ def test_home_is_alices_dashboard_linking_the_tree(client, tree):
     assert 'href="/queues/q/rd/vision/"' in html  # her queue's card
     assert 'href="/tree/"' in html
     assert '<a href="/dashboard/" aria-current="page">Dashboard</a>' in html
+    # The whole tree (min / max / lendable) loads into the home page from its partial.
+    assert 'hx-get="/tree/partial/" hx-trigger="load, every 30s"' in html
 
 
 def test_tree_page_shows_tree_for_alice(client, tree):
