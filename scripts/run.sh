@@ -14,6 +14,27 @@ $PY manage.py migrate --noinput
 $PY manage.py seed_demo
 
 echo "broker: ${CELERY_BROKER_URL:-filesystem (var/broker, no server)}"
+
+# Telemetry for billing: where a Prometheus binary is installed (Debian package `prometheus`)
+# and none is configured, scrape each simulated cluster's DCGM endpoint with one on loopback.
+# Without it the demo still runs: billing then records the minutes as telemetry gaps.
+start_prometheus=""
+if [ -z "${ALLOT_PROMETHEUS_URL:-}" ] && command -v prometheus >/dev/null 2>&1; then
+  PROM_PORT="${PROM_PORT:-9095}"
+  mkdir -p var/prometheus
+  {
+    printf 'global:\n  scrape_interval: 15s\nscrape_configs:\n'
+    $PY manage.py shell -v0 -c "
+from scheduling.models import Cluster
+for name in Cluster.objects.filter(backend='simulated').values_list('name', flat=True):
+    print(f'  - job_name: dcgm-{name}\\n    metrics_path: /sim/{name}/metrics\\n'
+          f'    static_configs: [{{targets: [\\'127.0.0.1:$PORT\\']}}]')
+"
+  } > var/prometheus.yml
+  export ALLOT_PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT"
+  start_prometheus=1
+fi
+
 pids=()
 stop() {
   trap - INT TERM EXIT
@@ -32,5 +53,11 @@ $CELERY -A portal beat --loglevel=INFO -s var/celerybeat-schedule &
 pids+=($!)
 $PY manage.py runserver "127.0.0.1:$PORT" --noreload &
 pids+=($!)
+if [ -n "$start_prometheus" ]; then
+  prometheus --config.file=var/prometheus.yml --storage.tsdb.path=var/prometheus \
+    --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >var/prometheus.log 2>&1 &
+  pids+=($!)
+  echo "telemetry: Prometheus on $ALLOT_PROMETHEUS_URL scraping the simulated DCGM endpoints"
+fi
 echo "portal on http://127.0.0.1:$PORT/ (Ctrl-C stops everything)"
 wait -n "${pids[@]}" || true
