@@ -7,7 +7,9 @@ retryable backend errors. Every task is idempotent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
 from django.utils import timezone
@@ -15,6 +17,16 @@ from django.utils import timezone
 from scheduling.backends.base import BackendError
 
 logger = logging.getLogger(__name__)
+
+
+def _retrying(task, call: Callable[..., Any], **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
+    """Run a backend call for `task`: a retryable BackendError retries the task, others raise."""
+    try:
+        call(**kwargs)
+    except BackendError as exc:
+        if not exc.retryable:
+            raise
+        raise task.retry(exc=exc) from exc
 
 
 def cycle_and_dispatch() -> dict[str, int] | None:
@@ -66,12 +78,7 @@ def backend_suspend(self, admission_id: int) -> None:  # type: ignore[no-untyped
     """Suspend a preempted workload on its cluster."""
     from scheduling.dispatch import admission_suspend
 
-    try:
-        admission_suspend(admission_id=admission_id)
-    except BackendError as exc:
-        if not exc.retryable:
-            raise
-        raise self.retry(exc=exc) from exc
+    _retrying(self, admission_suspend, admission_id=admission_id)
 
 
 @shared_task(name="scheduling.backend_suspend_many", ignore_result=True, bind=True,
@@ -80,12 +87,7 @@ def backend_suspend_many(self, admission_ids: list[int]) -> None:  # type: ignor
     """Suspend the workloads one cycle preempted."""
     from scheduling.dispatch import admissions_suspend
 
-    try:
-        admissions_suspend(admission_ids=admission_ids)
-    except BackendError as exc:
-        if not exc.retryable:
-            raise
-        raise self.retry(exc=exc) from exc
+    _retrying(self, admissions_suspend, admission_ids=admission_ids)
 
 
 @shared_task(name="scheduling.backend_delete_many", ignore_result=True, bind=True,
@@ -94,12 +96,7 @@ def backend_delete_many(self, admission_ids: list[int]) -> None:  # type: ignore
     """Delete the objects of the admissions one cycle ended."""
     from scheduling.dispatch import admissions_delete
 
-    try:
-        admissions_delete(admission_ids=admission_ids)
-    except BackendError as exc:
-        if not exc.retryable:
-            raise
-        raise self.retry(exc=exc) from exc
+    _retrying(self, admissions_delete, admission_ids=admission_ids)
 
 
 @shared_task(name="scheduling.backend_delete", ignore_result=True, bind=True,
@@ -108,12 +105,7 @@ def backend_delete(self, admission_id: int) -> None:  # type: ignore[no-untyped-
     """Delete an ended admission's objects on its cluster."""
     from scheduling.dispatch import admission_delete
 
-    try:
-        admission_delete(admission_id=admission_id)
-    except BackendError as exc:
-        if not exc.retryable:
-            raise
-        raise self.retry(exc=exc) from exc
+    _retrying(self, admission_delete, admission_id=admission_id)
 
 
 @shared_task(name="scheduling.sync_cluster", ignore_result=True)
