@@ -24,19 +24,33 @@ def test_tree_nested_with_quota_and_usage(clients):
         "min": 16.0, "max": 32.0, "lendable": 8.0, "set": True,
         "used": 0.0, "borrowed": 0.0, "lent": 0.0, "pending": 0.0,
     }
-    children = {c["path"]: c for c in rd["children"]}
-    assert set(children) == {"rd/vision", "rd/nlp"}
-    vision = children["rd/vision"]
+    # Issue 5: researchers see their teams' queues (and the ancestors), not other teams'.
+    [vision] = rd["children"]
+    assert vision["path"] == "rd/vision"
     assert vision["namespace"] == "rd-vision" and vision["children"] == []
     assert vision["quota"]["a100-80g"]["gpu"]["max"] == 32.0  # inherited
     assert vision["can_submit"] is True  # alice's team
-    assert children["rd/nlp"]["can_submit"] is False
 
 
 def test_lead_sees_own_leaf_submittable(clients):
     [rd] = clients["lead"].get("/api/v1/queues").json()
     flags = {c["path"]: c["can_submit"] for c in rd["children"]}
-    assert flags == {"rd/vision": False, "rd/nlp": True}
+    assert flags == {"rd/nlp": True}
+
+
+def test_admin_sees_every_queue(clients):
+    [rd] = clients["admin"].get("/api/v1/queues").json()
+    assert {c["path"] for c in rd["children"]} == {"rd/vision", "rd/nlp"}
+    assert clients["admin"].get("/api/v1/queues/rd/nlp").status_code == 200
+
+
+def test_other_teams_queue_is_404_and_hidden_below_ancestors(clients):
+    response = clients["researcher"].get("/api/v1/queues/rd/nlp")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "No queue at path 'rd/nlp'."}
+    # The ancestor is visible, but only with the researcher's own part below it.
+    rd = clients["researcher"].get("/api/v1/queues/rd").json()
+    assert [c["path"] for c in rd["children"]] == ["rd/vision"]
 
 
 def test_detail_by_path_with_slashes(clients):
