@@ -193,6 +193,23 @@ def start_workers(n: int, concurrency: int, env: dict[str, str]) -> list[subproc
     return procs
 
 
+def workers_cpu_s(procs: list[subprocess.Popen]) -> float:
+    """CPU seconds (user + system, children included) of every process in the workers'
+    sessions so far (Linux /proc; 0.0 elsewhere)."""
+    sessions = {p.pid for p in procs}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command: state ppid pgrp session ... utime(12) stime(13) cutime cstime
+        if int(fields[3]) in sessions:
+            total += sum(int(v) for v in fields[11:15])
+    return round(total / tick, 2)
+
+
 def stop_workers(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
@@ -361,11 +378,15 @@ def main(argv: list[str] | None = None) -> int:
         "ALLOT_STRATEGY": str(s.get("strategy", "binpack")),
     })
     procs = start_workers(args.workers, args.concurrency, env)
+    cpu_start = workers_cpu_s(procs)
     try:
         result = play(data, user, timeout_s=args.timeout)
+        cpu = workers_cpu_s(procs) - cpu_start
     finally:
         stop_workers(procs)
     figures = measure(result)
+    figures["workers_cpu_s"] = round(cpu, 1)
+    figures["load_avg"] = [round(v, 2) for v in os.getloadavg()]
     figures["scenario"] = data.get("name", path.stem)
     if args.json:
         print(json.dumps(figures))
@@ -378,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  time to admit      {cls}: {avg} s")
     print(f"  average usage      {figures['queue_usage']:.1%} of the fleet")
     print(f"  finished           {figures['finished']} ({figures['states']})")
+    print(f"  workers CPU        {figures['workers_cpu_s']} s (load average "
+          f"{figures['load_avg'][0]})")
     return 0
 
 
