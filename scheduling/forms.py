@@ -1,4 +1,5 @@
-"""The request-GPUs form: one pod set (the API takes several), its fields labelled for people."""
+"""The request-GPUs form: the workload's fields, then its pod sets (a formset, like the API's
+`pods` list), labelled for people."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import shlex
 from typing import Any
 
 from django import forms
+from django.forms import formset_factory
 
 from quotas.models import Flavor, Queue
 from scheduling.models import PriorityClass
@@ -24,14 +26,6 @@ class WorkloadRequestForm(forms.Form):
                                       empty_label="(none)")
     flavor_3 = forms.ModelChoiceField(queryset=Flavor.objects.all(), to_field_name="name",
                                       label="Third choice", required=False, empty_label="(none)")
-    count = forms.IntegerField(min_value=1, max_value=10000, initial=1, label="Pods")
-    gpus = forms.IntegerField(min_value=0, max_value=64, initial=1, label="GPUs per pod")
-    cpu = forms.DecimalField(min_value=0, initial=8, decimal_places=3, label="CPU cores per pod")
-    memory_gib = forms.DecimalField(min_value=0, initial=64, decimal_places=3,
-                                    label="Memory per pod (GiB)")
-    gpu_memory_gib = forms.IntegerField(min_value=1, required=False,
-                                        label="GPU memory per card (GiB, at least)",
-                                        help_text="Empty: any.")
     priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.all(),
                                             to_field_name="name", empty_label=None,
                                             initial="training")
@@ -69,8 +63,9 @@ class WorkloadRequestForm(forms.Form):
                 names.append(flavor.name)
         return names
 
-    def as_submission(self) -> dict[str, Any]:
-        """The cleaned form as the submission dict `workload_submit` and the API take."""
+    def as_submission(self, pod_sets: list[dict[str, Any]]) -> dict[str, Any]:
+        """The cleaned form and pod sets as the submission dict `workload_submit` and the API
+        take (every pod set lists the same GPU models: a workload runs on one flavor)."""
         d = self.cleaned_data
         hours = d.get("duration_h")
         return {
@@ -82,17 +77,100 @@ class WorkloadRequestForm(forms.Form):
             "duration_hint_s": int(hours * 3600) if hours else None,
             "topology": {"same": "rack"} if d.get("same_rack") else {},
             "pods": [{
-                "count": d["count"], "flavors": self.flavors(), "gpus": d["gpus"],
-                "cpu": d["cpu"], "memory_gib": d["memory_gib"],
-                "gpu_memory_gib": d.get("gpu_memory_gib"),
-            }],
+                "count": p["count"], "flavors": self.flavors(), "gpus": p["gpus"],
+                "cpu": p["cpu"], "memory_gib": p["memory_gib"],
+                "gpu_memory_gib": p.get("gpu_memory_gib"),
+            } for p in pod_sets],
         }
 
 
-def submission_errors_to_form(form: forms.Form, errors: dict[str, list[str]]) -> None:
-    """Put the service's field errors (API names such as pods[0].gpus) on the form's fields."""
+class PodSetForm(forms.Form):
+    """One pod set: how many identical pods, and what each one needs."""
+
+    count = forms.IntegerField(min_value=1, max_value=10000, initial=1, label="Pods")
+    gpus = forms.IntegerField(min_value=0, max_value=64, initial=1, label="GPUs per pod")
+    cpu = forms.DecimalField(min_value=0, initial=8, decimal_places=3, label="CPU cores per pod")
+    memory_gib = forms.DecimalField(min_value=0, initial=64, decimal_places=3,
+                                    label="Memory per pod (GiB)")
+    gpu_memory_gib = forms.IntegerField(min_value=1, required=False,
+                                        label="GPU memory per card (GiB, at least)",
+                                        help_text="Empty: any.")
+
+
+POD_SETS_PREFIX = "pods"
+# As many pod sets as the service takes (scheduling.services.MAX_POD_SETS).
+MAX_FORM_POD_SETS = 8
+_PodSetFormSetBase = formset_factory(
+    PodSetForm, extra=0, min_num=1, validate_min=True, max_num=MAX_FORM_POD_SETS,
+    validate_max=True, can_delete=True,
+)
+
+
+class PodSetFormSet(_PodSetFormSetBase):  # type: ignore[valid-type,misc]
+    """The pod sets of a request (e.g. a launcher and its workers); rows marked for removal
+    are left out."""
+
+    def pod_sets(self) -> list[dict[str, Any]]:
+        """The cleaned pod sets, in order, without those marked for removal."""
+        return [f.cleaned_data for f in self.forms
+                if f.cleaned_data and not f.cleaned_data.get("DELETE")]
+
+
+def pod_set_formset(data: Any = None, *, add: bool = False) -> PodSetFormSet:
+    """The formset for a page: bound to `data`; or, with `add`, unbound again with one more
+    row (the rows as typed, so nothing shows errors before the user submits)."""
+    if data is None:
+        return PodSetFormSet(prefix=POD_SETS_PREFIX, initial=[{}])
+    if not add:
+        return PodSetFormSet(data, prefix=POD_SETS_PREFIX)
+    try:
+        total = int(data.get(f"{POD_SETS_PREFIX}-TOTAL_FORMS", 1))
+    except (TypeError, ValueError):
+        total = 1
+    total = max(1, min(total, MAX_FORM_POD_SETS))
+    rows: list[dict[str, Any]] = []
+    for i in range(total):
+        if data.get(f"{POD_SETS_PREFIX}-{i}-DELETE"):
+            continue
+        rows.append({name: data.get(f"{POD_SETS_PREFIX}-{i}-{name}")
+                     for name in PodSetForm.base_fields
+                     if data.get(f"{POD_SETS_PREFIX}-{i}-{name}") not in (None, "")})
+    if len(rows) < MAX_FORM_POD_SETS:
+        rows.append({})
+    return PodSetFormSet(prefix=POD_SETS_PREFIX, initial=rows)
+
+
+def form_initial_from(data: Any, form_class: type[forms.Form]) -> dict[str, Any]:
+    """A form's values as typed, to show it again unbound (checkboxes absent = unticked)."""
+    out: dict[str, Any] = {}
+    for name, field in form_class.base_fields.items():
+        if isinstance(field, forms.BooleanField):
+            out[name] = bool(data.get(name))
+        elif data.get(name) not in (None, ""):
+            out[name] = data.get(name)
+    return out
+
+
+def submission_errors_to_form(form: forms.Form, errors: dict[str, list[str]],
+                              pod_sets: Any = None) -> None:
+    """Put the service's field errors on the form's fields; those of a pod set (API names such
+    as pods[1].gpus) on that row of `pod_sets`."""
+    # The rows `PodSetFormSet.pod_sets()` submitted, in the same order as the API's indexes.
+    kept = ([f for f in pod_sets.forms if f.cleaned_data and not f.cleaned_data.get("DELETE")]
+            if pod_sets is not None else [])
     for key, messages in errors.items():
-        field = key.rsplit(".", 1)[-1] if key.startswith("pods[") else key
+        if key.startswith("pods[") and "]" in key:
+            index, _, rest = key[5:].partition("]")
+            name = rest.lstrip(".") or None
+            row = kept[int(index)] if index.isdigit() and int(index) < len(kept) else None
+            if row is not None and name != "flavors":
+                row.add_error(name if name in row.fields else None, messages)
+                continue
+            field = "flavor_1" if name == "flavors" else None
+            form.add_error(field, [f"pod set {index}: {m}" for m in messages]
+                           if field is None else messages)
+            continue
+        field = key
         if field == "flavors":
             field = "flavor_1"
         if field == "duration_hint_s":

@@ -16,7 +16,13 @@ from django.views.decorators.http import require_POST
 
 from scheduling import selectors, services
 from scheduling.filters import WorkloadFilter
-from scheduling.forms import WorkloadRequestForm, submission_errors_to_form
+from scheduling.forms import (
+    PodSetFormSet,
+    WorkloadRequestForm,
+    form_initial_from,
+    pod_set_formset,
+    submission_errors_to_form,
+)
 from scheduling.models import TERMINAL_STATES, WorkloadState
 from scheduling.preview import workload_preview
 
@@ -56,31 +62,51 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     return render(request, "scheduling/workload_list.html", {"filter": filterset, "page": page})
 
 
-def _form(request: HttpRequest, data: Any = None) -> WorkloadRequestForm:
+def _form(request: HttpRequest, data: Any = None,
+          initial: dict[str, Any] | None = None) -> WorkloadRequestForm:
     queues = services.user_leaf_queues(request.user).order_by("path")
-    initial = {"queue": request.GET.get("queue")} if request.GET.get("queue") else {}
+    if initial is None:
+        initial = {"queue": request.GET.get("queue")} if request.GET.get("queue") else {}
     return WorkloadRequestForm(data, queues=queues, initial=initial)
+
+
+def _valid(form: WorkloadRequestForm, pod_sets: PodSetFormSet) -> bool:
+    # Both validated (not short-circuited), so every error shows at once.
+    form_ok = form.is_valid()
+    return pod_sets.is_valid() and form_ok
 
 
 @login_required
 def workload_new(request: HttpRequest) -> HttpResponse:
-    """The request-GPUs form; on submit, the same service as POST /api/v1/workloads."""
+    """The request-GPUs form; on submit, the same service as POST /api/v1/workloads.
+
+    "Add a pod set" posts the form back and gets it again, as typed, with one more row (it
+    works without JavaScript); a row's "Remove" box leaves that pod set out.
+    """
+    if request.method == "POST" and "add_pod_set" in request.POST:
+        form = _form(request, initial=form_initial_from(request.POST, WorkloadRequestForm))
+        pod_sets = pod_set_formset(request.POST, add=True)
+        return render(request, "scheduling/workload_form.html",
+                      {"form": form, "pod_sets": pod_sets})
     form = _form(request, request.POST or None)
-    if request.method == "POST" and form.is_valid():
+    pod_sets = pod_set_formset(request.POST or None)
+    context = {"form": form, "pod_sets": pod_sets}
+    if request.method == "POST" and _valid(form, pod_sets):
+        submission = form.as_submission(pod_sets.pod_sets())
         # A request that can never run is refused here, with the reasons, and not recorded
         # (the API records it as rejected instead, so automation can read why).
         preview = workload_preview(queue=form.cleaned_data["queue"],
-                                   submission=form.as_submission(), now=timezone.now())
+                                   submission=submission, now=timezone.now())
         if preview.impossible:
             for verdict in preview.flavors:
                 for code, message in verdict.reasons:
                     form.add_error(None, f"{verdict.flavor}: {code}: {message}")
-            return render(request, "scheduling/workload_form.html", {"form": form}, status=400)
+            return render(request, "scheduling/workload_form.html", context, status=400)
         try:
-            workload = services.workload_submit(user=request.user, data=form.as_submission())
+            workload = services.workload_submit(user=request.user, data=submission)
         except ValidationError as exc:
             submission_errors_to_form(form, exc.message_dict if hasattr(exc, "error_dict")
-                                      else {"__all__": exc.messages})
+                                      else {"__all__": exc.messages}, pod_sets)
         else:
             if workload.state == "rejected":
                 messages.error(request, f"{workload.name} was rejected: "
@@ -88,7 +114,7 @@ def workload_new(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"{workload.name} submitted.")
             return redirect("workload-detail", pk=workload.pk)
-    return render(request, "scheduling/workload_form.html", {"form": form})
+    return render(request, "scheduling/workload_form.html", context)
 
 
 @login_required
@@ -96,12 +122,14 @@ def workload_new(request: HttpRequest) -> HttpResponse:
 def workload_check(request: HttpRequest) -> HttpResponse:
     """htmx: live feedback on the form as the user types (nothing is saved)."""
     form = _form(request, request.POST)
+    pod_sets = pod_set_formset(request.POST)
     preview = None
-    if form.is_valid():
+    if _valid(form, pod_sets):
         preview = workload_preview(queue=form.cleaned_data["queue"],
-                                   submission=form.as_submission(), now=timezone.now())
+                                   submission=form.as_submission(pod_sets.pod_sets()),
+                                   now=timezone.now())
     return render(request, "scheduling/partials/feedback.html",
-                  {"form": form, "preview": preview})
+                  {"form": form, "pod_sets": pod_sets, "preview": preview})
 
 
 def _live_context(request: HttpRequest, pk: int) -> dict[str, Any]:

@@ -86,3 +86,13 @@ def submit(user, **over):
     from scheduling.services import workload_submit
 
     return workload_submit(user=user, data=submission(**over), nudge=False)
+
+
+def pod_rows(*rows, initial=None):
+    """The request form's pod-set rows (a formset with the `pods` prefix) as POST data."""
+    data = {"pods-TOTAL_FORMS": str(len(rows)),
+            "pods-INITIAL_FORMS": str(len(rows) if initial is None else initial),
+            "pods-MIN_NUM_FORMS": "1", "pods-MAX_NUM_FORMS": "8"}
+    for i, row in enumerate(rows):
+        data.update({f"pods-{i}-{k}": v for k, v in row.items()})
+    return data

@@ -14,7 +14,7 @@ from quotas.capacity.services import capacity_request_submit
 from quotas.models import QuotaEntry
 from scheduling.models import Admission, Workload
 from tests.factories import PASSWORD
-from tests.integration.portal.conftest import submit
+from tests.integration.portal.conftest import pod_rows, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -69,8 +69,9 @@ def test_request_form_live_feedback_and_submit(client, org, priority_classes):
     r = c.get("/workloads/new/")
     assert r.status_code == 200
     assert 'hx-post="/workloads/new/check/"' in r.content.decode()
-    form = {"queue": "rd/vision", "name": "sweep-1", "flavor_1": "a100-80g", "count": 2,
-            "gpus": 4, "cpu": 8, "memory_gib": 64, "priority_class": "training",
+    form = {"queue": "rd/vision", "name": "sweep-1", "flavor_1": "a100-80g",
+            **pod_rows({"count": 2, "gpus": 4, "cpu": 8, "memory_gib": 64}),
+            "priority_class": "training",
             "preemptible": "on", "checkpoint": "on", "command": "python train.py --lr 0.1"}
     r = c.post("/workloads/new/check/", form)
     html = r.content.decode()
@@ -79,14 +80,14 @@ def test_request_form_live_feedback_and_submit(client, org, priority_classes):
     assert "<strong>32</strong> more GPUs; <strong>8</strong> of them within its guarantee" in html
     assert "Within guarantee" in html and "Estimated start: <strong>now" in html
     # 12 GPUs > the 8 guaranteed: it would borrow
-    r = c.post("/workloads/new/check/", {**form, "count": 3})
+    r = c.post("/workloads/new/check/", {**form, "pods-0-count": 3})
     assert "It would borrow</span> (12 &gt; 8 guaranteed left)" in r.content.decode()
     # 5 pods x 8 GPUs = 40 > max 32: never
-    r = c.post("/workloads/new/check/", {**form, "count": 5, "gpus": 8})
+    r = c.post("/workloads/new/check/", {**form, "pods-0-count": 5, "pods-0-gpus": 8})
     html = r.content.decode()
     assert "never" in html and "QUOTA_MAX" in html and "it would be rejected" in html
     assert 'id="submit-request" hx-swap-oob="true" disabled' in html
-    r = c.post("/workloads/new/", {**form, "count": 5, "gpus": 8})
+    r = c.post("/workloads/new/", {**form, "pods-0-count": 5, "pods-0-gpus": 8})
     assert r.status_code == 400 and not Workload.objects.exists()
     assert "a100-80g: QUOTA_MAX: queue rd/vision a100-80g/gpu" in r.content.decode()
     r = c.post("/workloads/new/", form)
@@ -99,14 +100,17 @@ def test_request_form_live_feedback_and_submit(client, org, priority_classes):
 def test_request_form_field_errors(client, org, priority_classes):
     c = login(client, org.alice)
     r = c.post("/workloads/new/", {"queue": "rd/nlp", "name": "Bad Name", "flavor_1": "a100-80g",
-                                   "count": 1, "gpus": 1, "cpu": 1, "memory_gib": 1,
+                                   **pod_rows({"count": 1, "gpus": 1, "cpu": 1,
+                                               "memory_gib": 1}),
                                    "priority_class": "training"})
     html = r.content.decode()
     assert r.status_code == 200
     assert "Select a valid choice" in html  # rd/nlp is not one of alice's queues
     r = c.post("/workloads/new/", {"queue": "rd/vision", "name": "Bad Name",
-                                   "flavor_1": "a100-80g", "count": 1, "gpus": 1, "cpu": 1,
-                                   "memory_gib": 1, "priority_class": "training"})
+                                   "flavor_1": "a100-80g",
+                                   **pod_rows({"count": 1, "gpus": 1, "cpu": 1,
+                                               "memory_gib": 1}),
+                                   "priority_class": "training"})
     assert "is not DNS-safe" in r.content.decode()
     assert not Workload.objects.exists()
 
