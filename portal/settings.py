@@ -169,6 +169,9 @@ CELERY_BEAT_SCHEDULE = {
                          "options": {"expires": max(1.0, 2 * _CYCLE_S)}},
     "scheduling-sync": {"task": "scheduling.sync_all", "schedule": _SYNC_S,
                         "options": {"expires": max(1.0, 2 * _SYNC_S)}},
+    # Follows the clusters by watch (one watcher per cluster across workers; see tasks.py).
+    "scheduling-watch": {"task": "scheduling.watch", "schedule": 10.0,
+                         "options": {"expires": 10.0}},
     "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0,
                             "options": {"expires": 60.0}},
     "capacity-process-due": {"task": "capacity.process_due", "schedule": 60.0},
@@ -187,6 +190,16 @@ ALLOT_WORKERS = {
     "dispatch_penalty": env.float("ALLOT_DISPATCH_PENALTY", default=0.6),
     "cleanup_ttl_s": env.float("ALLOT_CLEANUP_TTL_S", default=600.0),
     "preempting_stuck_s": env.float("ALLOT_PREEMPTING_STUCK_S", default=600.0),
+    # Stuck limits per non-terminal state (seconds; 0 turns one off; unset: the defaults in
+    # scheduling/dispatch.py, stuck_limit_s).
+    "stuck_pending_s": env.float("ALLOT_STUCK_PENDING_S", default=None),
+    "stuck_reserved_s": env.float("ALLOT_STUCK_RESERVED_S", default=None),
+    "stuck_running_s": env.float("ALLOT_STUCK_RUNNING_S", default=None),
+    "stuck_preempting_s": env.float("ALLOT_STUCK_PREEMPTING_S", default=None),
+    # Sync by watch (scheduling.watch), with the periodic sync as the resync.
+    "watch": env.bool("ALLOT_WATCH", default=True),
+    "watch_session_s": env.float("ALLOT_WATCH_SESSION_S", default=60.0),
+    "watch_interval_s": env.float("ALLOT_WATCH_INTERVAL_S", default=0.1),
     "max_pending_per_queue": env.int("ALLOT_MAX_PENDING_PER_QUEUE", default=100),
 }
 

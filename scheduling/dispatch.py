@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,6 +28,8 @@ from django.utils import timezone
 
 from scheduling.backends.base import (
     BackendError,
+    BatchDispatch,
+    DispatchOutcome,
     DispatchRefused,
     FlavorMatch,
     Phase,
@@ -47,6 +48,7 @@ from scheduling.models import (
     EndReason,
     EventType,
     Node,
+    PodSet,
     Workload,
     WorkloadEvent,
     WorkloadState,
@@ -146,139 +148,230 @@ def cluster_lock(cluster_id: int, shard: int, *, wait: bool = False) -> Iterator
     while we talk to the cluster; a dispatch pass that finds it taken skips (the holder, or the
     next beat, does the work).
     """
-    if connection.vendor != "postgresql":
-        yield True
+    with cluster_locks(cluster_id, [shard], wait=wait) as held:
+        yield bool(held)
+
+
+def _lock_key(cluster_id: int, shard: int) -> int:
+    return DISPATCH_LOCK_BASE + int(cluster_id) * 64 + int(shard)
+
+
+@contextlib.contextmanager
+def cluster_locks(cluster_id: int, shards: list[int], *, wait: bool = False
+                  ) -> Iterator[list[int]]:
+    """The shard locks of `cluster_lock` for several shards in one round trip each way;
+    yields the shards held (all of them when `wait`)."""
+    if connection.vendor != "postgresql" or not shards:
+        yield list(shards)
         return
-    key = DISPATCH_LOCK_BASE + int(cluster_id) * 64 + int(shard)
+    fn = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
+    keys = [_lock_key(cluster_id, s) for s in shards]
     with connection.cursor() as cursor:
-        if wait:
-            cursor.execute("SELECT pg_advisory_lock(%s), true", [key])
-        else:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        got = bool(cursor.fetchone()[-1])
+        # Keys in ascending order, so two waiting callers never deadlock on each other.
+        cursor.execute("SELECT " + ", ".join(f"{fn}(%s)" for _ in keys), sorted(keys))
+        row = cursor.fetchone()
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    got = [True] * len(keys)
+    if not wait:
+        for position, i in enumerate(order):
+            got[i] = bool(row[position])
+    held = [s for s, ok in zip(shards, got, strict=True) if ok]
     try:
-        yield got
+        yield held
     finally:
-        if got:
+        if held:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+                cursor.execute("SELECT " + ", ".join(
+                    "pg_advisory_unlock(%s)" for _ in held),
+                    [_lock_key(cluster_id, s) for s in held])
+
+
+# The columns a dispatch pass reads, in one query (no model instances on the hot path).
+DISPATCH_FIELDS = (
+    "pk", "workload_id", "nodes", "flavor__name", "flavor__node_selector", "cluster__name",
+    "workload__name", "workload__queue__path", "workload__queue__namespace",
+    "workload__image", "workload__command", "workload__priority_class__name",
+    "workload__termination_grace_s", "workload__duration_hint_s", "workload__progress_s",
+)
 
 
 def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
-                     batch: int = 200, shard: int | None = None) -> DispatchReport:
+                     batch: int = 500, shard: int | None = None) -> DispatchReport:
     """Create and start every reserved, undispatched workload of a cluster (or of one shard);
-    shards another pass holds are left to it (`skipped`)."""
+    shards another pass holds are left to it (`skipped`).
+
+    A pass costs a few queries per batch, not per workload: one to read the batch, one for its
+    pod sets, the backend's (one batch call on a backend with `dispatch_many`), and one
+    transaction under the scheduling lock recording what started (and what already runs).
+    """
+    from django.db.models import Exists, OuterRef
+
     report = DispatchReport()
-    first = os.getpid() % DISPATCH_SHARDS  # parallel passes start on different shards
-    shards = [shard] if shard is not None else [
-        (first + k) % DISPATCH_SHARDS for k in range(DISPATCH_SHARDS)]
-    for part in shards:
-        with cluster_lock(cluster_id, part) as got:
-            if not got:
-                report.skipped = True
-                continue
-            while True:
-                ids = list(
-                    Admission.objects.filter(cluster_id=cluster_id, ended_at__isnull=True,
-                                             dispatched_at__isnull=True,
-                                             workload__state=S.RESERVED)
-                    .annotate(shard=Mod("workload_id", DISPATCH_SHARDS)).filter(shard=part)
-                    .exclude(workload_id__in=report.errors_ids)
-                    .order_by("pk").values_list("pk", flat=True)[:batch])
-                if not ids:
-                    break
-                _dispatch_batch(_admissions(pk__in=ids), now, report)
-                if len(ids) < batch:
-                    break
+    shards = [shard] if shard is not None else list(range(DISPATCH_SHARDS))
+    with cluster_locks(cluster_id, shards) as held:
+        if len(held) < len(shards):
+            report.skipped = True
+        if not held:
+            return report
+        cluster = Cluster.objects.get(pk=cluster_id)
+        previous = Admission.objects.filter(
+            workload_id=OuterRef("workload_id"), cluster_id=cluster_id,
+            cleaned_at__isnull=True, ended_at__isnull=False)
+        while True:
+            qs = (Admission.objects.filter(cluster_id=cluster_id, ended_at__isnull=True,
+                                           dispatched_at__isnull=True,
+                                           workload__state=S.RESERVED)
+                  .exclude(workload_id__in=report.errors_ids))
+            if len(held) < DISPATCH_SHARDS:
+                qs = qs.annotate(shard=Mod("workload_id", DISPATCH_SHARDS)).filter(
+                    shard__in=held)
+            rows = list(qs.annotate(previous=Exists(previous)).order_by("pk")
+                        .values(*DISPATCH_FIELDS, "previous")[:batch])
+            if not rows:
+                break
+            _dispatch_batch(cluster, rows, now, report)
+            if len(rows) < batch:
+                break
     return report
 
 
-def _dispatch_batch(pending: list[Admission], now: datetime | None,
+def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpec:
+    """The backend's view of one admission row (see DISPATCH_FIELDS)."""
+    sets, k = [], 0
+    for ps in pod_sets:
+        sets.append(PodSetSpec(
+            index=ps["index"], count=ps["count"], flavor=row["flavor__name"], gpus=ps["gpus"],
+            cpu=ps["cpu"], memory_gib=ps["memory_gib"],
+            node_selector=dict(row["flavor__node_selector"] or {}),
+            nodes=tuple(row["nodes"][k:k + ps["count"]])))
+        k += ps["count"]
+    hint = row["workload__duration_hint_s"]
+    path = row["workload__queue__path"]
+    return WorkloadSpec(
+        workload_id=row["workload_id"], name=row["workload__name"],
+        namespace=row["workload__queue__namespace"] or path.replace("/", "-"), queue_path=path,
+        pod_sets=tuple(sets), image=row["workload__image"],
+        command=tuple(row["workload__command"] or ()),
+        priority_class=row["workload__priority_class__name"],
+        termination_grace_s=row["workload__termination_grace_s"],
+        duration_s=None if hint is None else max(0.0, float(hint) - row["workload__progress_s"]),
+        labels={})
+
+
+def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime | None,
                     report: DispatchReport) -> None:
-    cluster = pending[0].cluster
     backend = get_backend(cluster)
-    started: list[Admission] = []
-    refused: list[tuple[Admission, DispatchRefused]] = []
-    previous = set(Admission.objects.filter(
-        workload_id__in=[a.workload_id for a in pending], cluster_id=cluster.pk,
-        cleaned_at__isnull=True, ended_at__isnull=False).values_list("workload_id", flat=True))
-    # One database transaction around the batch: a database-backed (simulated) cluster then
-    # commits once per batch instead of once per call; a remote cluster is unaffected.
-    with transaction.atomic():
-        _create_and_start(backend, cluster, pending, previous, started, refused, report)
+    pod_sets: dict[int, list[Any]] = {}
+    for ps in PodSet.objects.filter(workload_id__in=[r["workload_id"] for r in rows]).order_by(
+            "workload_id", "index").values("workload_id", "index", "count", "gpus", "cpu",
+                                           "memory_gib"):
+        pod_sets.setdefault(ps["workload_id"], []).append(ps)
+    specs = [_spec_of(r, pod_sets.get(r["workload_id"], [])) for r in rows]
+    previous = frozenset(r["workload_id"] for r in rows if r["previous"])
+    if isinstance(backend, BatchDispatch):
+        try:
+            outcomes = backend.dispatch_many(specs, replace=previous)
+        except BackendError as exc:
+            outcomes = [DispatchOutcome(ref=spec.ref, error=exc) for spec in specs]
+    else:
+        # One database transaction around the batch: a database-backed cluster then commits
+        # once per batch instead of once per call; a remote cluster is unaffected.
+        with transaction.atomic():
+            outcomes = [_create_and_start(backend, cluster, spec, spec.workload_id in previous)
+                        for spec in specs]
+    started: list[tuple[dict[str, Any], bool]] = []
+    refused: list[tuple[dict[str, Any], DispatchRefused]] = []
+    for row, outcome in zip(rows, outcomes, strict=True):
+        if outcome.refused is not None:
+            refused.append((row, outcome.refused))
+        elif outcome.error is not None:
+            # Retryable: the task retries; the pods-ready timeout bounds how long.
+            report.errors.append(f"{row['workload_id']}: {outcome.error}")
+            report.errors_ids.add(row["workload_id"])
+            logger.warning("cluster %s: dispatch of workload %s failed: %s", cluster.name,
+                           row["workload_id"], outcome.error)
+        else:
+            started.append((row, outcome.running))
     now = now or timezone.now()
     with scheduling_lock(wait=True):
-        _dispatched(started, now, report)
-        for adm, refusal in refused:
-            if _refused(adm, refusal, now):
-                report.refused.append(adm.workload_id)
+        _dispatched(cluster, started, now, report)
+        for row, refusal in refused:
+            if _refused(row, refusal, now):
+                report.refused.append(row["workload_id"])
     if refused:
         _nudge()
 
 
-def _create_and_start(backend: Any, cluster: Cluster, pending: list[Admission],
-                      previous: set[int], started: list[Admission],
-                      refused: list[tuple[Admission, DispatchRefused]],
-                      report: DispatchReport) -> None:
-    for adm in pending:
-        spec = workload_spec(adm)
+def _create_and_start(backend: Any, cluster: Cluster, spec: WorkloadSpec,
+                      previous: bool) -> DispatchOutcome:
+    """Dispatch one workload on a backend without `dispatch_many`."""
+    try:
+        if previous:
+            # A previous interval's Jobs carry the same names: remove them first, or the
+            # create would find them and resume the old placement.
+            backend.delete_workload(spec.ref)
+        ref = backend.create_workload(spec)
+        backend.start_workload(ref)
+    except DispatchRefused as refusal:
         try:
-            if adm.workload_id in previous:
-                # A previous interval's Jobs carry the same names: remove them first, or the
-                # create would find them and resume the old placement.
-                backend.delete_workload(spec.ref)
-            ref = backend.create_workload(spec)
-            backend.start_workload(ref)
-        except DispatchRefused as refusal:
-            refused.append((adm, refusal))
-            try:
-                backend.delete_workload(spec.ref)
-            except BackendError:
-                logger.warning("cluster %s: could not clean up refused workload %s",
-                               cluster.name, adm.workload_id, exc_info=True)
-            continue
-        except BackendError as exc:
-            # Retryable: the task retries; the pods-ready timeout bounds how long.
-            report.errors.append(f"{adm.workload_id}: {exc}")
-            report.errors_ids.add(adm.workload_id)
-            logger.warning("cluster %s: dispatch of workload %s failed: %s", cluster.name,
-                           adm.workload_id, exc)
-            continue
-        started.append(adm)
+            backend.delete_workload(spec.ref)
+        except BackendError:
+            logger.warning("cluster %s: could not clean up refused workload %s",
+                           cluster.name, spec.workload_id, exc_info=True)
+        return DispatchOutcome(ref=spec.ref, refused=refusal)
+    except BackendError as exc:
+        return DispatchOutcome(ref=spec.ref, error=exc)
+    return DispatchOutcome(ref=ref)
 
 
-def _dispatched(admissions: list[Admission], now: datetime, report: DispatchReport) -> None:
-    """Record the started ones whose admission is still open (under the scheduling lock)."""
-    if not admissions:
+def _dispatched(cluster: Cluster, started: list[tuple[dict[str, Any], bool]], now: datetime,
+                report: DispatchReport) -> None:
+    """Record the started ones whose admission is still open (under the scheduling lock);
+    those whose pods already run go on to `running` in the same transaction."""
+    if not started:
         return
-    still_open = set(Admission.objects.filter(
-        pk__in=[a.pk for a in admissions], ended_at__isnull=True,
-        dispatched_at__isnull=True).values_list("pk", flat=True))
-    done = [a for a in admissions if a.pk in still_open]
-    for a in done:
-        a.dispatched_at = now
-    bulk_set(Admission, done, ["dispatched_at"])
-    WorkloadEvent.objects.bulk_create([
-        WorkloadEvent(workload_id=a.workload_id, at=now, type=EventType.DISPATCHED,
-                      message=f"created on {a.cluster.name} and started "
-                      f"({len(a.nodes)} pods on {len(set(a.nodes))} nodes)",
-                      payload={"cluster": a.cluster.name})
-        for a in done])
-    report.started.extend(a.workload_id for a in done)
+    fresh = dict(Admission.objects.filter(
+        pk__in=[r["pk"] for r, _ in started], ended_at__isnull=True,
+        dispatched_at__isnull=True).values_list("pk", "workload__state"))
+    done = [(r, running and fresh[r["pk"]] == S.RESERVED) for r, running in started
+            if r["pk"] in fresh]
+    if not done:
+        return
+    admissions = [Admission(pk=r["pk"], dispatched_at=now, running_at=now if running else None)
+                  for r, running in done]
+    bulk_set(Admission, admissions, ["dispatched_at", "running_at"])
+    runs = [r["workload_id"] for r, running in done if running]
+    if runs:
+        Workload.objects.filter(pk__in=runs, state=S.RESERVED).update(
+            state=S.RUNNING, state_changed_at=now)
+    events = []
+    for r, running in done:
+        pods = len(r["nodes"])
+        events.append(WorkloadEvent(
+            workload_id=r["workload_id"], at=now, type=EventType.DISPATCHED,
+            message=f"created on {cluster.name} and started "
+            f"({pods} pods on {len(set(r['nodes']))} nodes)",
+            payload={"cluster": cluster.name}))
+        if running:
+            events.append(WorkloadEvent(
+                workload_id=r["workload_id"], at=now, type=EventType.RUNNING,
+                message=f"all {pods} pods running on {cluster.name}"))
+    WorkloadEvent.objects.bulk_create(events)
+    report.started.extend(r["workload_id"] for r, _ in done)
 
 
-def _refused(adm: Admission, refusal: DispatchRefused, now: datetime) -> bool:
+def _refused(row: dict[str, Any], refusal: DispatchRefused, now: datetime) -> bool:
     """Release the reservation and lower the cluster's health for a while (both recorded).
 
     Runs under the scheduling lock; False when the admission had already ended."""
-    w = Workload.objects.select_for_update().get(pk=adm.workload_id)
-    fresh = Admission.objects.select_for_update().get(pk=adm.pk)
+    w = Workload.objects.select_for_update().get(pk=row["workload_id"])
+    fresh = Admission.objects.select_for_update().get(pk=row["pk"])
     if fresh.ended_at is not None or w.state != S.RESERVED:
         return False
     fresh.ended_at, fresh.end_reason = now, EndReason.REFUSED
     fresh.cleaned_at = now
     fresh.save(update_fields=["ended_at", "end_reason", "cleaned_at"])
-    cluster = Cluster.objects.select_for_update().get(pk=adm.cluster_id)
+    cluster = Cluster.objects.select_for_update().get(pk=fresh.cluster_id)
     cluster.health_penalty = penalty()
     cluster.health_penalty_until = now + timedelta(seconds=penalty_s())
     cluster.save(update_fields=["health_penalty", "health_penalty_until"])
@@ -381,48 +474,85 @@ class SyncReport:
     nodes_changed: int = 0
 
 
-def cluster_sync(*, cluster_id: int, now: datetime | None = None,
-                 nodes: bool = True, nudge: bool = True) -> SyncReport:
-    """Follow pods of the cluster's dispatched workloads; refresh its node inventory."""
+def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = True,
+                 nudge: bool = True, workload_ids: frozenset[int] | set[int] | None = None
+                 ) -> SyncReport:
+    """Follow pods of the cluster's dispatched workloads (only `workload_ids`, when a watch
+    said which changed); refresh its node inventory.
+
+    Reads are plain rows; the scheduling lock is taken only when a state must change, and
+    only those workloads are written.
+    """
     report = SyncReport()
     cluster = Cluster.objects.get(pk=cluster_id)
     backend = get_backend(cluster)
     if nodes:
         report.nodes_changed = _sync_nodes(cluster, backend)
-    adms = _admissions(cluster_id=cluster_id, ended_at__isnull=True,
-                       dispatched_at__isnull=False,
-                       workload__state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING])
-    if not adms:
+    if workload_ids is not None and not workload_ids:
         return report
+    qs = Admission.objects.filter(cluster_id=cluster_id, ended_at__isnull=True,
+                                  dispatched_at__isnull=False,
+                                  workload__state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING])
+    if workload_ids is not None:
+        qs = qs.filter(workload_id__in=list(workload_ids))
+    rows = list(qs.order_by("pk").values(
+        "pk", "workload_id", "workload__state", "workload__queue__path",
+        "workload__queue__namespace"))
+    if not rows:
+        return report
+    indexes: dict[int, list[int]] = {}
+    for wid, index in PodSet.objects.filter(
+            workload_id__in=[r["workload_id"] for r in rows]).order_by(
+            "workload_id", "index").values_list("workload_id", "index"):
+        indexes.setdefault(wid, []).append(index)
+    refs = [WorkloadRef.for_workload(
+        namespace=r["workload__queue__namespace"] or r["workload__queue__path"].replace("/", "-"),
+        workload_id=r["workload_id"], pod_set_indexes=indexes.get(r["workload_id"], []))
+        for r in rows]
     try:
-        statuses = backend.workload_statuses([workload_ref(adm) for adm in adms])
+        statuses = backend.workload_statuses(refs)
     except BackendError as exc:
         logger.warning("cluster %s: workload status failed: %s", cluster.name, exc)
         return report
-    observed = [(adm, status.phase, status.message) for adm, status in zip(adms, statuses,
-                                                                            strict=True)]
+    observed = [(r["pk"], r["workload_id"], status.phase, status.message)
+                for r, status in zip(rows, statuses, strict=True)
+                if _moves(r["workload__state"], status.phase)]
     if not observed:
         return report
     now = now or timezone.now()
     with scheduling_lock(wait=True):
-        _apply_status(observed, now, report)
+        _apply_status(cluster.name, observed, now, report)
     if nudge and (report.finished or report.failed or report.lost):
         _nudge()
     return report
 
 
-def _apply_status(observed: list[tuple[Admission, Phase, str]], now: datetime,
-                  report: SyncReport) -> None:
-    ids = [adm.workload_id for adm, _, _ in observed]
+def _moves(state: str, phase: Phase) -> bool:
+    """Whether a workload in `state` whose pods are in `phase` changes state."""
+    if phase == Phase.RUNNING:
+        return state == S.RESERVED
+    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return state in (S.RESERVED, S.RUNNING, S.PREEMPTING)
+    if phase == Phase.MISSING:
+        return state in (S.RUNNING, S.RESERVED)
+    return False
+
+
+def _apply_status(cluster_name: str, observed: list[tuple[int, int, Phase, str]],
+                  now: datetime, report: SyncReport) -> None:
+    ids = [wid for _, wid, _, _ in observed]
     fresh = {w.pk: w for w in Workload.objects.select_for_update().filter(pk__in=ids)
-             .order_by("pk")}
+             .only("id", "name", "state", "state_changed_at", "finished_at", "progress_s",
+                   "preempt_deadline").order_by("pk")}
     open_adm = {a.pk: a for a in Admission.objects.select_for_update().filter(
-        pk__in=[adm.pk for adm, _, _ in observed], ended_at__isnull=True)}
+        pk__in=[pk for pk, _, _, _ in observed], ended_at__isnull=True)
+        .only("id", "workload_id", "nodes", "borrowed", "running_at", "ended_at",
+              "end_reason", "forced")}
     events: list[WorkloadEvent] = []
     changed_w: dict[int, Workload] = {}
     changed_a: dict[int, Admission] = {}
-    for adm, phase, message in observed:
-        w, a = fresh.get(adm.workload_id), open_adm.get(adm.pk)
+    for adm_pk, wid, phase, message in observed:
+        w, a = fresh.get(wid), open_adm.get(adm_pk)
         if w is None or a is None:
             continue
         if phase == Phase.RUNNING and w.state == S.RESERVED:
@@ -430,7 +560,7 @@ def _apply_status(observed: list[tuple[Admission, Phase, str]], now: datetime,
             changed_a[a.pk] = a
             events.append(workload_transition(
                 w, S.RUNNING, at=now, event_type=EventType.RUNNING,
-                message=f"all {len(a.nodes)} pods running on {adm.cluster.name}"))
+                message=f"all {len(a.nodes)} pods running on {cluster_name}"))
             changed_w[w.pk] = w
             report.running.append(w.pk)
         elif phase == Phase.SUCCEEDED and w.state in (S.RESERVED, S.RUNNING, S.PREEMPTING):
@@ -443,7 +573,7 @@ def _apply_status(observed: list[tuple[Admission, Phase, str]], now: datetime,
             w.preempt_deadline = None
             events.append(workload_transition(
                 w, S.FINISHED, at=now, event_type=EventType.FINISHED,
-                message=f"all pods succeeded on {adm.cluster.name}"))
+                message=f"all pods succeeded on {cluster_name}"))
             changed_w[w.pk] = w
             report.finished.append(w.pk)
         elif phase == Phase.FAILED and w.state in (S.RESERVED, S.RUNNING, S.PREEMPTING):
@@ -452,7 +582,7 @@ def _apply_status(observed: list[tuple[Admission, Phase, str]], now: datetime,
             w.preempt_deadline = None
             events.append(workload_transition(
                 w, S.FAILED, at=now, event_type=EventType.FAILED,
-                message=f"failed on {adm.cluster.name}: {message or 'a pod failed'}"))
+                message=f"failed on {cluster_name}: {message or 'a pod failed'}"))
             changed_w[w.pk] = w
             report.failed.append(w.pk)
         elif phase == Phase.MISSING and w.state in (S.RUNNING, S.RESERVED):
@@ -461,7 +591,7 @@ def _apply_status(observed: list[tuple[Admission, Phase, str]], now: datetime,
             changed_a[a.pk] = a
             events.append(workload_transition(
                 w, S.PENDING, at=now, event_type=EventType.REQUEUED,
-                message=f"its Jobs disappeared from {adm.cluster.name}; back in the queue"))
+                message=f"its Jobs disappeared from {cluster_name}; back in the queue"))
             changed_w[w.pk] = w
             report.lost.append(w.pk)
     if changed_a:
@@ -472,6 +602,97 @@ def _apply_status(observed: list[tuple[Admission, Phase, str]], now: datetime,
                  ["state", "state_changed_at", "finished_at", "progress_s", "preempt_deadline"])
     if events:
         WorkloadEvent.objects.bulk_create(events)
+
+
+# --- watch ------------------------------------------------------------------------------------
+
+WATCH_LOCK_BASE = LOCK_KEY + 500_000  # + cluster id: one watcher per cluster
+
+
+@dataclass
+class WatchReport:
+    """What one watch session saw and did."""
+
+    watched: bool = False  # False: another process watches this cluster
+    rounds: int = 0
+    resyncs: int = 0
+    running: int = 0
+    ended: int = 0
+
+
+def watch_interval_s() -> float:
+    """The shortest time between two looks at a busy cluster (batches the changes)."""
+    return _setting("watch_interval_s", 0.1)
+
+
+def cluster_watch(*, cluster_id: int, seconds: float,
+                  on_freed: Any = None) -> WatchReport:
+    """Follow one cluster by watch for `seconds`: sync the workloads the backend says changed,
+    as soon as it says so; resync everything at the start and when the bookmark expired.
+
+    One watcher per cluster across every worker (a session advisory lock on PostgreSQL; a
+    second caller returns at once with `watched` False). `on_freed()` is called when
+    finished, failed or lost workloads released capacity (the workers run the cycle then).
+    The periodic full sync (`sync_all`) stays as the fallback.
+    """
+    import time
+
+    report = WatchReport()
+    with _watch_lock(cluster_id) as got:
+        if not got:
+            return report
+        report.watched = True
+        cluster = Cluster.objects.get(pk=cluster_id)
+        backend = get_backend(cluster)
+        deadline = time.monotonic() + seconds
+        bookmark = ""
+        while (left := deadline - time.monotonic()) > 0:
+            began = time.monotonic()
+            try:
+                if not bookmark:
+                    bookmark = backend.watch_workloads(timeout_s=0).resource_version
+                    synced = cluster_sync(cluster_id=cluster_id, nodes=False, nudge=False)
+                    report.resyncs += 1
+                else:
+                    seen = backend.watch_workloads(timeout_s=min(left, 5.0),
+                                                   resource_version=bookmark)
+                    bookmark = "" if seen.expired else seen.resource_version
+                    if seen.expired or not seen.changed:
+                        continue
+                    synced = cluster_sync(cluster_id=cluster_id, nodes=False, nudge=False,
+                                          workload_ids=seen.changed)
+            except BackendError as exc:
+                logger.warning("cluster %s: watch failed: %s", cluster.name, exc)
+                bookmark = ""
+                time.sleep(min(max(left, 0.0), 1.0))
+                continue
+            report.rounds += 1
+            report.running += len(synced.running)
+            freed = len(synced.finished) + len(synced.failed) + len(synced.lost)
+            report.ended += freed
+            if freed:
+                (on_freed or _nudge)()
+            rest = watch_interval_s() - (time.monotonic() - began)
+            if rest > 0:
+                time.sleep(rest)
+    return report
+
+
+@contextlib.contextmanager
+def _watch_lock(cluster_id: int) -> Iterator[bool]:
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    key = WATCH_LOCK_BASE + int(cluster_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        got = bool(cursor.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def _sync_nodes(cluster: Cluster, backend: object) -> int:
@@ -516,20 +737,50 @@ class MaintainReport:
     """What a maintenance pass cleaned and reclaimed."""
 
     cleaned: list[int] = field(default_factory=list)
-    reclaimed: list[int] = field(default_factory=list)
+    reclaimed: list[int] = field(default_factory=list)  # every stuck workload, any state
+    requeued: list[int] = field(default_factory=list)  # of those, back in the queue
+    failed: list[int] = field(default_factory=list)  # of those, failed for good
+
+
+# Per non-terminal state: the setting (in ALLOT_WORKERS) naming its limit, and where a workload
+# stuck in it goes. Reserved and preempting are moments that should pass on their own: a
+# workload stuck there is requeued. Pending and running can last, but not forever: past their
+# limit the workload fails with the reason (its quota and capacity are reclaimed).
+STUCK_RULES: dict[str, tuple[str, str]] = {
+    S.PENDING: ("stuck_pending_s", S.FAILED),
+    S.RESERVED: ("stuck_reserved_s", S.PENDING),
+    S.RUNNING: ("stuck_running_s", S.FAILED),
+    S.PREEMPTING: ("stuck_preempting_s", S.PENDING),
+}
 
 
 def stuck_limit_s(state: str) -> float:
-    """How long a workload may stay in `state` before it is reclaimed as stuck."""
+    """How long a workload may stay in `state` before it is reclaimed as stuck (inf: never;
+    a limit set to 0 or less turns it off)."""
+    conf = getattr(settings, "ALLOT_WORKERS", {})
     timeout = float(getattr(settings, "ALLOT_ENGINE", {}).get("pods_ready_timeout_s", 300.0))
-    limits = {
+    defaults: dict[str, float] = {
+        S.PENDING: 7 * 86400.0,
         # The engine releases reserved work at the pods-ready timeout; twice that means the
         # release itself did not happen (e.g. the cycle kept failing on this workload).
         S.RESERVED: 2 * timeout + 60,
+        S.RUNNING: 7 * 86400.0,
         # Requeue happens at the end of grace; past this, the victim did not yield.
-        S.PREEMPTING: _setting("preempting_stuck_s", 600.0),
+        S.PREEMPTING: float(conf.get("preempting_stuck_s", 600.0)),
     }
-    return limits.get(state, float("inf"))
+    if state not in STUCK_RULES:
+        return float("inf")
+    value = conf.get(STUCK_RULES[state][0])
+    limit = defaults[state] if value is None else float(value)
+    return limit if limit > 0 else float("inf")
+
+
+def _human(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds:.0f}s"
 
 
 def workloads_maintain(*, now: datetime | None = None) -> MaintainReport:
@@ -548,33 +799,62 @@ def workloads_maintain(*, now: datetime | None = None) -> MaintainReport:
     Admission.objects.filter(ended_at__isnull=False, cleaned_at__isnull=True,
                              dispatched_at__isnull=True).update(cleaned_at=now)
 
-    for state in (S.RESERVED, S.PREEMPTING):
-        limit = now - timedelta(seconds=stuck_limit_s(state))
-        candidates = list(Workload.objects.filter(state=state, state_changed_at__lt=limit)
-                          .values_list("pk", flat=True))
-        if not candidates:
+    for state in STUCK_RULES:
+        limit_s = stuck_limit_s(state)
+        if limit_s == float("inf"):
             continue
-        with scheduling_lock(wait=True):
-            stuck = list(Workload.objects.select_for_update().filter(
-                pk__in=candidates, state=state, state_changed_at__lt=limit).order_by("pk"))
-            events = []
-            for w in stuck:
-                adm = Admission.objects.filter(workload=w, ended_at__isnull=True).first()
-                if adm is not None:
-                    adm.ended_at, adm.end_reason, adm.forced = (
-                        now, EndReason.RECLAIMED_STUCK, adm.borrowed)
-                    adm.save(update_fields=["ended_at", "end_reason", "forced"])
-                was = w.state
-                message = (f"stuck in {was} for more than {stuck_limit_s(was):.0f}s: capacity "
-                           "reclaimed, back in the queue")
-                events.append(workload_transition(w, S.PENDING, at=now,
-                                                  event_type=EventType.RECLAIMED,
-                                                  message=message))
-                w.preempt_deadline = None
-                w.save(update_fields=["state", "state_changed_at", "preempt_deadline"])
-                logger.error("workload %s (%s): %s", w.pk, w.name, message)
-                report.reclaimed.append(w.pk)
-            WorkloadEvent.objects.bulk_create(events)
+        limit = now - timedelta(seconds=limit_s)
+        candidates = list(Workload.objects.filter(state=state, state_changed_at__lt=limit)
+                          .values_list("pk", flat=True)[:1000])
+        if candidates:
+            with scheduling_lock(wait=True):
+                _reclaim_stuck(state, candidates, limit_s, now, report)
     if report.reclaimed:
         _nudge()
     return report
+
+
+def _reclaim_stuck(state: str, candidates: list[int], limit_s: float, now: datetime,
+                   report: MaintainReport) -> None:
+    """Under the scheduling lock: move the workloads still stuck in `state` on, end their
+    open admission (capacity reclaimed), record why; their Jobs are deleted after commit."""
+    setting, to = STUCK_RULES[state]
+    limit = now - timedelta(seconds=limit_s)
+    stuck = list(Workload.objects.select_for_update().filter(
+        pk__in=candidates, state=state, state_changed_at__lt=limit).order_by("pk"))
+    if not stuck:
+        return
+    admissions = {a.workload_id: a for a in Admission.objects.select_for_update().filter(
+        workload__in=stuck, ended_at__isnull=True)}
+    closed, events = [], []
+    code = f"STUCK_{state.upper()}"
+    for w in stuck:
+        adm = admissions.get(w.pk)
+        if adm is not None:
+            adm.ended_at, adm.end_reason, adm.forced = now, EndReason.RECLAIMED_STUCK, adm.borrowed
+            closed.append(adm)
+        stayed = (now - w.state_changed_at).total_seconds()
+        outcome = "back in the queue" if to == S.PENDING else "failed"
+        message = (f"stuck in {state} for {_human(stayed)}, more than the {_human(limit_s)} "
+                   f"limit (ALLOT_{setting.upper()}): "
+                   + ("capacity reclaimed, " if adm is not None else "") + outcome)
+        events.append(event_new(w, EventType.RECLAIMED, at=now, code=code, message=message,
+                                payload={"state": state, "stayed_s": round(stayed, 1),
+                                         "limit_s": limit_s}))
+        events.append(workload_transition(
+            w, to, at=now, event_type=EventType.REQUEUED if to == S.PENDING else EventType.FAILED,
+            code=code, message=message))
+        w.preempt_deadline = None
+        w.reason_code, w.reason_message = code, message
+        logger.error("workload %s (%s): %s", w.pk, w.name, message)
+        report.reclaimed.append(w.pk)
+        (report.requeued if to == S.PENDING else report.failed).append(w.pk)
+    bulk_set(Admission, closed, ["ended_at", "end_reason", "forced"])
+    bulk_set(Workload, stuck, ["state", "state_changed_at", "finished_at", "preempt_deadline",
+                               "reason_code", "reason_message"])
+    WorkloadEvent.objects.bulk_create(events)
+    dispatched = [a.pk for a in closed if a.dispatched_at is not None]
+    if dispatched:
+        from scheduling import tasks
+
+        transaction.on_commit(lambda: tasks.backend_delete_many.delay(dispatched))

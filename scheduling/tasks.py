@@ -54,6 +54,15 @@ def cycle_and_dispatch() -> dict[str, int] | None:
             "pending": report.pending}
 
 
+def cycle_soon() -> None:
+    """Capacity came back: run the cycle (and its dispatch) here and now; if another process
+    is in a cycle that may have read the database before the release, nudge one more."""
+    if cycle_and_dispatch() is None:
+        from scheduling.services import cycle_nudge
+
+        cycle_nudge()
+
+
 @shared_task(name="scheduling.cycle", ignore_result=True)
 def scheduling_cycle(nudged: bool = False) -> dict[str, int] | None:
     """One scheduling cycle and the dispatch of its admissions; skipped if another process
@@ -136,12 +145,62 @@ def sync_all() -> None:
         freed = freed or bool(report.finished or report.failed or report.lost)
     if freed:
         # Capacity came back: schedule it now rather than one broker trip later.
-        cycle_and_dispatch()
+        cycle_soon()
     stale = (Admission.objects.filter(ended_at__isnull=True, dispatched_at__isnull=True,
                                       reserved_at__lt=timezone.now() - timedelta(seconds=10))
              .values_list("cluster_id", flat=True).distinct())
     for cluster_id in list(stale):
         cluster_dispatch(cluster_id=cluster_id)
+
+
+def watch_enabled() -> bool:
+    """Whether the workers follow clusters by watch (else only by the periodic sync)."""
+    from django.conf import settings
+
+    return bool(getattr(settings, "ALLOT_WORKERS", {}).get("watch", True))
+
+
+@shared_task(name="scheduling.watch", ignore_result=True)
+def watch_clusters(seconds: float | None = None) -> None:
+    """Follow every enabled cluster by watch for a while, a thread per cluster, then hand
+    over to a fresh task (so a deploy or a crash never leaves clusters unwatched for long).
+
+    One watcher per cluster across all workers: the beat sends this task every few seconds
+    and a copy that finds every cluster watched returns at once. Changes are synced as the
+    backend reports them, and capacity freed by finished workloads is scheduled at once
+    (`cycle_soon`); `sync_all` remains the periodic resync.
+    """
+    import threading
+
+    from django.conf import settings
+    from django.db import connection
+
+    from scheduling.dispatch import cluster_watch
+    from scheduling.models import Cluster
+
+    if not watch_enabled():
+        return
+    seconds = seconds or float(getattr(settings, "ALLOT_WORKERS", {}).get(
+        "watch_session_s", 60.0))
+    watched: list[bool] = []
+
+    def follow(cluster_id: int) -> None:
+        try:
+            watched.append(cluster_watch(cluster_id=cluster_id, seconds=seconds,
+                                         on_freed=cycle_soon).watched)
+        except Exception:
+            logger.exception("watch of cluster %s failed", cluster_id)
+        finally:
+            connection.close()  # this thread's own connection
+
+    threads = [threading.Thread(target=follow, args=(pk,), name=f"watch-{pk}", daemon=True)
+               for pk in Cluster.objects.filter(enabled=True).values_list("pk", flat=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if any(watched):
+        watch_clusters.apply_async(expires=30)
 
 
 @shared_task(name="scheduling.maintain", ignore_result=True)

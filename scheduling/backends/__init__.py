@@ -2,7 +2,9 @@
 
 from scheduling.backends.base import (
     BackendError,
+    BatchDispatch,
     ClusterBackend,
+    DispatchOutcome,
     DispatchRefused,
     EventType,
     FlavorMatch,
@@ -24,7 +26,9 @@ from scheduling.backends.naming import job_labels, job_name, pod_name, queue_lab
 
 __all__ = [
     "BackendError",
+    "BatchDispatch",
     "ClusterBackend",
+    "DispatchOutcome",
     "DispatchRefused",
     "EventType",
     "FlavorMatch",

@@ -234,6 +234,30 @@ class WatchResult:
 
 
 @dataclass(frozen=True)
+class DispatchOutcome:
+    """What became of one workload of a batch dispatch (see BatchDispatch)."""
+
+    ref: WorkloadRef
+    refused: DispatchRefused | None = None  # release the reservation, place it elsewhere
+    error: BackendError | None = None  # retry later
+    running: bool = False  # every pod runs already (no need to wait for a watch to see it)
+
+
+@runtime_checkable
+class BatchDispatch(Protocol):
+    """An optional capability: create and start many workloads in a few round trips.
+
+    Backends without it are dispatched one workload at a time (create, then start)."""
+
+    def dispatch_many(
+        self, specs: Sequence[WorkloadSpec], *, replace: frozenset[int] = frozenset()
+    ) -> list[DispatchOutcome]:
+        """One outcome per spec, in order; workloads in `replace` lose their previous Jobs
+        of the same names first."""
+        ...
+
+
+@dataclass(frozen=True)
 class PriorityClassSpec:
     """A PriorityClass to keep on every cluster."""
 
@@ -339,7 +363,10 @@ def get_backend(cluster: Any) -> ClusterBackend:
         elif kind == "simulated":
             from scheduling.backends.simulated.backend import SimulatedBackend
 
-            backend = SimulatedBackend(name=str(cluster.name))
+            backend = SimulatedBackend(
+                name=str(cluster.name),
+                watch_overlap_s=float((cluster.connection or {}).get("watch_overlap_s", 1.0)),
+            )
         else:
             raise BackendError(
                 f"cluster {cluster.name}: unknown backend {kind!r} "

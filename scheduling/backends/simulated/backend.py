@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from scheduling.backends.base import (
     BackendError,
+    DispatchOutcome,
     DispatchRefused,
     EventType,
     FlavorMatch,
@@ -40,24 +41,17 @@ from scheduling.backends.base import (
 from scheduling.backends.naming import parse_job_name
 
 
-def _transitions(job: Any) -> list[datetime]:
-    """Wall-clock moments at which a running SimJob's pods change state."""
-    if job.suspended or job.started_at is None:
-        return []
-    moments = [job.start_delay_s]
-    if job.duration_s is not None:
-        moments.append(job.start_delay_s + job.duration_s)
-    if job.fail_after_s is not None:
-        moments.append(job.start_delay_s + job.fail_after_s)
-    return [job.started_at + timedelta(seconds=m / job.speedup) for m in moments]
-
-
 class SimulatedBackend:
     """A simulated cluster whose state is in the database (shared by every process)."""
 
-    def __init__(self, *, name: str, clock: Callable[[], datetime] | None = None):
+    def __init__(self, *, name: str, clock: Callable[[], datetime] | None = None,
+                 watch_overlap_s: float = 0.0):
         self.name = name
         self.clock = clock or timezone.now
+        # A bookmark is a wall-clock time, and a write committed just after a watch read may
+        # carry an earlier time than the bookmark it returned. A watcher that must not miss it
+        # until its next resync sets an overlap: changes that recent are reported again.
+        self.watch_overlap_s = watch_overlap_s
 
     # -------------------------------------------------------------- helpers
     def _cluster(self) -> Any:
@@ -163,7 +157,8 @@ class SimulatedBackend:
                 raise refusal
         return controls
 
-    def _check_spec(self, cluster: Any, spec: WorkloadSpec) -> None:
+    def _check_spec(self, cluster: Any, spec: WorkloadSpec,
+                    ready: dict[str, bool] | None = None) -> None:
         from scheduling.models import Node
 
         if not spec.pod_sets or any(p.count < 1 for p in spec.pod_sets):
@@ -181,10 +176,11 @@ class SimulatedBackend:
         wanted_nodes = {n for p in spec.pod_sets for n in p.nodes}
         if not wanted_nodes:
             return
-        ready = dict(
-            Node.objects.filter(cluster=cluster, name__in=wanted_nodes)
-            .values_list("name", "ready")
-        )
+        if ready is None:
+            ready = dict(
+                Node.objects.filter(cluster=cluster, name__in=wanted_nodes)
+                .values_list("name", "ready")
+            )
         for node in sorted(wanted_nodes):
             if node not in ready:
                 raise DispatchRefused(
@@ -229,7 +225,7 @@ class SimulatedBackend:
                 speedup=float(connection.get("speedup") or 1.0),
                 start_delay_s=float(connection.get("start_delay_s") or 0.0),
                 fail_after_s=self._fail_after(connection, spec.duration_s) if fails else None,
-                suspended=True, created_at=now,
+                suspended=True, created_at=now, touched_at=now,
             ))
         try:
             with transaction.atomic():
@@ -249,20 +245,146 @@ class SimulatedBackend:
         """Unsuspend: pods restart from the beginning, as a resumed Job's pods do."""
         from scheduling.backends.simulated.models import SimJob
 
-        jobs = SimJob.objects.filter(
+        jobs = list(SimJob.objects.filter(
             cluster__name=self.name, namespace=ref.namespace, name__in=ref.job_names
-        )
-        started = jobs.filter(suspended=True).update(
-            suspended=False, started_at=self.clock(), suspended_at=None
-        )
-        if started < len(ref.job_names):  # some were running already, or are gone
-            missing = sorted(set(ref.job_names) - set(jobs.values_list("name", flat=True)))
-            if missing:
-                raise DispatchRefused(
-                    RefusalReason.JOB_GONE,
-                    f"Jobs {missing} in namespace {ref.namespace} on simulated cluster "
-                    f"{self.name} no longer exist",
-                )
+        ))
+        now = self.clock()
+        started = [job for job in jobs if job.suspended]
+        for job in started:
+            job.suspended, job.started_at, job.suspended_at = False, now, None
+            job.mark(now)
+        SimJob.objects.bulk_update(
+            started, ["suspended", "started_at", "suspended_at", "touched_at", "ready_at",
+                      "done_at"])
+        missing = sorted(set(ref.job_names) - {job.name for job in jobs})
+        if missing:
+            raise DispatchRefused(
+                RefusalReason.JOB_GONE,
+                f"Jobs {missing} in namespace {ref.namespace} on simulated cluster "
+                f"{self.name} no longer exist",
+            )
+
+    def dispatch_many(
+        self, specs: Sequence[WorkloadSpec], *, replace: frozenset[int] = frozenset()
+    ) -> list[DispatchOutcome]:
+        """Create and start many workloads at once: a few queries for the whole batch.
+
+        The same rules as create_workload + start_workload one by one (refusals, controls,
+        nodes, conflicts, retried creates); the Jobs are written created-and-started in one
+        transaction. Workloads in `replace` lose their previous Jobs of the same names first.
+        Pods that run at once are reported running (`running`), so the caller need not wait
+        for a watch to see it.
+        """
+        from scheduling.backends.simulated.models import SimControl, SimJob
+        from scheduling.models import Node
+
+        cluster = self._cluster()
+        connection = dict(cluster.connection or {})
+        outcomes: dict[int, DispatchOutcome] = {}
+
+        def refuse(spec: WorkloadSpec, refusal: DispatchRefused) -> None:
+            outcomes[spec.workload_id] = DispatchOutcome(ref=spec.ref, refused=refusal)
+
+        todo = list(specs)
+        with transaction.atomic():
+            if connection.get("refuse"):
+                for spec in todo:
+                    refuse(spec, DispatchRefused(
+                        RefusalReason.REFUSED, f"simulated cluster {self.name} refuses dispatches"))
+                todo = []
+            controls = SimControl.objects.select_for_update().filter(cluster=cluster).first() \
+                if todo else None
+            if controls is not None and controls.refuse:
+                for spec in todo:
+                    refuse(spec, DispatchRefused(
+                        RefusalReason.REFUSED, f"simulated cluster {self.name} refuses dispatches"))
+                todo = []
+            if controls is not None and controls.refuse_next and todo:
+                n = min(controls.refuse_next, len(todo))
+                for k, spec in enumerate(todo[:n]):
+                    refuse(spec, DispatchRefused(
+                        RefusalReason.REFUSED,
+                        f"simulated cluster {self.name} refused this dispatch (refuse-next; "
+                        f"{controls.refuse_next - k - 1} more to refuse)"))
+                controls.refuse_next -= n
+                controls.save(update_fields=["refuse_next", "updated_at"])
+                todo = todo[n:]
+            checked = []
+            wanted = {n for spec in todo for p in spec.pod_sets for n in p.nodes}
+            ready = dict(Node.objects.filter(cluster=cluster, name__in=wanted)
+                         .values_list("name", "ready")) if wanted else {}
+            for spec in todo:
+                try:
+                    self._check_namespace(cluster, spec.namespace)
+                    self._check_spec(cluster, spec, ready=ready)
+                except DispatchRefused as refusal:
+                    refuse(spec, refusal)
+                    continue
+                checked.append(spec)
+            if replace and checked:
+                SimJob.objects.filter(cluster=cluster, workload_id__in=[
+                    s.workload_id for s in checked if s.workload_id in replace]).delete()
+            names = {n for spec in checked for n in spec.ref.job_names}
+            existing: dict[tuple[str, str], Any] = {
+                (job.namespace, job.name): job
+                for job in SimJob.objects.filter(cluster=cluster, name__in=names)
+            } if names else {}
+            now = self.clock()
+            fail_names = set(connection.get("fail") or [])
+            fail_left = controls.fail_next if controls is not None else 0
+            rows, restart = [], []
+            for spec in checked:
+                mine = [existing[(spec.namespace, n)] for n in spec.ref.job_names
+                        if (spec.namespace, n) in existing]
+                owners = {job.workload_id for job in mine}
+                if owners - {spec.workload_id}:
+                    refuse(spec, DispatchRefused(
+                        RefusalReason.CONFLICT,
+                        f"Jobs {sorted(j.name for j in mine)} in namespace {spec.namespace} on "
+                        f"simulated cluster {self.name} belong to workload(s) {sorted(owners)}, "
+                        f"not {spec.workload_id}"))
+                    continue
+                fails = False
+                if len(mine) < len(spec.ref.job_names) and fail_left > 0:
+                    fails, fail_left = True, fail_left - 1
+                for job in mine:  # a retried dispatch: created already, start what is not
+                    if job.suspended:
+                        job.suspended, job.started_at, job.suspended_at = False, now, None
+                        job.mark(now)
+                        restart.append(job)
+                have = {job.name for job in mine}
+                for pod_set, name in zip(spec.pod_sets, spec.ref.job_names, strict=True):
+                    if name in have:
+                        continue
+                    job = SimJob(
+                        cluster=cluster, namespace=spec.namespace, name=name,
+                        workload_id=spec.workload_id, pod_set_index=pod_set.index,
+                        flavor=pod_set.flavor, pods=pod_set.count, gpus_per_pod=pod_set.gpus,
+                        cpu_per_pod=pod_set.cpu, memory_gib_per_pod=pod_set.memory_gib,
+                        nodes=list(pod_set.nodes), priority_class=spec.priority_class,
+                        termination_grace_s=max(0, int(spec.termination_grace_s)),
+                        labels=dict(spec.labels), duration_s=spec.duration_s,
+                        speedup=float(connection.get("speedup") or 1.0),
+                        start_delay_s=float(connection.get("start_delay_s") or 0.0),
+                        fail_after_s=(self._fail_after(connection, spec.duration_s)
+                                      if fails or name in fail_names else None),
+                        suspended=False, created_at=now, started_at=now,
+                    )
+                    job.mark(now)
+                    rows.append(job)
+                running = all(
+                    j.pods_at(now).running >= j.pods
+                    for j in [*[r for r in rows if r.workload_id == spec.workload_id], *mine])
+                outcomes[spec.workload_id] = DispatchOutcome(ref=spec.ref, running=running)
+            if controls is not None and fail_left != controls.fail_next:
+                controls.fail_next = fail_left
+                controls.save(update_fields=["fail_next", "updated_at"])
+            SimJob.objects.bulk_create(rows, batch_size=1000)
+            if restart:
+                SimJob.objects.bulk_update(
+                    restart, ["suspended", "started_at", "suspended_at", "touched_at",
+                              "ready_at", "done_at"])
+        return [outcomes[spec.workload_id] for spec in specs]
 
     def fail_job(self, *, namespace: str, job_name: str) -> bool:
         """Make a running Job fail now (a pod crashes); False if there is no such Job."""
@@ -279,7 +401,8 @@ class SimulatedBackend:
                 elapsed = (self.clock() - job.started_at).total_seconds() * job.speedup
                 ran = max(0.0, elapsed - job.start_delay_s)
             job.fail_after_s = ran
-            job.save(update_fields=["fail_after_s"])
+            job.mark(self.clock())
+            job.save(update_fields=["fail_after_s", "touched_at", "ready_at", "done_at"])
             return True
 
     def suspend_workload(self, ref: WorkloadRef, grace_s: int) -> None:
@@ -290,7 +413,8 @@ class SimulatedBackend:
         SimJob.objects.filter(
             cluster__name=self.name, namespace=ref.namespace, name__in=ref.job_names,
             suspended=False,
-        ).update(suspended=True, suspended_at=now, termination_grace_s=max(0, int(grace_s)))
+        ).update(suspended=True, suspended_at=now, termination_grace_s=max(0, int(grace_s)),
+                 touched_at=now, ready_at=None, done_at=None)
 
     def delete_workload(self, ref: WorkloadRef) -> None:
         """Delete the SimJobs (missing ones are fine)."""
@@ -350,10 +474,17 @@ class SimulatedBackend:
 
     def watch_workloads(self, *, timeout_s: float, resource_version: str = "") -> WatchResult:
         """Wait until a Job of this cluster changes state (by the clock) or is created,
-        started or suspended after the bookmark (an ISO timestamp); at most `timeout_s`."""
+        started or suspended after the bookmark (an ISO timestamp); at most `timeout_s`.
+
+        Two indexed queries per look (changes in the window, the next moment a pod changes
+        state), whatever the number of Jobs; it looks again at that moment, or after at most
+        0.1 s for Jobs written by other processes.
+        """
+        from django.db.models import Q
+
         from scheduling.backends.simulated.models import SimJob
 
-        jobs = SimJob.objects.filter(cluster__name=self.name)
+        jobs = SimJob.objects.filter(cluster_id=self._cluster().pk)
         if not resource_version:
             ids = frozenset(jobs.values_list("workload_id", flat=True).distinct())
             return WatchResult(changed=ids, resource_version=self.clock().isoformat())
@@ -361,24 +492,24 @@ class SimulatedBackend:
             since = datetime.fromisoformat(resource_version)
         except ValueError:
             return WatchResult(frozenset(), "", expired=True)
+        since -= timedelta(seconds=self.watch_overlap_s)
         deadline = time.monotonic() + max(0.0, timeout_s)
         while True:
             now = self.clock()
-            changed, next_change = set(), None
-            for job in jobs.all():
-                touched = max(t for t in (job.created_at, job.started_at, job.suspended_at)
-                              if t is not None)
-                if touched > since or job.pods_at(since) != job.pods_at(now):
-                    changed.add(job.workload_id)
-                for moment in _transitions(job):
-                    if moment > now and (next_change is None or moment < next_change):
-                        next_change = moment
+            changed = set(jobs.filter(
+                Q(touched_at__gt=since) | Q(ready_at__gt=since, ready_at__lte=now)
+                | Q(done_at__gt=since, done_at__lte=now)
+            ).values_list("workload_id", flat=True).distinct())
             left = deadline - time.monotonic()
             if changed or left <= 0:
                 return WatchResult(changed=frozenset(changed), resource_version=now.isoformat())
-            wait = left if next_change is None else (next_change - now).total_seconds() + 0.01
-            # Re-read at least every second: new Jobs are not in this snapshot.
-            time.sleep(max(0.01, min(wait, left, 1.0)))
+            moments = [m for m in (
+                jobs.filter(ready_at__gt=now).order_by("ready_at")
+                .values_list("ready_at", flat=True).first(),
+                jobs.filter(done_at__gt=now).order_by("done_at")
+                .values_list("done_at", flat=True).first()) if m is not None]
+            wait = left if not moments else (min(moments) - now).total_seconds() + 0.005
+            time.sleep(max(0.005, min(wait, left, 0.1)))
 
     # -------------------------------------------------------------- events
     def post_event(

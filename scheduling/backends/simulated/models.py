@@ -7,7 +7,7 @@ cluster's clock runs, and its pods' states are computed from the wall clock when
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import models
@@ -63,6 +63,12 @@ class SimJob(models.Model):
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     suspended_at = models.DateTimeField(null=True, blank=True)
+    # What a watch reads (see SimulatedBackend.watch_workloads): the last write to the Job, and
+    # the wall-clock moments its pods start running and end (succeed or fail); None when the
+    # Job is suspended or the moment does not come.
+    touched_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["cluster_id", "namespace", "name"]
@@ -71,10 +77,29 @@ class SimJob(models.Model):
                 fields=["cluster", "namespace", "name"], name="simjob_unique_name"
             ),
         ]
-        indexes = [models.Index(fields=["cluster", "workload_id"])]
+        indexes = [
+            models.Index(fields=["cluster", "workload_id"]),
+            models.Index(fields=["cluster", "touched_at"], name="simjob_cluster_touched"),
+            models.Index(fields=["cluster", "ready_at"], name="simjob_cluster_ready"),
+            models.Index(fields=["cluster", "done_at"], name="simjob_cluster_done"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.cluster_id}:{self.namespace}/{self.name}"
+
+    def mark(self, now: datetime) -> None:
+        """Set `touched_at` to `now` and the moments the pods change state (from the start
+        time, the delay, the duration and the failure point, at the cluster's speed)."""
+        self.touched_at = now
+        if self.suspended or self.started_at is None:
+            self.ready_at = self.done_at = None
+            return
+        speed = self.speedup or 1.0
+        self.ready_at = self.started_at + timedelta(seconds=self.start_delay_s / speed)
+        ends = [v for v in (self.duration_s, self.fail_after_s) if v is not None]
+        self.done_at = (self.started_at
+                        + timedelta(seconds=(self.start_delay_s + min(ends)) / speed)
+                        if ends else None)
 
     def pods_at(self, now: datetime, *, ignore_suspend: bool = False) -> SimPods:
         """The pods' states at `now`, from the start time and the cluster's clock speed
