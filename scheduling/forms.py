@@ -47,7 +47,7 @@ class WorkloadRequestForm(forms.Form):
     def __init__(self, *args: Any, queues: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if queues is not None:
-            self.fields["queue"].queryset = queues
+            self.fields["queue"].queryset = queues  # type: ignore[attr-defined]
 
     def clean_command(self) -> list[str]:
         try:

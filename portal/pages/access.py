@@ -11,8 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import PermissionDenied
 
 from quotas.models import Queue, TeamMembership, TeamRole
+
+
+def signed_in(user: User | AnonymousUser) -> User:
+    """The signed-in user behind a request (views and API views that require a login)."""
+    if not isinstance(user, User) or not user.is_authenticated:
+        raise PermissionDenied("sign in first")
+    return user
 
 
 def is_platform_admin(user: User | AnonymousUser) -> bool:

@@ -37,7 +37,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         q["pending_count"] = counts.get(q["id"], 0)
     min_health = float(settings.ALLOT_ENGINE.get("min_cluster_health", 0.5))
     # htmx refreshes the standing every few seconds: it gets the body only.
-    template = "portal/partials/dashboard_body.html" if request.htmx else "portal/dashboard.html"
+    htmx = bool(getattr(request, "htmx", False))  # django-htmx's middleware sets it
+    template = "portal/partials/dashboard_body.html" if htmx else "portal/dashboard.html"
     # Month-to-date cost cards change hourly: the full page only, not the 10 s refresh.
     teams = [] if template != "portal/dashboard.html" else list(
         Team.objects.filter(members__pk=request.user.pk).order_by("name"))  # type: ignore[misc]
@@ -159,6 +160,7 @@ def queue_add(request: HttpRequest) -> HttpResponse:
     except ValidationError as exc:
         messages.error(request, "Queue not added: " + "; ".join(exc.messages))
     else:
+        assert change.queue is not None  # a create always returns the new queue
         messages.success(request, f"Added {change.queue.path}.")
         for w in change.warnings:
             messages.warning(request, w)

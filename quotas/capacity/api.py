@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.pages.access import user_scope
+from portal.pages.access import signed_in, user_scope
 from quotas.capacity import services
 from quotas.capacity.filters import CapacityRequestFilter
 from quotas.capacity.models import CapacityRequest, CapacityRequestEvent
@@ -100,7 +100,8 @@ class CapacityRequestListApi(generics.ListAPIView):
     def post(self, request: Request) -> Response:
         data = CapacityRequestInput(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
-        created = services.capacity_request_submit(user=request.user, **data.validated_data)
+        created = services.capacity_request_submit(user=signed_in(request.user),
+                                                   **data.validated_data)
         return Response(CapacityRequestDetailOutput(created).data,
                         status=status.HTTP_201_CREATED)
 
@@ -136,21 +137,23 @@ class _ActionApi(APIView):
                request=DecisionInput, responses=CapacityRequestDetailOutput)
 class CapacityRequestApproveApi(_ActionApi):
     def act(self, request: Request, obj: CapacityRequest, data: dict[str, Any]) -> None:
-        services.capacity_request_approve(user=request.user, request=obj, comment=data["comment"])
+        services.capacity_request_approve(user=signed_in(request.user), request=obj,
+                                          comment=data["comment"])
 
 
 @extend_schema(summary="Deny with a comment", request=DecisionInput,
                responses=CapacityRequestDetailOutput)
 class CapacityRequestDenyApi(_ActionApi):
     def act(self, request: Request, obj: CapacityRequest, data: dict[str, Any]) -> None:
-        services.capacity_request_deny(user=request.user, request=obj, comment=data["comment"])
+        services.capacity_request_deny(user=signed_in(request.user), request=obj,
+                                       comment=data["comment"])
 
 
 @extend_schema(summary="Withdraw a request that has not taken effect", request=None,
                responses=CapacityRequestDetailOutput)
 class CapacityRequestCancelApi(_ActionApi):
     def act(self, request: Request, obj: CapacityRequest, data: dict[str, Any]) -> None:
-        services.capacity_request_cancel(user=request.user, request=obj)
+        services.capacity_request_cancel(user=signed_in(request.user), request=obj)
 
 
 @extend_schema(summary="Comment on a request", request=CommentInput,
@@ -159,5 +162,5 @@ class CapacityRequestCommentApi(_ActionApi):
     input_class = CommentInput
 
     def act(self, request: Request, obj: CapacityRequest, data: dict[str, Any]) -> None:
-        services.capacity_request_comment(user=request.user, request=obj,
+        services.capacity_request_comment(user=signed_in(request.user), request=obj,
                                           message=data["message"])

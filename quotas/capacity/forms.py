@@ -30,7 +30,7 @@ class CapacityRequestForm(forms.Form):
     def __init__(self, *args, queues=None, **kwargs):  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         if queues is not None:
-            self.fields["queue"].queryset = queues
+            self.fields["queue"].queryset = queues  # type: ignore[attr-defined]
 
 
 class DecisionForm(forms.Form):

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from portal.pages.access import user_scope
+from portal.pages.access import signed_in, user_scope
 from quotas.capacity import services
 from quotas.capacity.filters import CapacityRequestFilter
 from quotas.capacity.forms import CapacityRequestForm, CommentForm, DecisionForm
@@ -46,7 +46,8 @@ def capacity_request_new(request: HttpRequest) -> HttpResponse:
                                initial={"queue": request.GET.get("queue")})
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.capacity_request_submit(user=request.user, **form.cleaned_data)
+            created = services.capacity_request_submit(user=signed_in(request.user),
+                                                       **form.cleaned_data)
         except ValidationError as exc:
             _form_errors(form, exc)
         else:
@@ -91,16 +92,18 @@ def capacity_request_action(request: HttpRequest, pk: int, action: str) -> HttpR
             if not comment_form.is_valid():
                 raise ValidationError({"message": ["the comment is empty"]})
             services.capacity_request_comment(
-                user=request.user, request=obj, message=comment_form.cleaned_data["message"])
+                user=signed_in(request.user), request=obj,
+                message=comment_form.cleaned_data["message"])
         elif action == "cancel":
-            services.capacity_request_cancel(user=request.user, request=obj)
+            services.capacity_request_cancel(user=signed_in(request.user), request=obj)
         else:
             comment = request.POST.get("comment", "")
             if action == "approve":
-                services.capacity_request_approve(user=request.user, request=obj,
+                services.capacity_request_approve(user=signed_in(request.user), request=obj,
                                                   comment=comment)
             elif action == "deny":
-                services.capacity_request_deny(user=request.user, request=obj, comment=comment)
+                services.capacity_request_deny(user=signed_in(request.user), request=obj,
+                                               comment=comment)
             else:
                 raise ValidationError(f"unknown action {action!r}")
     except ValidationError as exc:
