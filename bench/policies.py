@@ -20,6 +20,9 @@ from decimal import Decimal
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+# Its own throwaway database: never the one a test run (TEST_DATABASE_NAME) is using.
+os.environ["TEST_DATABASE_NAME"] = os.environ.get("BENCH_POLICIES_DB",
+                                                  "test_allot_bench_policies")
 
 import django  # noqa: E402
 
@@ -76,9 +79,9 @@ def build_fleet() -> dict[str, Any]:
     Queue.objects.bulk_create(leaves)
     user = get_user_model().objects.create_user("bench", password="x")
     team = Team.objects.create(name="bench")
-    leaf = Queue.objects.get(path="d0/t0")
-    team.queues.add(leaf)
-    return {"user": user, "team": team, "queue": leaf}
+    first = Queue.objects.get(path="d0/t0")
+    team.queues.add(first)
+    return {"user": user, "team": team, "queue": first}
 
 
 def submission_policies() -> list[dict[str, Any]]:

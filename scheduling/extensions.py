@@ -7,6 +7,9 @@ imports them:
   called by `workload_submit` inside its transaction, before anything is saved. A verdict may
   deny (one `(code, message)` per broken rule: the workload is recorded `rejected` with those
   reasons), override the priority class, and add audit lines (recorded as `policy` events).
+  Inside `submission_update(replaces=..., previous=...)` (scheduling.updates: a restart or an
+  update of an existing workload), checks see `is_update` true, the id of the workload it
+  replaces and its previous request, so rules can grandfather what does not grow.
 - `register_cycle_adjuster(fn)`: `fn(ctx: CycleContext) -> None`, called while the scheduling
   cycle builds the engine snapshot. It may lower a queue key's max (naming the policy, so a
   `QUOTA_MAX` reason names it) and restrict the clusters a pending workload may use.
@@ -15,8 +18,10 @@ imports them:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -25,13 +30,34 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SubmissionContext:
-    """What a submission check sees: who submits what, where (`request` is the input dict)."""
+    """What a submission check sees: who submits what, where (`request` is the input dict).
+
+    For an update or restart (`is_update`): `replaces`, the id of the existing workload, and
+    `previous`, its request in the submission input shape (queue, priority_class, pods...).
+    """
 
     user: Any
     queue: Any
     team: Any
     request: Mapping[str, Any]
     is_update: bool = False
+    replaces: int | None = None
+    previous: Mapping[str, Any] | None = None
+
+
+_update: ContextVar[tuple[int, Mapping[str, Any]] | None] = ContextVar(
+    "allot_submission_update", default=None)
+
+
+@contextmanager
+def submission_update(*, replaces: int, previous: Mapping[str, Any]) -> Iterator[None]:
+    """Submissions made inside update or restart workload `replaces` (whose request was
+    `previous`): the checks see `is_update`, `replaces` and `previous`."""
+    token = _update.set((replaces, previous))
+    try:
+        yield
+    finally:
+        _update.reset(token)
 
 
 @dataclass
@@ -134,6 +160,9 @@ def unregister_cycle_adjuster(fn: CycleAdjuster) -> None:
 def run_submission_checks(ctx: SubmissionContext) -> SubmissionVerdict:
     """Merge every registered check's verdict: all denials, the last priority class, all audit."""
     merged = SubmissionVerdict()
+    update = _update.get()
+    if update is not None and not ctx.is_update:
+        ctx = replace(ctx, is_update=True, replaces=update[0], previous=update[1])
     for fn in list(_submission_checks):
         verdict = fn(ctx)
         if verdict is None:

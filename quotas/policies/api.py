@@ -82,6 +82,7 @@ class ViolationOutput(serializers.Serializer):
 
 
 def _get(name: str) -> Policy:
+    services.policy_counts_flush()  # this process's buffered hits show
     try:
         return Policy.objects.get(name=name)
     except Policy.DoesNotExist as exc:

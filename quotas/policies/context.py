@@ -390,6 +390,24 @@ def policy_stamp() -> str | None:
         return cursor.fetchone()[0]
 
 
+# The pieces `context_rows` can read; a submission's context needs some of them.
+PARTS = ("usage", "capacity", "clusters", "entries", "team", "cost_center")
+
+
+def parts_for(needed: set[str], team: Team | None) -> set[str]:
+    """The pieces the variables in `needed` are built from."""
+    parts: set[str] = set()
+    if needed & {"queue", "fleet"}:
+        parts |= {"usage", "capacity", "clusters"}
+    if "queue" in needed:
+        parts.add("entries")
+    if team is not None and "team" in needed:
+        parts.add("team")
+    if team is not None and "cost_center" in needed and _cost_center_branch(team) is not None:
+        parts.add("cost_center")
+    return parts
+
+
 def submission_rows(
     *, queue: Queue, team: Team | None, needed: set[str], now: datetime, stamp: bool = False,
 ) -> dict[str, Any] | None:
@@ -398,9 +416,24 @@ def submission_rows(
     Open admissions per leaf and key, installed capacity per flavor, the enabled clusters, the
     quota entries of the queue and its ancestors, the team's unexpired approvals and its
     department, the team's cost center, and with `stamp` the policy stamp (`policy_stamp`),
-    as tagged rows of one UNION ALL: each piece is as fresh as a query of its own (nothing
-    cached), for one round trip instead of nine. None on other databases (the ORM queries are
-    used there).
+    as tagged rows of one UNION ALL: each piece is as fresh as a query of its own, for one
+    round trip instead of nine. None on other databases (the ORM queries are used there).
+    """
+    rows = context_rows(parts=parts_for(needed, team), queue=queue, team=team, stamp=stamp)
+    if rows is not None and "approvals" in rows:
+        cutoff = now.timestamp()
+        rows["approvals"] = [name for name, expires in rows["approvals"]
+                             if expires is None or expires > cutoff]
+    return rows
+
+
+def context_rows(
+    *, parts: set[str], queue: Queue, team: Team | None, stamp: bool = False,
+) -> dict[str, Any] | None:
+    """The `parts` (see PARTS) of a submission's context, as tagged rows of one UNION ALL.
+
+    Approvals come with their expiry (epoch seconds or None), so they can be kept and filtered
+    by the time of each use. None on other databases, or when there is nothing to read.
     """
     if connection.vendor != "postgresql":
         return None
@@ -412,51 +445,59 @@ def submission_rows(
                                       _table("policies.TeamApproval"))
     # Typed NULLs: every branch of the UNION ALL has the same column types.
     T, N = "NULL::text", "NULL::numeric"  # noqa: N806
-    parts: list[str] = []
+    sql_parts: list[str] = []
     params: list[Any] = []
-    if needed & {"queue", "fleet"}:
-        parts.append(
+    if "usage" in parts:
+        sql_parts.append(
             f"SELECT 'u', q.path, f.name, {T}, SUM(a.gpus), SUM(a.cpu), SUM(a.memory_gib) "
             f"FROM {admission} a JOIN {workload} w ON w.id = a.workload_id "
             f"JOIN {q_t} q ON q.id = w.queue_id JOIN {flavor} f ON f.id = a.flavor_id "
             f"WHERE a.ended_at IS NULL GROUP BY q.path, f.name")
-        parts.append(
+    if "capacity" in parts:
+        sql_parts.append(
             f"SELECT 'n', f.name, {T}, {T}, SUM(n.gpus), SUM(n.cpu), SUM(n.memory_gib) "
             f"FROM {node} n JOIN {cluster} c ON c.id = n.cluster_id "
             f"JOIN {flavor} f ON f.id = n.flavor_id WHERE n.ready AND c.enabled GROUP BY f.name")
-        parts.append(
+    if "clusters" in parts:
+        sql_parts.append(
             f"SELECT 'c', c.name, c.region, c.kind, c.health, {N}, {N} FROM {cluster} c "
             f"WHERE c.enabled")
-    if "queue" in needed:
-        parts.append(
+    if "entries" in parts:
+        sql_parts.append(
             f"SELECT 'q', q.path, f.name, e.resource, {N}, e.min, e.max FROM {entry} e "
             f"JOIN {q_t} q ON q.id = e.queue_id JOIN {flavor} f ON f.id = e.flavor_id "
             f"WHERE q.path = ANY(%s)")
         params.append(sorted(_with_ancestors([queue.path])))
-    if "team" in needed and team is not None:
-        parts.append(
-            f"SELECT 'a', t.name, {T}, {T}, {N}, {N}, {N} FROM {approval} t "
-            f"WHERE t.team_id = %s AND (t.expires_at IS NULL OR t.expires_at > %s)")
-        params += [team.pk, now]
-        parts.append(f"SELECT 'd', q.path, {T}, {T}, {N}, {N}, {N} FROM {q_t} q "
-                     f"WHERE q.id = %s")
+    if "team" in parts and team is not None:
+        sql_parts.append(
+            f"SELECT 'a', t.name, {T}, {T}, EXTRACT(EPOCH FROM t.expires_at), {N}, {N} "
+            f"FROM {approval} t WHERE t.team_id = %s")
+        params.append(team.pk)
+        sql_parts.append(f"SELECT 'd', q.path, {T}, {T}, {N}, {N}, {N} FROM {q_t} q "
+                         f"WHERE q.id = %s")
         params.append(team.department_id)
-    cost_center = _cost_center_branch(team) if "cost_center" in needed else None
+    cost_center = _cost_center_branch(team) if "cost_center" in parts else None
     if cost_center is not None:
-        parts.append(cost_center[0])
+        sql_parts.append(cost_center[0])
         params.append(team.pk if team is not None else None)
     if stamp:
-        parts.append(POLICY_STAMP_SQL.format(table=_table("policies.Policy")).replace(
+        sql_parts.append(POLICY_STAMP_SQL.format(table=_table("policies.Policy")).replace(
             "SELECT ", "SELECT 's', ", 1).replace(
             " FROM ", " AS s1, NULL::text, NULL::text, NULL::numeric, NULL::numeric, "
             "NULL::numeric FROM ", 1))
-    if not parts:
+    if not sql_parts:
         return None
-    out: dict[str, Any] = {"usage": defaultdict(lambda: defaultdict(float)), "capacity": [],
-                           "clusters": [], "entries": [], "approvals": [], "department": ""}
-    sql = " UNION ALL ".join(parts)
+    out: dict[str, Any] = {}
+    if "usage" in parts:
+        out["usage"] = defaultdict(lambda: defaultdict(float))
+    for name, key in (("capacity", "capacity"), ("clusters", "clusters"),
+                      ("entries", "entries")):
+        if name in parts:
+            out[key] = []
+    if "team" in parts and team is not None:
+        out["approvals"], out["department"] = [], ""
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(" UNION ALL ".join(sql_parts), params)
         rows = cursor.fetchall()
     cost_centers: list[tuple[Any, ...]] = []
     for tag, s1, s2, s3, n1, n2, n3 in rows:
@@ -471,14 +512,15 @@ def submission_rows(
             out["entries"].append({"queue__path": s1, "flavor__name": s2, "resource": s3,
                                    "min": n2, "max": n3})
         elif tag == "a":
-            out["approvals"].append(s1)
+            out["approvals"].append((s1, float(n1) if n1 is not None else None))
         elif tag == "d":
             out["department"] = s1 or ""
         elif tag == "k":
             cost_centers.append((n2, n1, s1, s2))
         elif tag == "s":
             out["stamp"] = s1
-    out["clusters"].sort(key=lambda c: c["name"])
+    if "clusters" in out:
+        out["clusters"].sort(key=lambda c: c["name"])
     if cost_center is not None:
         # billing's cost_center_of: the team's own cost center, else the default one.
         out["cost_center"] = None
@@ -583,3 +625,83 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
         else:
             out[key] = value
     return out
+
+
+# Where each piece is cached (changes.View): its topic and key.
+_CONFIG_USAGE = frozenset({"config", "usage"})
+
+
+def _part_key(part: str, queue: Queue, team: Team | None) -> tuple[str, tuple[Any, ...]]:
+    if part == "usage":
+        return "usage", ("usage",)
+    if part in ("capacity", "clusters"):
+        return "config", (part,)
+    if part == "entries":
+        return "config", ("entries", queue.path)
+    return "config", (part, team.pk if team is not None else None)
+
+
+def cached_submission_variables(
+    view: Any, *, data: Mapping[str, Any], queue: Queue, team: Team | None, user: Any,
+    is_update: bool = False, now: datetime, needs: Iterable[str],
+) -> dict[str, Any]:
+    """`submission_variables` from the pieces cached in `view` (a `changes.View`, validated
+    against the change log this submission): only the pieces not cached, or written since, are
+    read, in one query; with nothing changed, none. Equal to `submission_variables`.
+    """
+    needed = set(needs)
+    parts = parts_for(needed, team)
+    missing = {p for p in parts if not view.has(*_part_key(p, queue, team))}
+    fresh: dict[str, Any] = {}
+    if missing:
+        rows = context_rows(parts=missing, queue=queue, team=team) or {}
+        for p in missing:
+            value = (rows.get("approvals", []), rows.get("department", "")) if p == "team" \
+                else rows.get(p)
+            fresh[p] = value
+            view.put(*_part_key(p, queue, team), value)
+
+    def part(p: str) -> Any:
+        if p in fresh:
+            return fresh[p]
+        topic, key = _part_key(p, queue, team)
+        return view.store.parts[topic][key]
+
+    fleet: dict[str, Any] = EMPTY_FLEET
+    usage: Mapping[str, Any] = {}
+    if needed & {"queue", "fleet"}:
+        usage = part("usage")
+        fleet = view.derive(("fleet",), _CONFIG_USAGE, lambda: fleet_variables(
+            usage, capacity_rows=part("capacity"), cluster_rows=part("clusters")))
+    if "queue" in needed:
+        queue_vars = view.derive(("queue", queue.path), _CONFIG_USAGE, lambda: (
+            queue_variables_many([queue], fleet=fleet, usage_by_leaf=usage,
+                                 entry_rows=part("entries"))[queue.path]))
+    else:
+        queue_vars = {**EMPTY_QUEUE, "path": queue.path, "name": queue.name}
+    if "team" in needed and team is not None:
+        approvals, department = part("team")
+        cutoff = now.timestamp()
+        team_vars = team_variables(
+            team, now=now, department=department,
+            approvals=[n for n, expires in approvals if expires is None or expires > cutoff])
+    else:
+        team_vars = {**EMPTY_TEAM, "name": team.name if team else ""}
+    if "cost_center" in needed:
+        cost_center = cost_center_variables(
+            team, now=now, cost_center=part("cost_center") if "cost_center" in parts
+            else _UNREAD)
+    else:
+        cost_center = dict(EMPTY_COST_CENTER)
+    username = user.get_username() if user is not None and hasattr(user, "get_username") else ""
+    return {
+        "request": request_variables(
+            data, queue_path=queue.path, team=team.name if team else "", user=username,
+            is_update=is_update,
+        ),
+        "queue": queue_vars,
+        "team": team_vars,
+        "cost_center": cost_center,
+        "fleet": fleet,
+        "now": now_variables(now),
+    }

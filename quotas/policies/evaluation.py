@@ -82,7 +82,9 @@ def _type_name(value: Any) -> str:
 
 def run_match(policy: PolicySpec, ctx: Any) -> bool:
     """Evaluate `match`; a non-bool result is an evaluation error."""
-    value = evaluate(policy.match or "true", ctx)
+    if not policy.match or policy.match.strip() == "true":  # the default: nothing to run
+        return True
+    value = evaluate(policy.match, ctx)
     if not isinstance(value, bool):
         raise PolicyEvaluationError(f"match returned {_type_name(value)}, expected bool")
     return value
@@ -142,16 +144,18 @@ def evaluate_request(
     *,
     fail_open: bool = False,
     grandfathered: bool = False,
+    context: Any = None,
 ) -> RequestOutcome:
     """Run the validate and priority policies on one request.
 
     `variables` holds request, queue, team, cost_center, fleet, now. `grandfathered`: the
     request updates or restarts an existing workload without growing it, so enforce-mode
-    denials are recorded (outcome grandfathered) instead of denying.
+    denials are recorded (outcome grandfathered) instead of denying. `context`: a CEL context
+    already holding `variables` (built once and reused by the caller).
     """
     out = RequestOutcome()
     path = str(variables.get("request", {}).get("queue", ""))
-    ctx = None
+    ctx = context
     for policy in sorted(policies, key=lambda p: (p.order, p.name)):
         if policy.mode == OFF or policy.kind not in (VALIDATE, PRIORITY):
             continue

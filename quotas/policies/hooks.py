@@ -17,20 +17,21 @@ from django.utils import timezone
 
 from quotas.models import Queue, Team
 
-from .celexpr import referenced_roots
+from . import changes
+from .celexpr import make_context, referenced_roots, set_variable
 from .context import (
     EMPTY_COST_CENTER,
     EMPTY_QUEUE,
     EMPTY_REQUEST,
     EMPTY_TEAM,
     _usage_by_leaf,
+    cached_submission_variables,
     cost_center_variables,
     fleet_variables,
     now_variables,
     policy_stamp,
     queue_variables_many,
     request_variables,
-    submission_rows,
     submission_variables,
 )
 from .evaluation import (
@@ -43,7 +44,7 @@ from .evaluation import (
 )
 from .models import CYCLE_KINDS, SUBMISSION_KINDS, Policy, PolicyMode, TeamApproval
 from .services import (
-    policy_counters_bump,
+    policy_counts_add,
     policy_to_spec,
     violations_record,
     violations_record_many,
@@ -55,29 +56,40 @@ def fail_open() -> bool:
     return bool(getattr(settings, "ALLOT_POLICY_FAIL_OPEN", False))
 
 
-_spec_cache: dict[tuple[str, ...], tuple[Any, list[PolicySpec]]] = {}
+_spec_cache: dict[tuple[str, ...], tuple[Any, tuple[list[PolicySpec], frozenset[str]]]] = {}
 
 
-def active_specs(kinds: Sequence[str]) -> list[PolicySpec]:
-    """The policies of these kinds that are not off.
+def _load_specs(kinds: Sequence[str]) -> tuple[list[PolicySpec], frozenset[str]]:
+    specs = [policy_to_spec(p) for p in Policy.objects.filter(kind__in=kinds).exclude(
+        mode=PolicyMode.OFF)]
+    return specs, frozenset(_needs(specs))
 
-    Cached per process behind a one-row stamp (count, versions, last change, last id), so a change
-    saved anywhere takes effect on the next submission or cycle without loading every row.
-    """
+
+def _active(kinds: Sequence[str], view: Any) -> tuple[list[PolicySpec], frozenset[str]]:
+    """The policies of these kinds that are not off, and the variables they read."""
+    key = tuple(sorted(kinds))
+    if view is not None:
+        return view.get("policy", ("specs", key), lambda: _load_specs(key))
+    # Off PostgreSQL: a one-row stamp (count, versions, last change, last id) guards the cache.
     from django.db.models import Count, Max, Sum  # noqa: PLC0415
 
-    key = tuple(sorted(kinds))
     stamp: Any = policy_stamp()
     if stamp is None:
         stamp = tuple(Policy.objects.aggregate(n=Count("id"), v=Sum("version"),
                                                at=Max("updated_at"), last=Max("id")).values())
     cached = _spec_cache.get(key)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    specs = [policy_to_spec(p) for p in Policy.objects.filter(kind__in=kinds).exclude(
-        mode=PolicyMode.OFF)]
-    _spec_cache[key] = (stamp, specs)
-    return specs
+    if cached is None or cached[0] != stamp:
+        cached = _spec_cache[key] = (stamp, _load_specs(key))
+    return cached[1]
+
+
+def active_specs(kinds: Sequence[str]) -> list[PolicySpec]:
+    """The policies of these kinds that are not off.
+
+    Cached per process and kept exact by the change log (`changes`): a change saved anywhere
+    takes effect on the next submission or cycle.
+    """
+    return _active(kinds, changes.validate())[0]
 
 
 # --- submission ---------------------------------------------------------------------------
@@ -96,61 +108,101 @@ def _totals(request: Mapping[str, Any]) -> tuple[float, ...]:
     return (request["gpus"], request["pods"], request["cpu"], request["memory_gib"])
 
 
-def _previous_request(raw: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What an update or restart replaces: `previous` (a request mapping) or the stored
-    workload named by `workload_id`."""
-    previous = raw.get("previous")
+def _previous_request(ctx: Any) -> dict[str, Any] | None:
+    """What an update or restart replaces: the context's `previous` (a request mapping, set by
+    scheduling.updates), else the input's `previous` or the stored workload its `workload_id`
+    names."""
+    raw = ctx.request
+    previous = getattr(ctx, "previous", None) or raw.get("previous")
     if isinstance(previous, Mapping):
         return request_variables(previous)
     workload_id = raw.get("workload_id")
     if workload_id:
         from scheduling.models import Workload  # noqa: PLC0415
 
-        workload = Workload.objects.filter(pk=workload_id).prefetch_related("pod_sets").first()
+        workload = Workload.objects.filter(pk=workload_id).select_related(
+            "queue", "priority_class").prefetch_related("pod_sets").first()
         if workload is not None:
-            return request_variables({"pods": [
-                {"count": p.count, "gpus": p.gpus, "cpu": p.cpu, "memory_gib": p.memory_gib,
-                 "flavors": p.flavors} for p in workload.pod_sets.all()]})
+            return request_variables({
+                "queue": workload.queue.path, "priority_class": workload.priority_class.name,
+                "preemptible": workload.preemptible,
+                "pods": [{"count": p.count, "gpus": p.gpus, "cpu": p.cpu,
+                          "memory_gib": p.memory_gib, "flavors": p.flavors}
+                         for p in workload.pod_sets.all()]})
     return None
 
 
 def grows(request: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:
-    """Whether an update asks for more than the workload it replaces (unknown: it does)."""
+    """Whether an update asks for more than the workload it replaces (unknown: it does).
+
+    More GPUs, pods, CPU or memory, a flavor it did not accept, another queue, another priority
+    class, or no longer preemptible: each is asking for more than what was admitted under the
+    old rules.
+    """
     if previous is None:
         return True
     if any(new > old for new, old in zip(_totals(request), _totals(previous), strict=True)):
         return True
-    return not set(request["flavors"]) <= set(previous["flavors"])
+    if not set(request["flavors"]) <= set(previous["flavors"]):
+        return True
+    for name in ("queue", "priority_class"):
+        if previous.get(name) and request.get(name) and request[name] != previous[name]:
+            return True
+    return bool(previous.get("preemptible", True) and not request.get("preemptible", True))
+
+
+class _Reused:
+    """A CEL context kept for a queue and team while their queue and fleet values hold; the
+    other variables are replaced in it when they differ from the last submission's."""
+
+    def __init__(self, variables: Mapping[str, Any]) -> None:
+        self.context = make_context(variables)
+        self.values = dict(variables)
+
+
+def _reused_context(
+    view: Any, variables: Mapping[str, Any], queue_path: str, team_id: Any, needs: Any,
+) -> Any:
+    reused = view.derive(("cel", queue_path, team_id, needs), frozenset({"config", "usage"}),
+                         lambda: _Reused(variables))
+    for name in ("request", "team", "cost_center", "now", "queue", "fleet"):
+        value = variables[name]
+        previous = reused.values.get(name)
+        if previous is not value and previous != value:
+            set_variable(reused.context, name, value)
+            reused.values[name] = value
+    return reused.context
 
 
 def policy_submission_check(ctx: Any) -> Any:
-    """The submission check: deny, impose a priority class, record audits and errors."""
+    """The submission check: deny, impose a priority class, record audits and errors.
+
+    On PostgreSQL a warm check runs one small query (the change log: did anything it cached
+    change?) and reads only the context pieces that changed, in one more.
+    """
     from scheduling.extensions import SubmissionVerdict  # noqa: PLC0415
 
-    rows = None
     now = timezone.now()
-    cached = _spec_cache.get(tuple(sorted(SUBMISSION_KINDS)))
-    if cached is not None and cached[1]:
-        # The policies seen last time decide what to read; the stamp read in the same query
-        # says whether they are still the ones in force (else: reload, and read again).
-        specs = cached[1]
-        rows = submission_rows(queue=ctx.queue, team=ctx.team, needed=_needs(specs),
-                               now=now, stamp=True)
-        if rows is not None and rows.get("stamp") != cached[0]:
-            rows = None
-            specs = active_specs(SUBMISSION_KINDS)
-    else:
-        specs = active_specs(SUBMISSION_KINDS)
+    view = changes.validate()
+    specs, needs = _active(SUBMISSION_KINDS, view)
     if not specs:
         return None
-    variables = submission_variables(
-        data=ctx.request, queue=ctx.queue, team=ctx.team, user=ctx.user, is_update=ctx.is_update,
-        now=now, needs=_needs(specs), rows=rows,
-    )
+    if view is not None:
+        variables = cached_submission_variables(
+            view, data=ctx.request, queue=ctx.queue, team=ctx.team, user=ctx.user,
+            is_update=ctx.is_update, now=now, needs=needs)
+    else:
+        variables = submission_variables(
+            data=ctx.request, queue=ctx.queue, team=ctx.team, user=ctx.user,
+            is_update=ctx.is_update, now=now, needs=needs)
     grandfathered = bool(ctx.is_update) and not grows(
-        variables["request"], _previous_request(ctx.request))
+        variables["request"], _previous_request(ctx))
+    cel_context = None
+    if view is not None:
+        cel_context = _reused_context(view, variables, ctx.queue.path,
+                                      ctx.team.pk if ctx.team is not None else None, needs)
     outcome = evaluate_request(specs, variables, fail_open=fail_open(),
-                               grandfathered=grandfathered)
+                               grandfathered=grandfathered, context=cel_context)
     findings = list(outcome.findings)
     if outcome.priority_class is not None:
         from scheduling.models import PriorityClass  # noqa: PLC0415
@@ -170,12 +222,14 @@ def policy_submission_check(ctx: Any) -> Any:
     violations_record(
         findings=findings, variables=variables, subject=variables["request"]["name"],
         queue_path=ctx.queue.path, user=ctx.user,
+        workload_id=getattr(ctx, "replaces", None),
     )
     hit_ids = [p.id for p in outcome.matched if p.id is not None]
     denied_ids = [f.policy.id for f in outcome.denials if f.policy.id is not None]
-    # After commit, in its own short statement: counting inside the submission's transaction
-    # would lock the policy rows, serialising every concurrent submission until it commits.
-    transaction.on_commit(lambda: policy_counters_bump(hit_ids=hit_ids, denied_ids=denied_ids))
+    if hit_ids or denied_ids:
+        # After commit, and buffered: counting inside the submission's transaction would lock
+        # the policy rows, serialising every concurrent submission until it commits.
+        transaction.on_commit(lambda: policy_counts_add(hit_ids=hit_ids, denied_ids=denied_ids))
     denied = {id(f) for f in outcome.denials}
     return SubmissionVerdict(
         deny=[(f.code, f"{f.message} (policy {f.policy.name})") for f in outcome.denials],
@@ -320,6 +374,7 @@ def _plain_number(value: float) -> Any:
 
 def policy_cycle_adjuster(ctx: Any) -> None:
     """The cycle adjuster: lower maxes for limit policies, narrow clusters for placements."""
+    changes.prune()
     specs = active_specs(CYCLE_KINDS)
     if not specs:
         return

@@ -39,7 +39,13 @@ from .models import Policy, PolicyVersion, PolicyViolation
 
 
 def policy_list() -> QuerySet[Policy]:
-    """Policies with who changed them last (for the list page and the API)."""
+    """Policies with who changed them last (for the list page and the API).
+
+    This process's buffered hit and denial counts are written first, so they show.
+    """
+    from .services import policy_counts_flush  # noqa: PLC0415
+
+    policy_counts_flush()
     return Policy.objects.select_related("updated_by").order_by("order", "name")
 
 

@@ -75,6 +75,7 @@ def policy_new(request: HttpRequest) -> HttpResponse:
 @admin_required
 def policy_edit(request: HttpRequest, name: str) -> HttpResponse:
     """Edit a policy; each saved change is a new version with its diff."""
+    services.policy_counts_flush()  # this process's buffered hits show
     policy = get_object_or_404(Policy, name=name)
     form = PolicyForm(request.POST or None, initial=_initial(policy), editing=True)
     if request.method == "POST" and form.is_valid():

@@ -54,6 +54,32 @@ class Org:
 
 @pytest.fixture
 def org(db):
+    return build_org()
+
+
+@pytest.fixture
+def torg(transactional_db):
+    """`org`, committed (each write is its own transaction), for cache and process tests."""
+    from quotas.policies import changes
+
+    changes.reset()
+    _seed_priority_classes()
+    yield build_org()
+    changes.reset()
+    # The flush after a transactional test empties every table, the seeded classes included.
+    _seed_priority_classes()
+
+
+def _seed_priority_classes():
+    import importlib
+
+    from django.apps import apps
+
+    seed = importlib.import_module("scheduling.migrations.0003_seed_priority_classes").seed
+    seed(apps, None)
+
+
+def build_org():
     o = Org()
     o.a100 = FlavorFactory(name="a100-80g", gpu_memory_gib=80)
     o.h100 = FlavorFactory(name="h100-80g", gpu_memory_gib=80)
@@ -92,3 +118,9 @@ def user_api(org):
     client = APIClient()
     client.force_authenticate(org.alice)
     return client
+
+
+@pytest.fixture(autouse=True)
+def _counts_at_once(settings):
+    """Hit counters written right after each commit (the default buffers them for a second)."""
+    settings.ALLOT_POLICY_COUNTS_FLUSH_S = 0

@@ -1,0 +1,203 @@
+"""Per-process caches of what policies read, kept exact by the database's change log.
+
+Migration 0002 puts statement-level triggers on every table the policies and their context read;
+each writing transaction appends (topic, its transaction id) to `policies_change`, once per
+topic: an insert, so writers never wait for each other. Topics:
+
+- `policy`: the policies themselves (not their hit counters);
+- `config`: queues, quota entries, teams, approvals, flavors, clusters, nodes, cost centers;
+- `usage`: open admissions (and a workload moving queue).
+
+`validate()` runs one small prepared query (a function, so it is not planned again each
+time): the current snapshot, the topics written by a
+transaction that the snapshot of the last check did not see (committed since, in any process),
+and the topics the current transaction wrote itself. The cached parts of those topics are
+dropped, and the check's snapshot becomes the new reference: a change takes effect on the next
+read as soon as it commits, in every process; a rolled-back change leaves no row; what a
+transaction reads after writing a topic itself is used but never cached (it may roll back).
+
+Caches are per thread (no locking, nothing shared between threads) and per database. Off
+PostgreSQL (or before the migration), `validate()` returns None and callers read every time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.db import connection
+from django.db.utils import DatabaseError
+
+logger = logging.getLogger(__name__)
+
+TOPICS = ("policy", "config", "usage")
+
+# Rows older than this are pruned; a cache not revalidated for half of it starts afresh, so a
+# pruned row can never be one a cache still needed.
+KEEP_S = 600.0
+MAX_IDLE_S = KEEP_S / 2
+
+# migration 0002: the current snapshot, the topics written since `since`, and by this transaction
+CHECK_SQL = "SELECT * FROM policies_changes_since(%s::pg_snapshot)"
+# Before the first check nothing is cached: any snapshot will do.
+_ORIGIN = "1:1:"
+
+T = TypeVar("T")
+
+
+@dataclass
+class Store:
+    """The cached parts of one database for one thread, by topic."""
+
+    snapshot: str = _ORIGIN
+    checked_at: float = 0.0
+    parts: dict[str, dict[Any, Any]] = field(default_factory=lambda: {t: {} for t in TOPICS})
+    # Derived values that depend on several topics: key -> (topics, value).
+    derived: dict[Any, tuple[frozenset[str], Any]] = field(default_factory=dict)
+    available: bool = True
+
+    def drop(self, topics: set[str]) -> None:
+        for topic in topics:
+            self.parts[topic] = {}
+        if topics:
+            self.derived = {k: v for k, v in self.derived.items() if not (v[0] & topics)}
+
+
+@dataclass
+class View:
+    """What one check found: the store, and the topics this transaction wrote (not cacheable)."""
+
+    store: Store
+    own: frozenset[str]
+    changed: frozenset[str]
+
+    def get(self, topic: str, key: Any, load: Callable[[], T]) -> T:
+        """The cached value of `key` in `topic`, else `load()` (cached unless own-written)."""
+        if topic in self.own:
+            return load()
+        part = self.store.parts[topic]
+        if key in part:
+            return part[key]  # type: ignore[no-any-return]
+        value = load()
+        part[key] = value
+        return value
+
+    def has(self, topic: str, key: Any) -> bool:
+        return topic not in self.own and key in self.store.parts[topic]
+
+    def put(self, topic: str, key: Any, value: Any) -> None:
+        if topic not in self.own:
+            self.store.parts[topic][key] = value
+
+    def derive(self, key: Any, topics: frozenset[str], load: Callable[[], T]) -> T:
+        """A value computed from several topics, cached until one of them changes."""
+        if topics & self.own:
+            return load()
+        hit = self.store.derived.get(key)
+        if hit is not None:
+            return hit[1]  # type: ignore[no-any-return]
+        value = load()
+        self.store.derived[key] = (topics, value)
+        return value
+
+
+_local = threading.local()
+
+
+def _stores() -> dict[str, Store]:
+    stores = getattr(_local, "stores", None)
+    if stores is None:
+        stores = _local.stores = {}
+    return stores
+
+
+def _execute(sql: str, params: list[Any]) -> tuple[Any, ...]:
+    """Run the check as a prepared statement on Django's connection (same transaction)."""
+    import psycopg  # noqa: PLC0415
+
+    connection.ensure_connection()
+    start = time.perf_counter()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        row = cursor.fetchone()
+    if connection.queries_logged:  # visible to query counts in tests and the debug toolbar
+        connection.queries_log.append({"sql": f"{sql} -- {params}",
+                                       "time": f"{time.perf_counter() - start:.3f}"})
+    assert row is not None
+    return tuple(row)
+
+
+def validate() -> View | None:
+    """Check this thread's caches against the change log (one query); None off PostgreSQL."""
+    if connection.vendor != "postgresql":
+        return None
+    key = str(connection.settings_dict.get("NAME"))
+    store = _stores().get(key)
+    if store is None:
+        store = _stores()[key] = Store()
+    if not store.available:
+        return None
+    now = time.monotonic()
+    if now - store.checked_at > MAX_IDLE_S:
+        store.drop(set(TOPICS))
+        store.snapshot = _ORIGIN
+    if store.checked_at == 0.0:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT to_regprocedure('policies_changes_since(pg_snapshot)') IS NOT NULL")
+            store.available = bool(cursor.fetchone()[0])
+        if not store.available:
+            logger.warning("policies_change is missing (migration policies 0002 not applied): "
+                           "policies read their context every time")
+            return None
+    snapshot, changed, own = _execute(CHECK_SQL, [store.snapshot])
+    dropped = set(changed) | set(own)
+    if store.snapshot == _ORIGIN:
+        dropped = set(TOPICS)
+    store.drop(dropped)
+    store.snapshot, store.checked_at = snapshot, now
+    return View(store, frozenset(own), frozenset(dropped))
+
+
+def reset() -> None:
+    """Forget this thread's caches (tests)."""
+    _stores().clear()
+
+
+PRUNE_SQL = (
+    "DELETE FROM policies_change WHERE id IN (SELECT id FROM policies_change "
+    "WHERE at < now() - make_interval(secs => %s) ORDER BY id LIMIT 5000 "
+    "FOR UPDATE SKIP LOCKED)"
+)
+_last_prune = 0.0
+
+
+def prune(every_s: float = 60.0) -> int:
+    """Delete change rows no cache can need any more (at most once a minute per process;
+    rows locked by another pruner are skipped, never waited for)."""
+    global _last_prune
+    if connection.vendor != "postgresql":
+        return 0
+    now = time.monotonic()
+    if now - _last_prune < every_s:
+        return 0
+    _last_prune = now
+    try:
+        with connection.cursor() as cursor:
+            if connection.in_atomic_block:
+                cursor.execute("SAVEPOINT policies_prune")
+            cursor.execute(PRUNE_SQL, [KEEP_S])
+            count = cursor.rowcount
+            if connection.in_atomic_block:
+                cursor.execute("RELEASE SAVEPOINT policies_prune")
+    except DatabaseError:
+        if connection.in_atomic_block:
+            with connection.cursor() as cursor:
+                cursor.execute("ROLLBACK TO SAVEPOINT policies_prune")
+        logger.warning("could not prune policies_change", exc_info=True)
+        return 0
+    return int(count or 0)
