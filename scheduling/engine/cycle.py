@@ -54,12 +54,15 @@ class CycleMixin(PreemptionMixin):
                 p.not_before = None
                 self._join(p)
         cutoff = now - s.starvation_s
-        full = self.full
+        full = self.full or not self.parking
         self.full = False
         repay_cache: dict[int, float] = {}
         heap: list[tuple[tuple[object, ...], int, Group]] = []
         base: dict[int, tuple[int, float]] = {}
         hold_only: set[int] = set()
+        entries: list[tuple[Group, tuple[int, float]]] = []
+        defer: dict[int, float] = {}  # leaf -> its oldest starving workload that would borrow
+        self._defer = defer
         for g in self.groups.values():
             if g.parked and not full and not self._wakes(g, now):
                 if g.unreported and g.reason is not None:
@@ -70,17 +73,32 @@ class CycleMixin(PreemptionMixin):
                             g.unreported.discard(name)
                 head = g.members[0]
                 if g.holds and head.spec.submitted_at < cutoff:
-                    # Still cannot fit, still starving: it keeps holding its flavor.
+                    # Still cannot fit, still starving: it keeps holding its flavor, in its
+                    # place among the starving work of its class.
                     hold_only.add(id(g))
-                    heap.append(((0, head.spec.submitted_at, 0, 0.0, head.order_tail), id(g),
-                                 g))
+                    rank = (0 if self._within(head) else 1, 0.0)
+                    entries.append((g, rank))
+                    if rank[0] == 1 and head.spec.submitted_at < defer.get(head.leaf, INF):
+                        defer[head.leaf] = head.spec.submitted_at
                 continue
             g.parked = False
             g.pos = 0
+            g.violating = False
             p = g.members[0]
             rank = self._rank(p, now, repay_cache)
             base[id(g)] = rank
-            heap.append((self._order_key(p, rank, cutoff), id(g), g))
+            entries.append((g, rank))
+            if rank[0] == 1 and p.spec.submitted_at < cutoff and p.name not in self.claims:
+                if p.spec.submitted_at < defer.get(p.leaf, INF):
+                    defer[p.leaf] = p.spec.submitted_at
+        if defer:
+            # Only leaves where within-guarantee work would otherwise pass their starving one.
+            younger = {g.members[0].leaf for g, rank in entries if rank[0] == 0
+                       and g.members[-1].spec.submitted_at >= defer.get(g.members[0].leaf, INF)}
+            for leaf in [q for q in defer if q not in younger]:
+                del defer[leaf]
+        for g, rank in entries:
+            heap.append((self._order_key(g.members[0], rank, cutoff), id(g), g))
         heapq.heapify(heap)
         held: dict[str, str] = {}
         while heap:
@@ -92,7 +110,7 @@ class CycleMixin(PreemptionMixin):
                     self._hold(head, head.flavors[0])
                 continue
             p = g.members[g.pos]
-            if key[0] == 1 and key[2] == 0:
+            if key[0] == 0 and not (key[1] == 2 and key[3] == 0.0):
                 rank = self._rank(p, now, repay_cache)
                 if rank[0] == 1:
                     # Earlier admissions of this cycle used its guarantee: it would borrow now,
@@ -100,7 +118,8 @@ class CycleMixin(PreemptionMixin):
                     base[gid] = rank
                     heapq.heappush(heap, (self._order_key(p, rank, cutoff), gid, g))
                     continue
-            outcome, reason, per_flavor = self._consider(p, now, key[0] == 0, res, held)
+            outcome, reason, per_flavor = self._consider(
+                p, now, key[0] != -1 and p.spec.submitted_at < cutoff, res, held)
             if outcome == ADMITTED:
                 g.members.pop(g.pos)
                 g.unreported.discard(p.name)
@@ -124,7 +143,9 @@ class CycleMixin(PreemptionMixin):
         """A starving workload that does not fit holds what it needs on flavor f for the rest
         of the cycle (§4.3): its demand is reserved in the quota tree (a phantom admission),
         and when its quota fits but no nodes do, the nodes with the most free GPUs that could
-        hold its gang are kept from later workloads, so they drain towards it."""
+        hold its gang are kept from later workloads, so they drain towards it (with
+        `topology: {same: rack}`: nodes of one rack, the one with the most free GPUs among the
+        racks big enough for the gang)."""
         d = p.demand[f]
         quota_ok = self.tree.fits(p.leaf, d)
         self.tree.add(p.leaf, d)
@@ -143,8 +164,20 @@ class CycleMixin(PreemptionMixin):
                 c.name), default=None)
             if best is not None:
                 pool = best.pools[f]
-                order = sorted((i for i in range(len(pool.names)) if pool.ready[i]),
-                               key=lambda i: (-pool.fg[i], i))
+                ready = [i for i in range(len(pool.names)) if pool.ready[i]]
+                if p.spec.topology_same == "rack":
+                    # Its gang must land in one rack: hold nodes of one rack only (the one
+                    # with the most free GPUs among those big enough), so that rack drains.
+                    total: dict[str, int] = {}
+                    free: dict[str, int] = {}
+                    for i in ready:
+                        r = pool.rack[i]
+                        total[r] = total.get(r, 0) + pool.gpus[i]
+                        free[r] = free.get(r, 0) + pool.fg[i]
+                    racks = sorted((r for r in total if total[r] >= need),
+                                   key=lambda r: (-free[r], r))
+                    ready = [i for i in ready if racks and pool.rack[i] == racks[0]]
+                order = sorted(ready, key=lambda i: (-pool.fg[i], i))
                 room = 0
                 for i in order:
                     if room >= need:
@@ -219,14 +252,38 @@ class CycleMixin(PreemptionMixin):
         att = tree.attainment(p.leaf, p.gpu_key)
         return (1, -(s.attainment_weight * (1.0 - min(1.0, att)) + s.repayment_weight * rep))
 
+    def _within(self, p: Pending) -> bool:
+        tree = self.tree
+        return any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors)
+
     def _order_key(self, p: Pending, rank: tuple[int, float],
                    cutoff: float) -> tuple[object, ...]:
+        """(class, not starving, submitted if starving, -score, priority/FIFO/name).
+
+        Class: -1 a preemptor whose victims are gone, 0 within guarantee, 1 would borrow.
+        Starving work comes first within its class: a workload that would borrow never goes
+        ahead of (or holds capacity against) within-guarantee work of another leaf, which
+        would only reclaim it in the same cycle (§5 guarantee before elasticity, I2). Younger
+        within-guarantee work of its own leaf does not pass it either: the leaf's oldest
+        starving borrower and that work go together after the other within-guarantee work
+        and before every other borrower (second field 2)."""
         sub = p.spec.submitted_at
         if p.name in self.claims:
-            return (-1, sub, 0, 0.0, p.order_tail)
+            return (-1, 0, sub, 0.0, p.order_tail)
+        oldest = self._defer.get(p.leaf)
+        if oldest is not None:
+            if rank[0] == 1 and sub == oldest and sub < cutoff:
+                # The leaf's oldest starving workload that would borrow, with younger
+                # within-guarantee work of its leaf: after the other leaves' within-guarantee
+                # work, before every other borrower.
+                return (0, 2, sub, 0.0, p.order_tail)
+            if rank[0] == 0 and sub >= oldest:
+                # May not pass its leaf's older starving workload (BestEffortFIFO starvation
+                # protection inside the leaf): right behind it.
+                return (0, 2, oldest, 0.5, p.order_tail)
         if sub < cutoff:
-            return (0, sub, 0, 0.0, p.order_tail)
-        return (1, 0.0, rank[0], rank[1], p.order_tail)
+            return (rank[0], 0, sub, 0.0, p.order_tail)
+        return (rank[0], 1, 0.0, rank[1], p.order_tail)
 
     def _fail(self, g: Group, reason: Reason, per_flavor: dict[str, Reason], now: float,
               res: CycleResult, held: dict[str, str]) -> None:
@@ -253,9 +310,16 @@ class CycleMixin(PreemptionMixin):
         r0 = per_flavor.get(p.flavors[0], reason) if p.flavors else reason
         g.holds = bool(p.flavors) and r0.code != RC.COOLDOWN and not (
             r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message)
+        tree = self.tree
+        g.violating = False
+        if p.flavors and reason.code != RC.WAITING_FOR_PREEMPTION and p.name not in self.waiting:
+            d0 = p.demand[p.flavors[0]]
+            if d0 and tree.within_guarantee(p.leaf, d0) and any(
+                    tree.u[p.leaf][k] - self.phantom.get((p.leaf, k), 0.0)
+                    < tree.mn[p.leaf][k] - EPS for k, _ in d0):
+                g.violating = self.fits_if_borrowed_returned(p.name)
         if reason.code == RC.NO_CAPACITY and "held for starving" in reason.message:
             return  # a starving workload's hold can end any time: stay active
-        tree = self.tree
         g.park = {}
         g.preempts = {}
         g.retry_at = INF
@@ -281,13 +345,6 @@ class CycleMixin(PreemptionMixin):
             for f in p.flavors:
                 g.preempts["any:" + f] = self.all_admits.get(f, 0)
         g.parked = True
-        g.violating = False
-        f0 = p.flavors[0]
-        d0 = p.demand[f0]
-        if (reason.code != RC.WAITING_FOR_PREEMPTION and p.name not in self.waiting and d0
-                and tree.within_guarantee(p.leaf, d0)
-                and any(tree.u[p.leaf][k] < tree.mn[p.leaf][k] - EPS for k, _ in d0)):
-            g.violating = self.fits_if_borrowed_returned(p.name)
 
     def _wakes(self, g: Group, now: float) -> bool:
         """Could the parked group fit now? (conservative: True when unsure)."""
@@ -309,10 +366,28 @@ class CycleMixin(PreemptionMixin):
                 return True
         return False
 
+    def violating_leaves(self) -> set[str]:
+        """Leaves whose guarantee is blocked by borrowed work, after this cycle: a pending
+        workload of the leaf is within guarantee on its first flavor, the leaf uses less than
+        its min, no reclaim is under way for it, it does not fit, and it would fit if every
+        other leaf gave back what it borrows (the runner's min_guarantee_violation_s counts
+        how long this lasts beyond one grace period and one cycle)."""
+        tree = self.tree
+        out: set[str] = set()
+        for g in self.groups.values():
+            if not g.violating or not g.members:
+                continue
+            p = g.members[0]
+            if p.name in self.waiting:
+                continue
+            d0 = p.demand[p.flavors[0]]
+            if any(tree.u[p.leaf][k] < tree.mn[p.leaf][k] - EPS for k, _ in d0):
+                out.add(tree.paths[p.leaf])
+        return out
+
     def violating(self) -> bool:
-        """Some parked group is within guarantee, below min, and would fit if all borrowed
-        capacity were given back (the runner's min_guarantee_violation_s)."""
-        return any(g.violating and g.parked for g in self.groups.values())
+        """Some leaf's guarantee is blocked by borrowed work (see `violating_leaves`)."""
+        return bool(self.violating_leaves())
 
     def _timeout(self, a: Admitted, now: float, res: CycleResult) -> None:
         s = self.settings
@@ -390,13 +465,8 @@ class CycleMixin(PreemptionMixin):
                     if got.code in (RC.BUDGET_EXCEEDED, RC.WAITING_FOR_PREEMPTION):
                         reason = got
                         break
-        if starving:
-            r0 = reasons.get(flav[0], reason)
-            if flav[0] not in held and r0.code != RC.COOLDOWN and not (
-                    r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
-                held[flav[0]] = name
-                self._hold(p, flav[0])
-        elif outcome == FAILED and self._holds:
+        r0 = reasons.get(flav[0], reason)
+        if outcome == FAILED and self._holds:
             plain = self._unheld_reason(p, now)
             holders = ", ".join(sorted({q.name for q, f, _, _ in self._holds if f in flav}))
             if plain is None:
@@ -408,6 +478,10 @@ class CycleMixin(PreemptionMixin):
                 if holders and plain.code in (RC.NO_CAPACITY, RC.QUOTA_BORROW_UNAVAILABLE):
                     reason = Reason(plain.code, (
                         f"{plain.message}; capacity also held for starving workload {holders}"))
+        if starving and flav[0] not in held and r0.code != RC.COOLDOWN and not (
+                r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
+            held[flav[0]] = name
+            self._hold(p, flav[0])
         if outcome == WAITING:
             res.reasons[name] = reason
         return outcome, reason, reasons

@@ -73,8 +73,12 @@ class Engine(CycleMixin):
     def __init__(self, *, queues: Sequence[QueueSpec], clusters: Sequence[ClusterSpec],
                  flavors: Sequence[FlavorSpec] = (), settings: Settings | None = None,
                  budgets: Sequence[DisruptionBudget] = (),
-                 repayment: Iterable[RepaymentRecord] = ()) -> None:
+                 repayment: Iterable[RepaymentRecord] = (), parking: bool = True) -> None:
+        """`parking` False evaluates every pending workload on its own in every cycle (no
+        groups of identical workloads, nothing parked): the reference the tests compare the
+        parked engine with; the decisions are the same, only slower."""
         s = self.settings = settings or Settings()
+        self.parking = parking
         self.fleet = Fleet(clusters, s.min_cluster_health, s.cpu_per_gpu_reserved)
         self.tree = QuotaTree(queues)
         self.flavor_mem: dict[str, float | None] = {f.name: f.gpu_memory_gib for f in flavors}
@@ -108,6 +112,7 @@ class Engine(CycleMixin):
             self.record_repayment(rec.queue, rec.ended_at, forced=rec.forced)
         self.claims: set[str] = set()  # preemptors whose victims are all gone
         self.phantom: dict[tuple[int, int], float] = {}
+        self._defer: dict[int, float] = {}
         self._holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]] = []
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}
@@ -310,6 +315,8 @@ class Engine(CycleMixin):
             demand[f] = self._demand(f, pods)
         gpu_key = self.tree.kidx.get((w.flavors[0], "gpu")) if w.flavors else None
         p = Pending(w, leaf, pods, demand, usable, static, gpu_key)
+        if not self.parking:
+            p.sig = ("", w.name)
         self.pending[w.name] = p
         if p.not_before is not None:
             heapq.heappush(self.backoff, (p.not_before, p.name))

@@ -211,12 +211,12 @@ class PreemptionMixin(EngineBase):
     def fits_if_borrowed_returned(self, name: str) -> bool:
         """Would pending `name` fit on its first flavor if every borrowing leaf gave back what
         it borrows (preemptible work, most recent first, while the leaf stays above min)?
-        Budgets and the LCA rule are ignored: this is the yardstick of I2 and the metric."""
+        Budgets and the LCA rule are ignored: this is the yardstick of I2 and the metric. A
+        starving workload's hold is not borrowing (it is not usage)."""
         p = self.pending.get(name)
         if p is None or not p.flavors:
             return False
         f = p.flavors[0]
-        tree = self.tree
         contested = [k for k, _ in p.demand[f]]
         lifted: list[Admitted] = []
         for (leaf, fl), group in sorted(self.by_leaf_flavor.items()):
@@ -229,7 +229,7 @@ class PreemptionMixin(EngineBase):
                     continue
                 if not a.spec.preemptible:
                     continue
-                if not any(tree.borrowing(leaf, k) for k in contested):
+                if not any(self._real_borrowing(leaf, k) for k in contested):
                     break
                 self._lift(a)
                 lifted.append(a)

@@ -51,9 +51,10 @@ class Pending:
         self.gpu_key = gpu_key
         self.not_before = spec.not_before
         self.order_tail = (-spec.priority, spec.submitted_at, spec.name)
-        self.sig = (leaf, tuple(pods), tuple(flavors), spec.preemptible, spec.can_preempt,
-                    spec.priority, spec.topology_same, spec.strategy, spec.dataset,
-                    spec.allowed_clusters, spec.allowed_policy)
+        self.sig: tuple[object, ...] = (
+            leaf, tuple(pods), tuple(flavors), spec.preemptible, spec.can_preempt,
+            spec.priority, spec.topology_same, spec.strategy, spec.dataset,
+            spec.allowed_clusters, spec.allowed_policy)
         self.group: Group | None = None
         self.last_code = ""
 
@@ -118,6 +119,7 @@ class EngineBase:
     """The engine's state, declared once for the mixins (`Engine` sets it up)."""
 
     settings: Settings
+    parking: bool
     fleet: Fleet
     tree: QuotaTree
     weights: tuple[float, float, float, float]
@@ -140,6 +142,7 @@ class EngineBase:
     budgets: list[DisruptionBudget]
     claims: set[str]
     phantom: dict[tuple[int, int], float]  # held (not used) demand per queue and key
+    _defer: dict[int, float]  # this cycle: leaf -> its oldest starving borrower's submit time
     _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
 
     def submit(self, w: WorkloadSpec) -> None:

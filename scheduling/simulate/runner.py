@@ -16,8 +16,18 @@ Choices where the format is silent:
   ends (deleting a terminating pod does not cut its grace), then stays cancelled; a reserved
   or running workload cancelled outside a grace frees its capacity at once.
 - Capacity in the metrics is the GPUs of ready nodes (healthy or not). The p95 is the
-  nearest-rank percentile. Jain's index skips leaves with min 0 on GPU keys (no min-share);
-  it is 1.0 when fewer than one leaf qualifies.
+  nearest-rank percentile.
+- `min_guarantee_violation_s`, precisely: a leaf is *violated* after a cycle when one of its
+  pending workloads is within guarantee on its first flavor, the leaf uses less than its min,
+  no reclaim is under way for the workload (no victims of it in grace), the workload does not
+  fit, and it would fit if every other leaf gave back what it borrows (work in grace counted
+  as gone; a starving workload's hold is not borrowing). So waiting while the fleet is full of
+  in-guarantee work (others' or its own), or while its demand is above min, is not a
+  violation. A reclaim needs one grace period (`termination_grace_s`) and then one cycle
+  (`cycle_interval_s`), so a violated episode of a leaf counts only beyond that allowance; the
+  metric is the time during which some leaf is in an episode longer than the allowance.
+- Jain's index skips leaves with min 0 on GPU keys (no min-share); it is 1.0 when fewer than
+  one leaf qualifies.
 """
 
 from __future__ import annotations
@@ -90,7 +100,10 @@ class Runner:
         self.leaf_alloc: dict[str, float] = {}
         self.leaf_demand: set[str] = set()
         self.violation_s = 0.0
-        self.violating = False
+        # Leaf -> start of its current Min-violation episode (see _advance).
+        self.violated_since: dict[str, float] = {}
+        self.violation_allowance = (sc.settings.termination_grace_s
+                                    + sc.settings.cycle_interval_s)
         self.reserved_at: dict[str, float] = {}
 
     # ---- events ------------------------------------------------------------------------
@@ -110,8 +123,12 @@ class Runner:
             self.alloc_area += self.alloc * dt
             self.cap_area += self.cap * dt
             self.bounded_area += min(self.cap, self.demand) * dt
-            if self.violating:
-                self.violation_s += dt
+            if self.violated_since:
+                # A reclaim takes one grace period, then the next cycle admits: only the part
+                # of an episode beyond that allowance counts (union over leaves).
+                start = min(self.violated_since.values()) + self.violation_allowance
+                if start < t:
+                    self.violation_s += t - max(start, self.t_last)
             self.t_last = t
 
     def _reason(self, w: _W, at: float, reason: Reason) -> None:
@@ -362,7 +379,12 @@ class Runner:
             self.push(pre.grace_until, GRACE_END, pre.workload, w.token)
         for name, reason in res.reasons.items():
             self._reason(self.ws[name], t, reason)
-        self.violating = eng.violating()
+        leaves = eng.violating_leaves()
+        since = self.violated_since
+        for leaf in [q for q in since if q not in leaves]:
+            del since[leaf]
+        for leaf in leaves:
+            since.setdefault(leaf, t)
         # Preemptions free nothing until their graces end, which are events of their own.
         self.changed = bool(res.admitted or res.released)
 
