@@ -145,14 +145,100 @@ class SnapshotParts:
         return w
 
 
-ROW_FIELDS = (
-    "id", "name", "queue__path", "team__name", "owner__username", "state", "priority_class_id",
-    "preemptible", "checkpoint", "strategy", "dataset", "topology", "labels", "submitted_at",
-    "not_before", "backoff_count", "termination_grace_s", "preempt_deadline",
+# A workload's columns the cycle reads, split in two: what never changes after submission
+# (read once per process and kept, with its pod sets: no JSON decoded again each cycle) and
+# what the workers change (read every cycle).
+STATIC_FIELDS = (
+    "id", "name", "team__name", "owner__username", "priority_class_id", "preemptible",
+    "checkpoint", "strategy", "dataset", "topology", "labels", "submitted_at",
+    "termination_grace_s",
+)
+MOVING_FIELDS = (
+    "id", "queue__path", "state", "not_before", "backoff_count", "preempt_deadline",
     "preempted_by_id", "preempt_kind", "reason_code", "reason_message", "progress_s",
     "state_changed_at", "finished_at",
 )
+ROW_FIELDS = STATIC_FIELDS + MOVING_FIELDS[1:]
 MODEL_FIELDS = tuple(f for f in ROW_FIELDS if "__" not in f)
+POD_SET_FIELDS = ("workload_id", "index", "count", "flavors", "gpus", "cpu", "memory_gib",
+                  "gpu_memory_gib")
+
+
+class _StaticCache:
+    """Per process: workload id -> (static columns, pod sets); forgotten every few minutes
+    and when it grows large, so it stays small and nothing stale lives long."""
+
+    TTL_S = 300.0
+    MAX = 50_000
+
+    def __init__(self) -> None:
+        self.items: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self.until = 0.0
+
+    def get_many(self, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[dict[str, Any]]]]:
+        now = time.monotonic()
+        if now > self.until or len(self.items) > self.MAX:
+            self.items, self.until = {}, now + self.TTL_S
+        missing = [i for i in ids if i not in self.items]
+        if missing:
+            rows = {r["id"]: r for r in Workload.objects.filter(pk__in=missing)
+                    .values(*STATIC_FIELDS)}
+            sets: dict[int, list[dict[str, Any]]] = {}
+            for ps in PodSet.objects.filter(workload_id__in=missing).order_by(
+                    "workload_id", "index").values(*POD_SET_FIELDS):
+                sets.setdefault(ps["workload_id"], []).append(ps)
+            for i, r in rows.items():
+                self.items[i] = (r, sets.get(i, []))
+        return {i: self.items[i] for i in ids if i in self.items}
+
+
+_static = _StaticCache()
+
+
+def _live_rows(ids: list[int], parts: SnapshotParts) -> list[dict[str, Any]]:
+    """Full rows of these workloads (static part cached), oldest first; pod sets into parts."""
+    if not ids:
+        return []
+    moving = list(Workload.objects.filter(pk__in=ids).values(*MOVING_FIELDS))
+    static = _static.get_many([r["id"] for r in moving])
+    rows = []
+    for m in moving:
+        cached = static.get(m["id"])
+        if cached is None:
+            continue
+        rows.append({**cached[0], **m})
+        parts.pod_sets[m["id"]] = cached[1]
+    rows.sort(key=lambda r: (r["submitted_at"], r["id"]))
+    return rows
+
+
+def _pending_heads(limit: int) -> list[int]:
+    """Ids of the first `limit` pending workloads of each leaf, in the leaf's order (priority
+    value, then submission).
+
+    On PostgreSQL: for each (queue, priority class) an index scan of the partial index
+    `workload_pending_head` stops after `limit` rows, so the cost follows queues x classes x
+    limit, not the length of the queues. Elsewhere one window query.
+    """
+    if connection.vendor != "postgresql":
+        return list(
+            Workload.objects.filter(state=S.PENDING, needs_approval=False)
+            .annotate(rank=Window(RowNumber(), partition_by=[F("queue_id")],
+                                  order_by=[F("priority_class__value").desc(),
+                                            F("submitted_at").asc(), F("id").asc()]))
+            .filter(rank__lte=limit).values_list("id", flat=True))
+    from quotas.models import Queue
+
+    w, q, pc = Workload._meta.db_table, Queue._meta.db_table, PriorityClass._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'SELECT id FROM (SELECT h.id, row_number() OVER (PARTITION BY h.queue_id ORDER BY '
+            f'pc.value DESC, h.submitted_at, h.id) AS rank FROM "{q}" q CROSS JOIN "{pc}" pc '
+            f'CROSS JOIN LATERAL (SELECT "id", "queue_id", "submitted_at" FROM "{w}" '
+            f'WHERE "queue_id" = q."id" AND "priority_class_id" = pc."id" AND "state" = %s '
+            f'AND NOT "needs_approval" ORDER BY "submitted_at", "id" LIMIT %s) h) heads '
+            f'WHERE rank <= %s', [S.PENDING, limit, limit])
+        return [row[0] for row in cursor.fetchall()]
 
 
 def max_pending_per_queue() -> int:
@@ -202,24 +288,15 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     # order (priority, then submission): the cycle's cost stays bounded by queues x that
     # number however long the queues grow (Kueue looks at one head per queue per cycle).
     limit = max_pending_per_queue()
-    pending_rows = list(
-        Workload.objects.filter(state=S.PENDING, needs_approval=False)
-        .annotate(rank=Window(RowNumber(), partition_by=[F("queue_id")],
-                              order_by=[F("priority_class__value").desc(),
-                                        F("submitted_at").asc(), F("id").asc()]))
-        .filter(rank__lte=limit).values(*ROW_FIELDS)
-    )
-    active_rows = list(
-        Workload.objects.filter(state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING],
-                                needs_approval=False).values(*ROW_FIELDS)
-    )
-    live = sorted(pending_rows + active_rows, key=lambda r: (r["submitted_at"], r["id"]))
-    ids = [r["id"] for r in live]
-    for ps in PodSet.objects.filter(workload_id__in=ids).order_by("workload_id", "index").values(
-        "workload_id", "index", "count", "flavors", "gpus", "cpu", "memory_gib",
-        "gpu_memory_gib"
-    ):
-        parts.pod_sets.setdefault(ps["workload_id"], []).append(ps)
+    pending_ids = _pending_heads(limit)
+    active_ids = list(Workload.objects.filter(
+        state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING], needs_approval=False)
+        .values_list("id", flat=True))
+    live = _live_rows(pending_ids + active_ids, parts)
+    pending_rows = [r for r in live if r["state"] == S.PENDING]
+    active_rows = [r for r in live if r["state"] in (S.RESERVED, S.RUNNING, S.PREEMPTING)]
+    live = pending_rows + active_rows
+    live.sort(key=lambda r: (r["submitted_at"], r["id"]))
     open_adm = {
         a.workload_id: a
         for a in Admission.objects.filter(ended_at__isnull=True, workload_id__in=[

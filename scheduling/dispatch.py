@@ -157,33 +157,53 @@ def _lock_key(cluster_id: int, shard: int) -> int:
 
 
 @contextlib.contextmanager
-def cluster_locks(cluster_id: int, shards: list[int], *, wait: bool = False
-                  ) -> Iterator[list[int]]:
-    """The shard locks of `cluster_lock` for several shards in one round trip each way;
-    yields the shards held (all of them when `wait`)."""
+def cluster_locks(cluster_id: int, shards: list[int], *, wait: bool = False,
+                  wait_s: float | None = None) -> Iterator[list[int]]:
+    """The shard locks of `cluster_lock` for several shards; yields the shards held.
+
+    All are tried in one round trip; with `wait` the missing ones are then waited for one at
+    a time in key order (so two waiters never deadlock), each for at most `wait_s` seconds
+    when given (a shard still busy then is left out)."""
     if connection.vendor != "postgresql" or not shards:
         yield list(shards)
         return
-    fn = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
-    keys = [_lock_key(cluster_id, s) for s in shards]
+    keys = {s: _lock_key(cluster_id, s) for s in shards}
     with connection.cursor() as cursor:
-        # Keys in ascending order, so two waiting callers never deadlock on each other.
-        cursor.execute("SELECT " + ", ".join(f"{fn}(%s)" for _ in keys), sorted(keys))
-        row = cursor.fetchone()
-    order = sorted(range(len(keys)), key=lambda i: keys[i])
-    got = [True] * len(keys)
-    if not wait:
-        for position, i in enumerate(order):
-            got[i] = bool(row[position])
-    held = [s for s, ok in zip(shards, got, strict=True) if ok]
+        cursor.execute("SELECT " + ", ".join("pg_try_advisory_lock(%s)" for _ in shards),
+                       [keys[s] for s in shards])
+        held = [s for s, ok in zip(shards, cursor.fetchone(), strict=True) if ok]
+        if wait:
+            for s in sorted(set(shards) - set(held), key=keys.__getitem__):
+                if _lock_wait(cursor, keys[s], wait_s):
+                    held.append(s)
     try:
         yield held
     finally:
         if held:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT " + ", ".join(
-                    "pg_advisory_unlock(%s)" for _ in held),
-                    [_lock_key(cluster_id, s) for s in held])
+                cursor.execute("SELECT " + ", ".join("pg_advisory_unlock(%s)" for _ in held),
+                               [keys[s] for s in held])
+
+
+def _lock_wait(cursor: Any, key: int, wait_s: float | None) -> bool:
+    """Wait for one session advisory lock (at most `wait_s` seconds when given)."""
+    from django.db import OperationalError
+
+    if wait_s is None:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
+        return True
+    if connection.in_atomic_block:
+        # A timed-out statement would abort the caller's transaction: try once instead.
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        return bool(cursor.fetchone()[0])
+    cursor.execute(f"SET lock_timeout = '{max(1, int(wait_s * 1000))}ms'")
+    try:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
+        return True
+    except OperationalError:
+        return False
+    finally:
+        cursor.execute("RESET lock_timeout")
 
 
 # The columns a dispatch pass reads, in one query (no model instances on the hot path).
@@ -196,9 +216,11 @@ DISPATCH_FIELDS = (
 
 
 def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
-                     batch: int = 500, shard: int | None = None) -> DispatchReport:
+                     batch: int = 500, shard: int | None = None,
+                     wait_s: float | None = None) -> DispatchReport:
     """Create and start every reserved, undispatched workload of a cluster (or of one shard);
-    shards another pass holds are left to it (`skipped`).
+    shards another pass holds are left to it (`skipped`), after waiting up to `wait_s` for
+    them when given.
 
     A pass costs a few queries per batch, not per workload: one to read the batch, one for its
     pod sets, the backend's (one batch call on a backend with `dispatch_many`), and one
@@ -208,7 +230,7 @@ def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
 
     report = DispatchReport()
     shards = [shard] if shard is not None else list(range(DISPATCH_SHARDS))
-    with cluster_locks(cluster_id, shards) as held:
+    with cluster_locks(cluster_id, shards, wait=wait_s is not None, wait_s=wait_s) as held:
         if len(held) < len(shards):
             report.skipped = True
         if not held:
@@ -293,12 +315,12 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
         else:
             started.append((row, outcome.running))
     now = now or timezone.now()
-    with scheduling_lock(wait=True):
-        _dispatched(cluster, started, now, report)
-        for row, refusal in refused:
-            if _refused(row, refusal, now):
-                report.refused.append(row["workload_id"])
+    _dispatched(cluster, started, now, report)
     if refused:
+        with scheduling_lock(wait=True):
+            for row, refusal in refused:
+                if _refused(row, refusal, now):
+                    report.refused.append(row["workload_id"])
         _nudge()
 
 
@@ -326,10 +348,44 @@ def _create_and_start(backend: Any, cluster: Cluster, spec: WorkloadSpec,
 
 def _dispatched(cluster: Cluster, started: list[tuple[dict[str, Any], bool]], now: datetime,
                 report: DispatchReport) -> None:
-    """Record the started ones whose admission is still open (under the scheduling lock);
-    those whose pods already run go on to `running` in the same transaction."""
+    """Record the started ones whose admission is still open, and move those whose pods
+    already run to `running`, in one transaction.
+
+    No scheduling lock: on PostgreSQL both writes are conditional UPDATEs (`... AND ended_at
+    IS NULL AND dispatched_at IS NULL`, `... AND state = 'reserved'`) returning the rows they
+    changed, so a cycle that ended the admission or preempted the workload meanwhile wins, and
+    the dispatch never waits behind a cycle. Elsewhere the scheduling lock serialises it.
+    """
     if not started:
         return
+    if connection.vendor != "postgresql":
+        with scheduling_lock(wait=True):
+            _dispatched_locked(cluster, started, now, report)
+        return
+    pks = [r["pk"] for r, _ in started]
+    running_pks = [r["pk"] for r, running in started if running]
+    adm_table, w_table = Admission._meta.db_table, Workload._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{adm_table}" SET "dispatched_at" = %s, "running_at" = CASE WHEN '
+            f'"id" = ANY(%s) THEN %s ELSE "running_at" END WHERE "id" = ANY(%s) AND '
+            f'"ended_at" IS NULL AND "dispatched_at" IS NULL RETURNING "id"',
+            [now, running_pks, now, pks])
+        recorded = {row[0] for row in cursor.fetchall()}
+        runs = [r["workload_id"] for r, running in started if running and r["pk"] in recorded]
+        ran: set[int] = set()
+        if runs:
+            cursor.execute(
+                f'UPDATE "{w_table}" SET "state" = %s, "state_changed_at" = %s '
+                f'WHERE "id" = ANY(%s) AND "state" = %s RETURNING "id"',
+                [S.RUNNING, now, runs, S.RESERVED])
+            ran = {row[0] for row in cursor.fetchall()}
+        _dispatch_events(cluster, [(r, r["workload_id"] in ran) for r, _ in started
+                                   if r["pk"] in recorded], now, report)
+
+
+def _dispatched_locked(cluster: Cluster, started: list[tuple[dict[str, Any], bool]],
+                       now: datetime, report: DispatchReport) -> None:
     fresh = dict(Admission.objects.filter(
         pk__in=[r["pk"] for r, _ in started], ended_at__isnull=True,
         dispatched_at__isnull=True).values_list("pk", "workload__state"))
@@ -344,6 +400,11 @@ def _dispatched(cluster: Cluster, started: list[tuple[dict[str, Any], bool]], no
     if runs:
         Workload.objects.filter(pk__in=runs, state=S.RESERVED).update(
             state=S.RUNNING, state_changed_at=now)
+    _dispatch_events(cluster, done, now, report)
+
+
+def _dispatch_events(cluster: Cluster, done: list[tuple[dict[str, Any], bool]], now: datetime,
+                     report: DispatchReport) -> None:
     events = []
     for r, running in done:
         pods = len(r["nodes"])

@@ -47,7 +47,8 @@ def cycle_and_dispatch() -> dict[str, int] | None:
                     len(report.rejected), len(report.released), len(report.requeued),
                     report.pending, report.seconds)
     for cluster_id in sorted(report.dispatch_clusters):
-        result = cluster_dispatch(cluster_id=cluster_id)
+        # Another pass on the cluster is short: wait for it rather than a broker trip.
+        result = cluster_dispatch(cluster_id=cluster_id, wait_s=2.0)
         if result.skipped or result.errors:
             dispatch_cluster.apply_async((cluster_id,), countdown=0.5, expires=30)
     return {"admitted": len(report.admitted), "preempted": len(report.preempted),
