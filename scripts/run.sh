@@ -45,8 +45,13 @@ stop() {
 trap stop INT TERM EXIT
 
 # SQLite (the default database) takes one writer at a time: keep the worker small there.
+# The cluster watch holds a worker process for its session: with one process it would starve
+# the cycle, so there the periodic sync follows the simulated clusters instead.
 concurrency=2
-[ -z "${DATABASE_URL:-}" ] && concurrency=1
+if [ -z "${DATABASE_URL:-}" ]; then
+  concurrency=1
+  export ALLOT_WATCH="${ALLOT_WATCH:-false}"
+fi
 $CELERY -A portal worker --loglevel=INFO --concurrency="$concurrency" -n "allot-run@%h" &
 pids+=($!)
 $CELERY -A portal beat --loglevel=INFO -s var/celerybeat-schedule &
