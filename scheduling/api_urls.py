@@ -22,3 +22,14 @@ urlpatterns += [
     path("clusters", api_clusters.ClusterList.as_view(), name="api-clusters"),
     path("clusters/<slug:name>", api_clusters.ClusterDetail.as_view(), name="api-cluster"),
 ]
+
+# The update path of a workload (issue 7): PATCH on the detail URL (its GET unchanged, so this
+# route goes first) and resubmit.
+from scheduling import api_updates  # noqa: E402
+
+urlpatterns[:0] = [
+    path("workloads/<int:pk>", api_updates.WorkloadDetailUpdateApi.as_view(),
+         name="api-workload-update"),
+    path("workloads/<int:pk>/resubmit", api_updates.WorkloadResubmitApi.as_view(),
+         name="api-workload-resubmit"),
+]

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling import views
+from scheduling import api_updates, views
 
 urlpatterns = [
     path("workloads/", views.workload_list, name="workload-list"),
@@ -11,4 +11,6 @@ urlpatterns = [
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
+    path("workloads/<int:pk>/resubmit/", api_updates.workload_resubmit_page,
+         name="workload-resubmit"),
 ]

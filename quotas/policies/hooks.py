@@ -135,9 +135,9 @@ def _previous_request(ctx: Any) -> dict[str, Any] | None:
 def grows(request: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:
     """Whether an update asks for more than the workload it replaces (unknown: it does).
 
-    More GPUs, pods, CPU or memory, a flavor it did not accept, another queue, another priority
-    class, or no longer preemptible: each is asking for more than what was admitted under the
-    old rules.
+    More GPUs, pods, CPU or memory, a flavor it did not accept, another queue, a higher
+    priority class, or no longer preemptible: each is asking for more than what was admitted
+    under the old rules.
     """
     if previous is None:
         return True
@@ -145,10 +145,23 @@ def grows(request: Mapping[str, Any], previous: Mapping[str, Any] | None) -> boo
         return True
     if not set(request["flavors"]) <= set(previous["flavors"]):
         return True
-    for name in ("queue", "priority_class"):
-        if previous.get(name) and request.get(name) and request[name] != previous[name]:
-            return True
+    if previous.get("queue") and request.get("queue") and request["queue"] != previous["queue"]:
+        return True
+    if _higher_class(request.get("priority_class"), previous.get("priority_class")):
+        return True
     return bool(previous.get("preemptible", True) and not request.get("preemptible", True))
+
+
+def _higher_class(new: str | None, old: str | None) -> bool:
+    """Whether priority class `new` ranks above `old` (an unknown one does)."""
+    if not new or not old or new == old:
+        return False
+    from scheduling.models import PriorityClass  # noqa: PLC0415
+
+    values = dict(PriorityClass.objects.filter(name__in=[new, old]).values_list("name", "value"))
+    if new not in values or old not in values:
+        return True
+    return values[new] > values[old]
 
 
 class _Reused:

@@ -63,11 +63,8 @@ def torg(transactional_db):
     from quotas.policies import changes
 
     changes.reset()
-    _seed_priority_classes()
     yield build_org()
     changes.reset()
-    # The flush after a transactional test empties every table, the seeded classes included.
-    _seed_priority_classes()
 
 
 def _seed_priority_classes():
@@ -80,6 +77,8 @@ def _seed_priority_classes():
 
 
 def build_org():
+    # A transactional test's flush empties every table, the seeded priority classes included.
+    _seed_priority_classes()
     o = Org()
     o.a100 = FlavorFactory(name="a100-80g", gpu_memory_gib=80)
     o.h100 = FlavorFactory(name="h100-80g", gpu_memory_gib=80)
@@ -124,3 +123,16 @@ def user_api(org):
 def _counts_at_once(settings):
     """Hit counters written right after each commit (the default buffers them for a second)."""
     settings.ALLOT_POLICY_COUNTS_FLUSH_S = 0
+
+
+@pytest.fixture(autouse=True)
+def _priority_classes_seeded(request):
+    """The seeded priority classes, even after another test's flush emptied the tables."""
+    names = set(request.fixturenames)
+    if "transactional_db" in names:
+        request.getfixturevalue("transactional_db")
+    elif "db" in names or request.node.get_closest_marker("django_db"):
+        request.getfixturevalue("db")
+    else:
+        return
+    _seed_priority_classes()

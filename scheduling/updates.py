@@ -1,0 +1,270 @@
+"""Restarting an ended workload and changing a pending one (the update path of issue 7).
+
+Both go through the submission rules (`workload_submit`'s validation, the registered submission
+checks, the engine's request check) as an update of the existing workload: the checks see
+`is_update`, the workload replaced and its previous request (`extensions.submission_update`),
+so a newly tightened policy does not deny what does not grow (it is recorded as grandfathered
+instead), while growing is judged as a new request.
+
+- `workload_resubmit`: a finished, failed or cancelled workload (or a rejected one, judged as a
+  new request: it was never accepted under the old rules) runs again as a new workload with the
+  same request, optionally changed; the two are linked by events (payload `replaces` /
+  `replaced_by`).
+- `workload_update`: a pending workload's request changes in place (same id, same place in its
+  queue's order). Refused changes leave it as it was; the reasons are returned and recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling import extensions, services
+from scheduling.models import (
+    TERMINAL_STATES,
+    EventType,
+    PodSet,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+
+S = WorkloadState
+
+# The submission fields (POST /api/v1/workloads) a restart may change.
+RESUBMIT_FIELDS = frozenset({
+    "name", "queue", "priority_class", "preemptible", "checkpoint", "strategy", "image",
+    "command", "dataset", "duration_hint_s", "termination_grace_s", "topology", "labels", "pods",
+})
+# A pending workload may change all of them but its queue (moving is cancel + resubmit).
+UPDATE_FIELDS = RESUBMIT_FIELDS - {"queue"}
+# Ended workloads accepted under the rules of their time: their restart is an update.
+GRANDFATHERED_STATES = (S.FINISHED, S.FAILED, S.CANCELLED)
+
+
+def workload_input(workload: Workload) -> dict[str, Any]:
+    """A stored workload as a submission (the input of POST /api/v1/workloads)."""
+    return {
+        "name": workload.name, "queue": workload.queue.path,
+        "priority_class": workload.priority_class.name, "preemptible": workload.preemptible,
+        "checkpoint": workload.checkpoint, "strategy": workload.strategy,
+        "image": workload.image, "command": list(workload.command or []),
+        "dataset": workload.dataset, "duration_hint_s": workload.duration_hint_s,
+        "termination_grace_s": workload.termination_grace_s,
+        "topology": dict(workload.topology or {}), "labels": dict(workload.labels or {}),
+        "pods": [
+            {"count": p.count, "flavors": list(p.flavors), "gpus": p.gpus, "cpu": p.cpu,
+             "memory_gib": p.memory_gib, "gpu_memory_gib": p.gpu_memory_gib}
+            for p in sorted(workload.pod_sets.all(), key=lambda p: p.index)
+        ],
+    }
+
+
+def _plain_pods(pods: Any) -> Any:
+    """Pod sets compared by value: defaults filled in, numbers as Decimal."""
+    if not isinstance(pods, list):
+        return pods
+    out = []
+    for p in pods:
+        if not isinstance(p, Mapping):
+            return pods
+        try:
+            out.append((int(p.get("count", 1)), tuple(p.get("flavors") or ()),
+                        int(p.get("gpus", 0)), Decimal(str(p.get("cpu", 0) or 0)),
+                        Decimal(str(p.get("memory_gib", 0) or 0)), p.get("gpu_memory_gib")))
+        except (TypeError, ValueError, ArithmeticError):
+            return pods
+    return out
+
+
+def _changed(changes: Mapping[str, Any], previous: Mapping[str, Any]) -> list[str]:
+    """The fields of `changes` whose value differs from the workload's."""
+    out = []
+    for name, value in changes.items():
+        old = previous.get(name)
+        if name == "pods":
+            value, old = _plain_pods(value), _plain_pods(old)
+        if value != old:
+            out.append(name)
+    return sorted(out)
+
+
+def _check_fields(changes: Mapping[str, Any], allowed: frozenset[str], what: str) -> None:
+    if not isinstance(changes, Mapping):
+        raise ValidationError({"non_field_errors": ["expected a JSON object"]})
+    errors = {}
+    for name in sorted(set(changes) - allowed):
+        if name == "queue":
+            errors[name] = ["a pending workload cannot move to another queue: cancel it and "
+                            "resubmit it to that queue"]
+        else:
+            errors[name] = [f"unknown field: {what} takes {', '.join(sorted(allowed))}"]
+    if errors:
+        raise ValidationError(errors)
+
+
+def _locked(user: Any, workload: Workload) -> Workload:
+    workload = (Workload.objects.select_for_update(of=("self",))
+                .select_related("queue", "team", "owner", "priority_class")
+                .prefetch_related("pod_sets").get(pk=workload.pk))
+    if not services.user_may_manage(user, workload):
+        raise PermissionDenied("only the owner, a lead of its team or an admin may change or "
+                               f"resubmit workload {workload.name}")
+    return workload
+
+
+@transaction.atomic
+def workload_resubmit(
+    *, user: Any, workload: Workload, changes: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+) -> Workload:
+    """Run an ended workload again as a new workload (its request, with `changes`).
+
+    The new workload is submitted like any other (it may be rejected, with the reasons); for a
+    finished, failed or cancelled one the submission checks see it as an update of the old one.
+    Raises ValidationError (bad or unknown fields, a workload that has not ended) and
+    PermissionDenied; nothing is saved then.
+    """
+    changes = dict(changes or {})
+    _check_fields(changes, RESUBMIT_FIELDS, "a resubmission")
+    now = now or timezone.now()
+    old = _locked(user, workload)
+    if old.state not in TERMINAL_STATES:
+        raise ValidationError({"state": [
+            f"workload {old.name} is {old.state}: only an ended (finished, failed, cancelled "
+            "or rejected) workload can be resubmitted; change a pending one with PATCH, or "
+            "cancel it first"]})
+    previous = workload_input(old)
+    data = {**previous, **changes}
+    update = (extensions.submission_update(replaces=old.pk, previous=previous)
+              if old.state in GRANDFATHERED_STATES else contextlib.nullcontext())
+    with update:
+        new = services.workload_submit(user=user, data=data, now=now)
+    who = user.get_username()
+    changed = _changed(changes, previous)
+    what = f" with {', '.join(changed)} changed" if changed else ""
+    WorkloadEvent.objects.bulk_create([
+        WorkloadEvent(workload=new, at=now, type=EventType.SUBMITTED, actor=user,
+                      code="RESUBMITTED",
+                      message=f"resubmission of #{old.pk} ({old.state}) by {who}{what}",
+                      payload={"replaces": old.pk, "changed": changed}),
+        WorkloadEvent(workload=old, at=now, type=EventType.SUBMITTED, actor=user,
+                      code="RESUBMITTED",
+                      message=f"resubmitted as #{new.pk} by {who}{what}",
+                      payload={"replaced_by": new.pk, "changed": changed}),
+    ])
+    return new
+
+
+@dataclass
+class UpdateOutcome:
+    """What `workload_update` did: the workload (changed, or as it was when refused)."""
+
+    workload: Workload
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+
+
+@transaction.atomic
+def workload_update(
+    *, user: Any, workload: Workload, changes: Mapping[str, Any], now: datetime | None = None,
+) -> UpdateOutcome:
+    """Change a pending workload's request in place (same id, same submission time).
+
+    Validated like a submission (ValidationError naming every bad field, nothing saved), then
+    judged by the submission checks as an update of the workload (a change that does not grow
+    is not denied by a newly tightened rule) and by the engine's request check. A refused
+    change leaves the workload as it was: the reasons are returned, and recorded as a policy
+    event with the violations. Runs under the scheduling lock, so no cycle admits the old
+    request meanwhile.
+    """
+    from scheduling.approvals import approval_reason  # noqa: PLC0415 (imports services)
+    from scheduling.cycle import RequestChecker, scheduling_lock  # noqa: PLC0415
+
+    _check_fields(changes, UPDATE_FIELDS, "an update")
+    now = now or timezone.now()
+    with scheduling_lock(wait=True):
+        w = _locked(user, workload)
+        if w.state != S.PENDING:
+            raise ValidationError({"state": [
+                f"workload {w.name} is {w.state}: only a pending workload can be changed; "
+                "resubmit it (POST .../resubmit) once it has ended"]})
+        previous = workload_input(w)
+        data = {**previous, **changes}
+        lookups = services.SubmitLookups(user)
+        clean = services._validate(user, data, lookups)
+        changed = _changed(changes, previous)
+        if not changed:
+            return UpdateOutcome(w)
+        verdict = extensions.run_submission_checks(extensions.SubmissionContext(
+            user=user, queue=w.queue, team=w.team, request=data, is_update=True,
+            replaces=w.pk, previous=previous))
+        priority_class = clean["priority_class"]
+        if verdict.priority_class and verdict.priority_class != priority_class.name:
+            imposed = lookups.classes.get(verdict.priority_class)
+            if imposed is None:
+                raise ValidationError({"priority_class": [
+                    f"a policy imposes unknown priority class {verdict.priority_class!r}"]})
+            verdict.audit.append(f"priority class {priority_class.name} -> {imposed.name} "
+                                 "(set by policy)")
+            priority_class = imposed
+        for name in ("name", "preemptible", "checkpoint", "strategy", "dataset", "image",
+                     "command", "duration_hint_s", "termination_grace_s", "topology", "labels"):
+            setattr(w, name, clean[name])
+        w.priority_class = priority_class
+        pod_sets = [
+            PodSet(workload=w, index=p["index"], count=p["count"], flavors=p["flavors"],
+                   gpus=p["gpus"], cpu=p["cpu"], memory_gib=p["memory_gib"],
+                   gpu_memory_gib=p["gpu_memory_gib"])
+            for p in clean["pods"]
+        ]
+        refused = list(verdict.deny) or RequestChecker(now).check(w, pod_sets)
+        who = user.get_username()
+        events = [WorkloadEvent(workload=w, at=now, type=EventType.POLICY, actor=user,
+                                message=line) for line in verdict.audit]
+        if refused:
+            events.append(WorkloadEvent(
+                workload=w, at=now, type=EventType.POLICY, actor=user, code=refused[0][0],
+                message=f"update by {who} refused ({', '.join(changed)}): "
+                        + "; ".join(m for _, m in refused),
+                payload={"changed": changed, "reasons": [list(r) for r in refused]}))
+            WorkloadEvent.objects.bulk_create(events)
+            return UpdateOutcome(
+                Workload.objects.select_related("queue", "team", "owner", "priority_class")
+                .prefetch_related("pod_sets").get(pk=w.pk), refused, changed)
+        held = approval_reason(clean)
+        fields = ["name", "preemptible", "checkpoint", "strategy", "dataset", "image", "command",
+                  "duration_hint_s", "termination_grace_s", "topology", "labels",
+                  "priority_class", "needs_approval", "reason_code", "reason_message"]
+        if held:
+            w.needs_approval = True
+            w.reason_code, w.reason_message = "NEEDS_APPROVAL", held
+        elif w.needs_approval or w.reason_code == "NEEDS_APPROVAL":
+            w.needs_approval = False
+            w.reason_code, w.reason_message = "", ""
+        w.save(update_fields=fields)
+        PodSet.objects.filter(workload=w).delete()
+        PodSet.objects.bulk_create(pod_sets)
+        gpus = sum(p.count * p.gpus for p in pod_sets)
+        events.insert(0, WorkloadEvent(
+            workload=w, at=now, type=EventType.SUBMITTED, actor=user, code="UPDATED",
+            message=f"updated by {who} ({', '.join(changed)}): {gpus} GPUs in "
+                    f"{sum(p.count for p in pod_sets)} pods",
+            payload={"changed": changed, "priority_class": priority_class.name}))
+        if held:
+            events.append(WorkloadEvent(workload=w, at=now, type=EventType.POLICY, actor=user,
+                                        code="NEEDS_APPROVAL", message=held))
+        WorkloadEvent.objects.bulk_create(events)
+    if not w.needs_approval:
+        transaction.on_commit(services.cycle_nudge)
+    return UpdateOutcome(
+        Workload.objects.select_related("queue", "team", "owner", "priority_class")
+        .prefetch_related("pod_sets").get(pk=w.pk), [], changed)
