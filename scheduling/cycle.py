@@ -102,6 +102,27 @@ def bulk_set(model: Any, objs: list[Any], fields: list[str]) -> None:
         cursor.executemany(sql, params)
 
 
+def insert_rows(model: Any, objs: list[Any]) -> None:
+    """Insert unsaved model instances (no ids come back).
+
+    bulk_create builds one INSERT with a parameter per field and row, which Django compiles
+    and psycopg quotes client-side: milliseconds per hundred rows. On PostgreSQL the rows go
+    through COPY instead; other databases use bulk_create.
+    """
+    if not objs:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(objs, batch_size=1000)
+        return
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    with connection.cursor() as cursor, cursor.cursor.copy(
+            f'COPY "{model._meta.db_table}" ({columns}) FROM STDIN') as copy:
+        for o in objs:
+            copy.write_row([f.get_db_prep_save(getattr(o, f.attname), connection)
+                            for f in fields])
+
+
 def ts(value: datetime | None) -> float | None:
     """A datetime as POSIX seconds (the engine's clock)."""
     return value.timestamp() if value is not None else None
@@ -512,7 +533,7 @@ def _requeue_expired_grace(now: datetime, report: CycleReport) -> None:
         report.requeued.append(w.pk)
     bulk_set(Admission, closed, ["ended_at", "end_reason"])
     bulk_set(Workload, victims, [*STATE_FIELDS, "progress_s", "preempt_deadline"])
-    WorkloadEvent.objects.bulk_create(events)
+    insert_rows(WorkloadEvent, events)
 
 
 def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
@@ -610,16 +631,14 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
 
     if closed:
         bulk_set(Admission, closed, ["ended_at", "end_reason"])
-    if new_admissions:
-        Admission.objects.bulk_create(new_admissions)
+    insert_rows(Admission, new_admissions)
     reasons_only = [w for pk, w in changed.items() if pk not in moved]
     moved_rows = [w for pk, w in changed.items() if pk in moved]
     bulk_set(Workload, reasons_only, ["reason_code", "reason_message"])
     bulk_set(Workload, moved_rows,
              [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
               "preempt_kind", "preempted_by", "not_before", "backoff_count"])
-    if events:
-        WorkloadEvent.objects.bulk_create(events, batch_size=1000)
+    insert_rows(WorkloadEvent, events)
 
 
 # --- submission check -------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from scheduling.backends.base import (
 from scheduling.backends.base import (
     EventType as K8sEventType,
 )
-from scheduling.cycle import LOCK_KEY, bulk_set, scheduling_lock
+from scheduling.cycle import LOCK_KEY, bulk_set, insert_rows, scheduling_lock
 from scheduling.models import (
     Admission,
     Cluster,
@@ -417,7 +417,7 @@ def _dispatch_events(cluster: Cluster, done: list[tuple[dict[str, Any], bool]], 
             events.append(WorkloadEvent(
                 workload_id=r["workload_id"], at=now, type=EventType.RUNNING,
                 message=f"all {pods} pods running on {cluster.name}"))
-    WorkloadEvent.objects.bulk_create(events)
+    insert_rows(WorkloadEvent, events)
     report.started.extend(r["workload_id"] for r, _ in done)
 
 
@@ -661,8 +661,7 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, Phase, str]]
     if changed_w:
         bulk_set(Workload, list(changed_w.values()),
                  ["state", "state_changed_at", "finished_at", "progress_s", "preempt_deadline"])
-    if events:
-        WorkloadEvent.objects.bulk_create(events)
+    insert_rows(WorkloadEvent, events)
 
 
 # --- watch ------------------------------------------------------------------------------------

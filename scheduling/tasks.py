@@ -29,7 +29,7 @@ def _retrying(task, call: Callable[..., Any], **kwargs: Any) -> None:  # type: i
         raise task.retry(exc=exc) from exc
 
 
-def cycle_and_dispatch() -> dict[str, int] | None:
+def cycle_and_dispatch(*, wait: bool = False) -> dict[str, int] | None:
     """One cycle, then phase two of dispatch for what it admitted, in this task.
 
     Dispatching here saves a trip through the broker between a reservation and its Jobs; a
@@ -38,7 +38,7 @@ def cycle_and_dispatch() -> dict[str, int] | None:
     from scheduling.cycle import cycle_run
     from scheduling.dispatch import cluster_dispatch
 
-    report = cycle_run(enqueue_dispatch=False)
+    report = cycle_run(enqueue_dispatch=False, wait=wait)
     if not report.ran:
         return None
     if report.admitted or report.preempted or report.rejected or report.released:
@@ -56,12 +56,9 @@ def cycle_and_dispatch() -> dict[str, int] | None:
 
 
 def cycle_soon() -> None:
-    """Capacity came back: run the cycle (and its dispatch) here and now; if another process
-    is in a cycle that may have read the database before the release, nudge one more."""
-    if cycle_and_dispatch() is None:
-        from scheduling.services import cycle_nudge
-
-        cycle_nudge()
+    """Capacity came back: run the cycle (and its dispatch) here and now, right after the
+    cycle another process may be in (which may have read the database before the release)."""
+    cycle_and_dispatch(wait=True)
 
 
 @shared_task(name="scheduling.cycle", ignore_result=True)

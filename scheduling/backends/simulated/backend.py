@@ -41,6 +41,13 @@ from scheduling.backends.base import (
 from scheduling.backends.naming import parse_job_name
 
 
+def _insert(model: Any, rows: list[Any]) -> None:
+    """Insert many rows fast (COPY on PostgreSQL; see scheduling.cycle.insert_rows)."""
+    from scheduling.cycle import insert_rows
+
+    insert_rows(model, rows)
+
+
 class SimulatedBackend:
     """A simulated cluster whose state is in the database (shared by every process)."""
 
@@ -379,7 +386,7 @@ class SimulatedBackend:
             if controls is not None and fail_left != controls.fail_next:
                 controls.fail_next = fail_left
                 controls.save(update_fields=["fail_next", "updated_at"])
-            SimJob.objects.bulk_create(rows, batch_size=1000)
+            _insert(SimJob, rows)
             if restart:
                 SimJob.objects.bulk_update(
                     restart, ["suspended", "started_at", "suspended_at", "touched_at",
