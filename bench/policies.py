@@ -163,20 +163,38 @@ def main() -> None:
 
         with CaptureQueriesContext(connection) as queries:
             policy_submission_check(ctx)
+        warm_queries = len(queries)
+        # Right after a write to what the context reads (here: an admission statement, as each
+        # scheduling cycle makes), the changed piece is read again: the price of a cache miss.
+        from scheduling.models import Admission
+
+        def after_a_change() -> None:
+            Admission.objects.filter(pk=-1).update(ended_at=None)
+
+        missed = []
+        for _ in range(SUBMISSIONS):
+            after_a_change()
+            start = time.perf_counter()
+            policy_submission_check(ctx)
+            missed.append((time.perf_counter() - start) * 1000)
+        after_a_change()
+        with CaptureQueriesContext(connection) as queries:
+            policy_submission_check(ctx)
         print(f"submission, {len(specs)} policies (80 validate, 20 priority), "
               f"{SUBMISSIONS} runs:")
         print(f"  CEL evaluation only:      p50 {pct(eval_only, .5):.3f} ms, "
-              f"p95 {pct(eval_only, .95):.3f} ms  (target p95 < 2 ms)")
+              f"p95 {pct(eval_only, .95):.3f} ms")
         print(f"  CEL evaluation, CPU time: p50 {pct(eval_cpu, .5):.3f} ms, "
               f"p95 {pct(eval_cpu, .95):.3f} ms")
-        print(f"  whole check (DB context): p50 {pct(full, .5):.3f} ms, "
-              f"p95 {pct(full, .95):.3f} ms")
-        print(f"  whole check, CPU time:    p50 {pct(full_cpu, .5):.3f} ms, "
-              f"p95 {pct(full_cpu, .95):.3f} ms  ({len(queries)} queries per check, "
-              "their server time not included)")
         print(f"  whole check, no policies: p50 {pct(baseline, .5):.3f} ms, "
               f"p95 {pct(baseline, .95):.3f} ms")
-        print(f"  added by 100 policies:    p95 {pct(full, .95) - pct(baseline, .95):.3f} ms")
+        print(f"  whole check, CPU time:    p50 {pct(full_cpu, .5):.3f} ms, "
+              f"p95 {pct(full_cpu, .95):.3f} ms")
+        print(f"  whole check after a write to the context ({len(queries)} queries): "
+              f"p50 {pct(missed, .5):.3f} ms, p95 {pct(missed, .95):.3f} ms")
+        print(f"  ADDED LATENCY, 100 policies on one submission (the whole check, "
+              f"{warm_queries} query): p50 {pct(full, .5):.3f} ms, "
+              f"p95 {pct(full, .95):.3f} ms  (target p95 < 2 ms)")
 
         for data in cycle_policies():
             policy_create(user=None, data=data)
@@ -209,7 +227,7 @@ def main() -> None:
         policy_cycle_adjuster(probe)
         capped = sum(1 for v in probe.max_policy.values() if v)
         placed = len(probe.allowed_clusters)
-        print(f"cycle, {len(paths)} queues, {PENDING} pending, 10 limit + 10 placement "
+        print(f"CYCLE COST, {len(paths)} queues, {PENDING} pending, 10 limit + 10 placement "
               f"policies ({capped} queue keys capped, {placed} workloads placed), "
               f"{CYCLES} runs:")
         print(f"  evaluate over DB state:   median {statistics.median(evaluation):.1f} ms")

@@ -96,6 +96,39 @@ def referenced_roots(src: str) -> frozenset[str]:
     return frozenset(v for v in compile_expression(src).variables() if v in ROOTS)
 
 
+# CEL string literals (triple-quoted, quoted with escapes; raw/bytes prefixes): blanked out
+# before looking for variable names, so a "request" inside a message is not a use.
+_STRING = re.compile(
+    r"""[rRbB]*("\"\"[\s\S]*?"\"\"|'\'\'[\s\S]*?'\'\'"""
+    r"""|"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*')""")
+
+
+@lru_cache(maxsize=4096)
+def referenced_fields(src: str, root: str) -> frozenset[str] | None:
+    """The fields of variable `root` that `src` reads (`request.gpus` -> {"gpus"}), or None
+    when it uses the variable otherwise (whole, indexed, passed to a function): then all of it
+    is needed. Lets an evaluation loop convert only those fields for CEL."""
+    code = _STRING.sub('""', src or "")
+    fields: set[str] = set()
+    for found in re.finditer(_IDENT.format(re.escape(root)), code):
+        access = re.match(r"\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)", code[found.end():])
+        if access is None:
+            return None
+        fields.add(access.group(1))
+    return frozenset(fields)
+
+
+def fields_of(sources: Any, root: str) -> frozenset[str] | None:
+    """`referenced_fields` over several expressions (None if any needs the whole variable)."""
+    out: set[str] = set()
+    for src in sources:
+        fields = referenced_fields(src, root)
+        if fields is None:
+            return None
+        out |= fields
+    return frozenset(out)
+
+
 def _join(items: Any, sep: Any = ", ") -> str:
     return str(sep).join(_fmt(x) for x in items)
 

@@ -237,8 +237,12 @@ def evaluate_limits(
     *,
     fail_open: bool = False,
     out: CycleOutcome | None = None,
+    fields: frozenset[str] | None = None,
 ) -> CycleOutcome:
     """Run limit policies on each queue context (`queue` variable) over the shared `base`.
+
+    `fields`: the only fields of `queue` the policies read (`celexpr.fields_of`), so CEL
+    converts no more than those; None: all.
 
     A cap only lowers: the engine keeps min(configured max, cap). An evaluation error under
     enforce caps the key at 0 (fail closed: nothing new is admitted there; nothing is evicted).
@@ -253,10 +257,11 @@ def evaluate_limits(
         active = [p for p in limits if p.applies_to_path(path)]
         if not active:
             continue
+        value = _only(queue, fields)
         if ctx is None:
-            ctx = make_context({**base, "queue": queue})
+            ctx = make_context({**base, "queue": value})
         else:
-            set_variable(ctx, "queue", queue)
+            set_variable(ctx, "queue", value)
         for policy in active:
             try:
                 if not run_match(policy, ctx):
@@ -287,6 +292,12 @@ def evaluate_limits(
     return out
 
 
+def _only(value: Mapping[str, Any], fields: frozenset[str] | None) -> Mapping[str, Any]:
+    if fields is None:
+        return value
+    return {k: value[k] for k in fields if k in value}
+
+
 def _num(value: Any) -> str:
     if value is None:
         return "unlimited"
@@ -309,8 +320,11 @@ def evaluate_placements(
     *,
     fail_open: bool = False,
     out: CycleOutcome | None = None,
+    fields: frozenset[str] | None = None,
 ) -> CycleOutcome:
     """Run placement policies on each pending workload (id, request variables).
+
+    `fields`: the only fields of `request` the policies read; None: all.
 
     The rule names clusters or regions; a workload may use the clusters named, or lying in a
     region named, by every enforce-mode policy that matches it. An evaluation error under
@@ -321,40 +335,71 @@ def evaluate_placements(
     if not placements:
         return out
     ctx = None
+    every = {c["name"] for c in clusters}
+    # With `fields` known, workloads with equal values of those fields get equal answers (the
+    # rest of the context is shared): each distinct request is evaluated once.
+    memo: dict[tuple[Any, ...], list[tuple[PolicySpec, str, Any, str]]] = {}
     for workload_id, request in workloads:
         path = str(request.get("queue", ""))
         active = [p for p in placements if p.applies_to_path(path)]
         if not active:
             continue
-        if ctx is None:
-            ctx = make_context({**base, "request": request})
-        else:
-            set_variable(ctx, "request", request)
-        for policy in active:
-            try:
-                if not run_match(policy, ctx):
+        value = _only(request, fields)
+        key = None
+        results = None
+        if fields is not None:
+            key = (tuple(p.name for p in active), _canonical(value))
+            results = memo.get(key)
+        if results is None:
+            if ctx is None:
+                ctx = make_context({**base, "request": value})
+            else:
+                set_variable(ctx, "request", value)
+            results = []
+            for policy in active:
+                try:
+                    if not run_match(policy, ctx):
+                        continue
+                    names = run_rule(policy, ctx)
+                except PolicyEvaluationError as exc:
+                    results.append((policy, "error", exc, ""))
                     continue
-                names = run_rule(policy, ctx)
-            except PolicyEvaluationError as exc:
-                finding = _error_finding(policy, "placement", exc)
-                out.findings.append(finding)
-                out.subjects.append(str(request.get("name", workload_id)))
+                wanted = set(names)
+                reason = run_message(
+                    policy, ctx,
+                    f"policy {policy.name} allows only {', '.join(sorted(wanted)) or 'no cluster'}",
+                )
+                results.append((policy, "ok", names, reason))
+            if key is not None:
+                memo[key] = results
+        subject = str(request.get("name", workload_id))
+        for policy, status, names, reason in results:
+            if status == "error":
+                out.findings.append(_error_finding(policy, "placement", names))
+                out.subjects.append(subject)
                 if policy.mode == ENFORCE and not fail_open:
-                    _restrict(out, workload_id, set(), f"policy {policy.name} failed: {exc}")
+                    _restrict(out, workload_id, set(), f"policy {policy.name} failed: {names}")
                 continue
             wanted = set(names)
             allowed = {c["name"] for c in clusters
                        if c["name"] in wanted or (c.get("region") and c["region"] in wanted)}
-            reason = run_message(
-                policy, ctx,
-                f"policy {policy.name} allows only {', '.join(sorted(wanted)) or 'no cluster'}",
-            )
             if policy.mode == ENFORCE:
                 _restrict(out, workload_id, allowed, reason)
-            elif allowed != {c["name"] for c in clusters}:
+            elif allowed != every:
                 out.findings.append(Finding(policy, "audited", "", reason, policy.rule, names))
-                out.subjects.append(str(request.get("name", workload_id)))
+                out.subjects.append(subject)
     return out
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable, order-independent form of a context value."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _canonical(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_canonical(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return tuple(sorted(_canonical(v) for v in value))
+    return (type(value).__name__, value)
 
 
 def _restrict(out: CycleOutcome, workload_id: int, allowed: set[str], reason: str) -> None:

@@ -18,7 +18,7 @@ from django.utils import timezone
 from quotas.models import Queue, Team
 
 from . import changes
-from .celexpr import make_context, referenced_roots, set_variable
+from .celexpr import fields_of, make_context, referenced_roots, set_variable
 from .context import (
     EMPTY_COST_CENTER,
     EMPTY_QUEUE,
@@ -56,17 +56,29 @@ def fail_open() -> bool:
     return bool(getattr(settings, "ALLOT_POLICY_FAIL_OPEN", False))
 
 
-_spec_cache: dict[tuple[str, ...], tuple[Any, tuple[list[PolicySpec], frozenset[str]]]] = {}
+_spec_cache: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
 
-def _load_specs(kinds: Sequence[str]) -> tuple[list[PolicySpec], frozenset[str]]:
+Active = tuple[list[PolicySpec], frozenset[str], "frozenset[str] | None"]
+
+
+def _load_specs(kinds: Sequence[str]) -> Active:
     specs = [policy_to_spec(p) for p in Policy.objects.filter(kind__in=kinds).exclude(
         mode=PolicyMode.OFF)]
-    return specs, frozenset(_needs(specs))
+    sources = [src for spec in specs for src in (spec.match, spec.rule, spec.message)]
+    return specs, frozenset(_needs(specs)), fields_of(sources, "request")
 
 
-def _active(kinds: Sequence[str], view: Any) -> tuple[list[PolicySpec], frozenset[str]]:
-    """The policies of these kinds that are not off, and the variables they read."""
+def _trimmed(value: Mapping[str, Any], fields: frozenset[str] | None) -> Mapping[str, Any]:
+    """Only the fields the rules read (None: all), so CEL converts no more than that."""
+    if fields is None:
+        return value
+    return {k: value[k] for k in fields if k in value}
+
+
+def _active(kinds: Sequence[str], view: Any) -> Active:
+    """The policies of these kinds that are not off, the variables they read, and the fields
+    of `request` they read (None: more than fields)."""
     key = tuple(sorted(kinds))
     if view is not None:
         return view.get("policy", ("specs", key), lambda: _load_specs(key))
@@ -80,7 +92,7 @@ def _active(kinds: Sequence[str], view: Any) -> tuple[list[PolicySpec], frozense
     cached = _spec_cache.get(key)
     if cached is None or cached[0] != stamp:
         cached = _spec_cache[key] = (stamp, _load_specs(key))
-    return cached[1]
+    return cached[1]  # type: ignore[no-any-return]
 
 
 def active_specs(kinds: Sequence[str]) -> list[PolicySpec]:
@@ -197,7 +209,7 @@ def policy_submission_check(ctx: Any) -> Any:
 
     now = timezone.now()
     view = changes.validate()
-    specs, needs = _active(SUBMISSION_KINDS, view)
+    specs, needs, request_fields = _active(SUBMISSION_KINDS, view)
     if not specs:
         return None
     if view is not None:
@@ -212,8 +224,9 @@ def policy_submission_check(ctx: Any) -> Any:
         variables["request"], _previous_request(ctx))
     cel_context = None
     if view is not None:
-        cel_context = _reused_context(view, variables, ctx.queue.path,
-                                      ctx.team.pk if ctx.team is not None else None, needs)
+        cel_context = _reused_context(
+            view, {**variables, "request": _trimmed(variables["request"], request_fields)},
+            ctx.queue.path, ctx.team.pk if ctx.team is not None else None, needs)
     outcome = evaluate_request(specs, variables, fail_open=fail_open(),
                                grandfathered=grandfathered, context=cel_context)
     findings = list(outcome.findings)
@@ -335,7 +348,8 @@ def cycle_evaluate(
             if qpath in qvars and value is not None:
                 current = qvars[qpath]["max"].get(key, value)
                 qvars[qpath]["max"][key] = _plain_number(min(current, float(value)))
-        evaluate_limits(limits, qvars.values(), base, fail_open=fail_open(), out=out)
+        evaluate_limits(limits, qvars.values(), base, fail_open=fail_open(), out=out,
+                        fields=fields_of(_sources(limits), "queue"))
         queue_inputs = qvars
     placements = [s for s in specs if s.kind == "placement"]
     team_bases: dict[str, dict[str, Any]] = {}
@@ -350,6 +364,7 @@ def cycle_evaluate(
         by_team: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         in_scope = [p for p in pending
                     if any(s.applies_to_path(p.queue_path) for s in placements)]
+        request_fields = fields_of(_sources(placements), "request")
         sources = " ".join(f"{s.match} {s.rule} {s.message}" for s in placements)
         with_extra = any(f in sources for f in _EXTRA_FIELDS)
         for workload_id, request in _pending_requests(in_scope, with_extra=with_extra):
@@ -370,7 +385,7 @@ def cycle_evaluate(
                 team_base["cost_center"] = cost_center_variables(team, now=now)
             team_bases[team_name] = team_base
             evaluate_placements(placements, group, team_base, cluster_rows,
-                                fail_open=fail_open(), out=out)
+                                fail_open=fail_open(), out=out, fields=request_fields)
     inputs: dict[str, Any] = {}
     for subject in set(out.subjects):
         if subject in queue_inputs:
@@ -379,6 +394,10 @@ def cycle_evaluate(
             request = request_inputs[subject]
             inputs[subject] = {**team_bases.get(request["team"], base), "request": request}
     return out, inputs
+
+
+def _sources(specs: Sequence[PolicySpec]) -> list[str]:
+    return [src for s in specs for src in (s.match, s.rule, s.message)]
 
 
 def _plain_number(value: float) -> Any:

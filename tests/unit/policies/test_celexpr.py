@@ -65,3 +65,17 @@ def test_evaluation_errors_are_policy_errors(src, fragment):
     with pytest.raises(PolicyEvaluationError) as info:
         evaluate(src, ctx)
     assert fragment in str(info.value)
+
+
+def test_referenced_fields_of_a_variable():
+    from quotas.policies.celexpr import fields_of, referenced_fields
+
+    assert referenced_fields('"kind" in request.labels && request.labels["kind"] == "x"',
+                             "request") == {"labels"}
+    assert referenced_fields('"the request " + string(request . gpus)', "request") == {"gpus"}
+    assert referenced_fields("size(request) > 0", "request") is None
+    assert referenced_fields('request["gpus"] > 0', "request") is None
+    assert referenced_fields("queue.path.startsWith('d1/')", "request") == frozenset()
+    assert fields_of(["request.gpus", "request.pods > 0", "true"], "request") == {"gpus",
+                                                                                  "pods"}
+    assert fields_of(["request.gpus", "has(request)"], "request") is None

@@ -157,3 +157,27 @@ def test_placement_by_region_and_by_name_intersect():
     assert out.placements[1][0] == {"sh-2"}
     assert out.placements[2][0] == {"sh-2", "bj-1"}
 
+
+
+def test_placement_answers_equal_requests_once_but_reports_each_workload():
+    from quotas.policies.celexpr import fields_of
+    from quotas.policies.context import sample_variables
+    from quotas.policies.evaluation import PolicySpec, evaluate_placements
+
+    audit = PolicySpec(name="east", kind="placement", mode="audit", rule='["east"]',
+                       match='"kind" in request.labels && request.labels["kind"] == "dl"')
+    broken = PolicySpec(name="broken", kind="placement", mode="enforce",
+                        rule='request.labels["missing"]')
+    clusters = [{"name": "sh-1", "region": "east"}, {"name": "bj-1", "region": "north"}]
+    workloads = [(i, {"name": f"w{i}", "queue": "rd/a", "labels": {"kind": "dl"}})
+                 for i in range(3)] + [(9, {"name": "w9", "queue": "rd/a", "labels": {}})]
+    fields = fields_of([audit.match, audit.rule, broken.rule], "request")
+    assert fields == {"labels"}
+    out = evaluate_placements([audit, broken], workloads, sample_variables(), clusters,
+                              fields=fields)
+    audited = [s for f, s in zip(out.findings, out.subjects, strict=True)
+               if f.outcome == "audited"]
+    errors = [s for f, s in zip(out.findings, out.subjects, strict=True) if f.outcome == "error"]
+    assert audited == ["w0", "w1", "w2"]
+    assert errors == ["w0", "w1", "w2", "w9"]
+    assert all(out.placements[i][0] == set() for i in (0, 1, 2, 9))
