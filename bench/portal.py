@@ -10,15 +10,19 @@ queues, 3 clusters (150 nodes, 1,200 GPUs), 20,000 workloads and 200,000 events:
 
 Environment: BENCH_PG (server URL, default postgres://postgres@127.0.0.1:5432),
 BENCH_REDIS (broker for the submit nudges, default redis://127.0.0.1:6379/3, flushed after),
-BENCH_SECONDS (load duration, default 15), BENCH_GUNICORN_WORKERS (default 4),
+BENCH_SECONDS (load duration, default 15), BENCH_GUNICORN (gunicorn worker options,
+default `-w 3 -k gthread --threads 4`),
 BENCH_PARTS (`pages`, `post` or both, the default: `pages,post`), BENCH_URLS (measure only
 the pages whose URL contains one of these comma-separated parts, e.g.
 `/dashboard/,/queues/q/,/api/v1/queues`; default: all), BENCH_DB (database name, default
-`allot_bench`, so two runs need not share one).
+`allot_bench`, so two runs need not share one), BENCH_KEEP=1 (keep the database afterwards)
+and BENCH_REUSE=1 (measure a kept database again without seeding it anew).
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import random
 import secrets
@@ -38,9 +42,12 @@ BENCH_DB = os.environ.get("BENCH_DB", "allot_bench")
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/3")
 SECONDS = float(os.environ.get("BENCH_SECONDS", "15"))
-WORKERS = int(os.environ.get("BENCH_GUNICORN_WORKERS", "4"))
+# Gunicorn's worker options (the figure is printed with them).
+GUNICORN = os.environ.get("BENCH_GUNICORN", "-w 3 -k gthread --threads 4")
 PARTS = set(os.environ.get("BENCH_PARTS", "pages,post").split(","))
 URL_FILTER = [u for u in os.environ.get("BENCH_URLS", "").split(",") if u]
+KEEP = os.environ.get("BENCH_KEEP", "") == "1"
+REUSE = os.environ.get("BENCH_REUSE", "") == "1"
 PORT = 8701
 CLIENTS = 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +85,6 @@ def seed() -> dict:
     """The organisation: returns handles the measurements need."""
     from django.contrib.auth import get_user_model
 
-    from portal.models import ApiToken, token_generate, token_hash
     from quotas.capacity.models import CapacityRequest
     from quotas.models import Flavor, Queue, QuotaEntry, Team, TeamMembership, TeamRole
     from scheduling.models import (
@@ -197,17 +203,31 @@ def seed() -> dict:
                         justification="more", starts_at=now, requested_by=users[i % len(users)])
         for i in range(500)])
 
-    tokens = []
-    for u in users[:CLIENTS]:
-        raw = token_generate()
-        ApiToken.objects.create(user=u, key_hash=token_hash(raw), prefix=raw[:8])
-        tokens.append((raw, leaves[users.index(u)].path))
-    researcher = users[0]
-    sample = Workload.objects.filter(owner=researcher).order_by("-id").first()
     with __import__("django").db.connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    return {"admin": admin, "researcher": researcher, "tokens": tokens,
-            "workload_id": sample.pk, "queue": leaves[0].path}
+    return handles()
+
+
+def handles() -> dict:
+    """What the measurements need from a seeded database; fresh tokens for the load clients."""
+    from django.contrib.auth import get_user_model
+
+    from portal.models import ApiToken, token_generate, token_hash
+    from scheduling.models import Workload
+
+    User = get_user_model()
+    users = list(User.objects.filter(username__startswith="u").order_by("id"))
+    leaves = [u.teams.get().queues.get() for u in users[:CLIENTS]]
+    ApiToken.objects.filter(user__in=users[:CLIENTS]).delete()
+    tokens = []
+    for u, leaf in zip(users[:CLIENTS], leaves, strict=True):
+        raw = token_generate()
+        ApiToken.objects.create(user=u, key_hash=token_hash(raw), prefix=raw[:8])
+        tokens.append((raw, leaf.path))
+    researcher = users[0]
+    sample = Workload.objects.filter(owner=researcher, name__startswith="w").order_by("-id")[0]
+    return {"admin": User.objects.get(username="admin"), "researcher": researcher,
+            "tokens": tokens, "workload_id": sample.pk, "queue": leaves[0].path}
 
 
 def measure_pages(h: dict, runs: int = 30) -> list[tuple[str, str, float, float]]:
@@ -243,24 +263,72 @@ def measure_pages(h: dict, runs: int = 30) -> list[tuple[str, str, float, float]
     return out
 
 
-def load_test(h: dict) -> dict:
-    import requests
+_TICK = os.sysconf("SC_CLK_TCK")
 
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rpartition(")")[2].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def _server_cpu(master: int) -> tuple[float, float]:
+    """CPU seconds so far of the gunicorn workers and of the bench database's backends."""
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        backends = [r[0] for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (BENCH_DB,))]
+    return (sum(_cpu_s(p) for p in [master, *_children(master)]),
+            sum(_cpu_s(p) for p in backends))
+
+
+def _post(conn: http.client.HTTPConnection, headers: dict[str, str], body: bytes
+          ) -> tuple[int, bytes]:
+    conn.request("POST", "/api/v1/workloads", body=body, headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    if response.will_close:
+        conn.close()  # sync workers close after each response; the next request reconnects
+    return response.status, data
+
+
+def load_test(h: dict) -> dict:
+    """20 clients, each a thread with a keep-alive HTTP/1.1 connection (plain http.client:
+    the load generator shares the 2 cores, so it should cost as little as it can)."""
     env = {**os.environ, **ENV}
     # The server's log goes to a file: an unread pipe fills up and blocks the workers.
     log = tempfile.NamedTemporaryFile("w+", prefix="allot-bench-gunicorn-", suffix=".log")
     proc = subprocess.Popen(
         [str(ROOT / ".venv/bin/gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{PORT}",
-         "-w", str(WORKERS), "--log-level", "warning"],
+         *GUNICORN.split(), "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                requests.get(f"http://127.0.0.1:{PORT}/login/", timeout=5)
+                conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
+                conn.request("GET", "/login/")
+                conn.getresponse().read()
+                conn.close()
                 break
-            except requests.RequestException:
+            except OSError:
                 time.sleep(0.2)
         counts = {"ok": 0, "other": 0}
         latencies: list[float] = []
@@ -269,26 +337,28 @@ def load_test(h: dict) -> dict:
         stop_at = start_at + SECONDS
 
         def client(n: int, token: str, queue: str) -> None:
-            s = requests.Session()
-            s.headers["Authorization"] = f"Token {token}"
+            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
+            headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
             i = 0
             while True:
                 now = time.monotonic()
                 if now >= stop_at:
+                    conn.close()
                     return
-                body = {"name": f"load-{n}-{i}", "queue": queue, "priority_class": "training",
-                        "duration_hint_s": 3600,
-                        "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 1, "cpu": 4,
-                                  "memory_gib": 16}]}
+                body = json.dumps({
+                    "name": f"load-{n}-{i}", "queue": queue, "priority_class": "training",
+                    "duration_hint_s": 3600,
+                    "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 1, "cpu": 4,
+                              "memory_gib": 16}]}).encode()
                 t0 = time.perf_counter()
                 try:
-                    r = s.post(f"http://127.0.0.1:{PORT}/api/v1/workloads", json=body,
-                               timeout=30)
-                except requests.RequestException as exc:
+                    status, data = _post(conn, headers, body)
+                except (OSError, http.client.HTTPException) as exc:
+                    conn.close()
                     with lock:
                         counts["other"] += 1
                         if counts["other"] <= 3:
-                            print(f"  POST failed: {exc}", file=sys.stderr)
+                            print(f"  POST failed: {exc!r}", file=sys.stderr)
                     i += 1
                     continue
                 dt = time.perf_counter() - t0
@@ -296,25 +366,35 @@ def load_test(h: dict) -> dict:
                 if now < start_at:
                     continue
                 with lock:
-                    if r.status_code == 201:
+                    if status == 201:
                         counts["ok"] += 1
                         latencies.append(dt * 1000)
                     else:
                         counts["other"] += 1
                         if counts["other"] <= 3:
-                            print(f"  POST -> {r.status_code}: {r.text[:200]}", file=sys.stderr)
+                            print(f"  POST -> {status}: {data[:200]!r}", file=sys.stderr)
 
         threads = [threading.Thread(target=client, args=(n, tok, q))
                    for n, (tok, q) in enumerate(h["tokens"])]
         for t in threads:
             t.start()
+        # CPU used per request by the server side (gunicorn and PostgreSQL) and by the load
+        # clients: on a shared machine the rate depends on the neighbours, these do not.
+        time.sleep(max(0.0, start_at - time.monotonic()))
+        cpu0, client0 = _server_cpu(proc.pid), time.process_time()
+        time.sleep(max(0.0, stop_at - time.monotonic()))
+        cpu1, client1 = _server_cpu(proc.pid), time.process_time()
         for t in threads:
             t.join()
         latencies.sort()
+        n = max(1, counts["ok"])
         return {
             "rps": counts["ok"] / SECONDS, "ok": counts["ok"], "errors": counts["other"],
             "p50_ms": statistics.median(latencies) if latencies else None,
             "p95_ms": latencies[int(0.95 * len(latencies)) - 1] if latencies else None,
+            "cpu_ms": ((cpu1[0] - cpu0[0]) * 1000 / n, (cpu1[1] - cpu0[1]) * 1000 / n,
+                       (client1 - client0) * 1000 / n),
+            "load": os.getloadavg()[0],
         }
     finally:
         proc.terminate()
@@ -336,7 +416,8 @@ def flush_redis() -> None:
 
 
 def main() -> None:
-    create_db()
+    if not REUSE:
+        create_db()
     try:
         import django
 
@@ -344,10 +425,14 @@ def main() -> None:
         from django.core.management import call_command
 
         t0 = time.perf_counter()
-        call_command("migrate", verbosity=0)
-        h = seed()
-        print(f"seeded 200 queues, 3 clusters, 20,000 workloads, 200,000 events in "
-              f"{time.perf_counter() - t0:.1f} s")
+        if REUSE:
+            h = handles()
+            print(f"reusing the seeded database {BENCH_DB}")
+        else:
+            call_command("migrate", verbosity=0)
+            h = seed()
+            print(f"seeded 200 queues, 3 clusters, 20,000 workloads, 200,000 events in "
+                  f"{time.perf_counter() - t0:.1f} s")
         if "pages" in PARTS:
             print("\nserver time per page / list endpoint (ms, 30 requests each, DEBUG off)")
             print(f"{'role':<11} {'url':<52} {'p50':>7} {'p95':>7}")
@@ -363,11 +448,25 @@ def main() -> None:
         if "post" not in PARTS:
             return
         r = load_test(h)
-        print(f"\nPOST /api/v1/workloads, {CLIENTS} clients, {SECONDS:g} s, gunicorn -w {WORKERS}: "
+        if KEEP:  # the next BENCH_REUSE run measures the same database, not a fuller one
+            from scheduling.models import Workload
+
+            Workload.objects.filter(name__startswith="load-").delete()
+        print(f"\nPOST /api/v1/workloads, {CLIENTS} clients, {SECONDS:g} s, gunicorn {GUNICORN}: "
               f"{r['rps']:.0f} req/s ({r['ok']} created, {r['errors']} errors), latency p50 "
               f"{r['p50_ms'] or 0:.0f} ms, p95 {r['p95_ms'] or 0:.0f} ms (target > 300 req/s)")
+        web, db, client = r["cpu_ms"]
+        print(f"CPU per request: gunicorn {web:.2f} ms + PostgreSQL {db:.2f} ms + load clients "
+              f"{client:.2f} ms = {web + db + client:.2f} ms; 2 cores / that = "
+              f"{2000 / (web + db + client):.0f} req/s if nothing else ran "
+              f"(load average {r['load']:.1f})")
     finally:
-        drop_db()
+        if KEEP:
+            from django.db import connections
+
+            connections.close_all()
+        else:
+            drop_db()
         try:
             flush_redis()
         except Exception as exc:  # a missing Redis only means there was nothing to flush

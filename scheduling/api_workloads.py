@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.http import Http404
@@ -133,6 +134,59 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
         return selectors.workload_pods(obj, selectors.workload_current_admission(obj))
 
 
+def _decimal(value: Any) -> Decimal:
+    # As DecimalField(decimal_places=3, coerce_to_string=False): quantized, rendered as float.
+    return (value if isinstance(value, Decimal) else Decimal(str(value).strip())).quantize(
+        Decimal("0.001"))
+
+
+def _pod_set(ps: Any) -> dict[str, Any]:
+    return {"index": int(ps.index), "count": int(ps.count),
+            "flavors": [str(f) for f in ps.flavors], "gpus": int(ps.gpus),
+            "cpu": _decimal(ps.cpu), "memory_gib": _decimal(ps.memory_gib),
+            "gpu_memory_gib": None if ps.gpu_memory_gib is None else int(ps.gpu_memory_gib)}
+
+
+def workload_detail_data(obj: Workload) -> dict[str, Any]:
+    """What WorkloadDetailSerializer(obj).data holds, built without DRF's per-field machinery
+    (a submission's 201 answer is on the hot path). Datetimes are left to the JSON renderer,
+    which formats them as the serializer's DateTimeFields do (UTC, `Z`); a test pins the JSON
+    of both equal."""
+    pod_sets = list(obj.pod_sets.all())
+    current = selectors.workload_current_admission(obj)
+    return {
+        "id": obj.pk, "name": str(obj.name), "queue": str(obj.queue.path),
+        "team": None if obj.team is None else str(obj.team.name),
+        "owner": str(obj.owner.username), "state": str(obj.state),
+        "priority_class": str(obj.priority_class.name), "preemptible": bool(obj.preemptible),
+        "checkpoint": bool(obj.checkpoint), "submitted_at": obj.submitted_at,
+        "finished_at": obj.finished_at,
+        "reason": ({"code": obj.reason_code, "message": obj.reason_message}
+                   if obj.reason_code else None),
+        "gpus": sum(ps.count * ps.gpus for ps in pod_sets),
+        "pod_sets": [_pod_set(ps) for ps in pod_sets],
+        "strategy": str(obj.strategy), "image": str(obj.image),
+        "command": [str(c) for c in obj.command], "dataset": str(obj.dataset),
+        "duration_hint_s": None if obj.duration_hint_s is None else int(obj.duration_hint_s),
+        "termination_grace_s": int(obj.termination_grace_s),
+        "topology": {str(k): v for k, v in obj.topology.items()},
+        "labels": {str(k): v for k, v in obj.labels.items()},
+        "progress_s": float(obj.progress_s), "backoff_count": int(obj.backoff_count),
+        "not_before": obj.not_before,
+        "queue_position": selectors.workload_queue_position(obj),
+        "reasons": selectors.workload_reasons(obj),
+        "admission": WorkloadDetailSerializer._admission(current) if current is not None
+        else None,
+        "admissions": [WorkloadDetailSerializer._admission(a) for a in obj.admissions.all()],
+        "events": [
+            {"at": e.at, "type": e.type, "actor": e.actor.username if e.actor else None,
+             "code": e.code, "message": e.message, "payload": e.payload}
+            for e in obj.events.all()
+        ],
+        "pods": selectors.workload_pods(obj, current),
+    }
+
+
 def _detail(request: Request, pk: int) -> Workload:
     workload = selectors.workload_get(user=request.user, pk=pk)
     if workload is None:
@@ -154,8 +208,8 @@ class WorkloadListCreateApi(generics.ListAPIView):
         data = WorkloadInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         workload = services.workload_submit(user=request.user, data=data.validated_data)
-        out = WorkloadDetailSerializer(_detail(request, workload.pk))
-        return Response(out.data, status=status.HTTP_201_CREATED)
+        # The service hands back what it wrote (pod sets and events included): no read-back.
+        return Response(workload_detail_data(workload), status=status.HTTP_201_CREATED)
 
 
 class WorkloadDetailApi(APIView):

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Prefetch, Q, QuerySet, Sum
+from django.db import connection
+from django.db.models import F, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
 from scheduling.models import (
@@ -195,6 +196,67 @@ def _gpus(workload: Workload) -> int:
     return sum(ps.count * ps.gpus for ps in workload.pod_sets.all())
 
 
+_POSITION_SQL = """
+SELECT 0, COUNT(*), COALESCE(SUM((SELECT SUM(p.count * p.gpus) FROM scheduling_podset p
+                                  WHERE p.workload_id = w.id)), 0), NULL, NULL, NULL
+FROM scheduling_workload w JOIN scheduling_priorityclass c ON c.id = w.priority_class_id
+WHERE w.queue_id = %(queue)s AND w.state = %(pending)s AND w.id <> %(id)s
+  AND (c.value > %(value)s OR (c.value = %(value)s AND (w.submitted_at < %(at)s
+       OR (w.submitted_at = %(at)s AND w.id < %(id)s))))
+UNION ALL
+SELECT 1, a.gpus, w.duration_hint_s, w.progress_s, a.running_at, a.reserved_at
+FROM scheduling_admission a JOIN scheduling_workload w ON w.id = a.workload_id
+WHERE w.queue_id = %(queue)s AND a.ended_at IS NULL AND w.state = ANY(%(active)s)
+"""
+
+
+PositionRows = tuple[int, int, list[tuple[int, Any, Any, Any, Any]]]
+
+
+def _position_rows(workload: Workload) -> PositionRows:
+    """(pending workloads ahead, their GPUs, the queue's open admissions as (gpus, duration
+    hint, progress, running_at, reserved_at)): one query on PostgreSQL, the ORM elsewhere."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_POSITION_SQL, {
+                "queue": workload.queue_id, "pending": str(WorkloadState.PENDING),
+                "id": workload.pk, "value": workload.priority_class.value,
+                "at": workload.submitted_at,
+                "active": [str(s) for s in ACTIVE_STATES]})
+            rows = cursor.fetchall()
+        head = next(r for r in rows if r[0] == 0)
+        # UNION ALL widens the columns (a duration hint may come back as a Decimal).
+        return int(head[1]), int(head[2]), [
+            (int(r[1]), None if r[2] is None else int(r[2]), float(r[3]), r[4], r[5])
+            for r in rows if r[0] == 1]
+    return _position_rows_orm(workload)
+
+
+def _position_rows_orm(workload: Workload) -> PositionRows:
+    """What `_position_rows` reads, through the ORM (the reference the SQL is tested against)."""
+    value = workload.priority_class.value
+    ahead = (
+        Workload.objects.filter(queue_id=workload.queue_id, state=WorkloadState.PENDING)
+        .exclude(pk=workload.pk)
+        .filter(
+            Q(priority_class__value__gt=value)
+            | Q(priority_class__value=value, submitted_at__lt=workload.submitted_at)
+            | Q(priority_class__value=value, submitted_at=workload.submitted_at,
+                pk__lt=workload.pk)
+        )
+    )
+    gpus = PodSet.objects.filter(workload__in=ahead).aggregate(
+        g=Sum(F("count") * F("gpus")))["g"]
+    active = (
+        Admission.objects.filter(workload__queue_id=workload.queue_id, ended_at__isnull=True,
+                                 workload__state__in=ACTIVE_STATES)
+        .values_list("gpus", "workload__duration_hint_s", "workload__progress_s",
+                     "running_at", "reserved_at")
+    )
+    return ahead.count(), int(gpus or 0), [(int(g), h, float(p), r, s)
+                                           for g, h, p, r, s in active]
+
+
 def workload_queue_position(workload: Workload, *, now: datetime | None = None
                             ) -> dict[str, Any] | None:
     """Where a pending workload stands in its leaf queue (None unless pending).
@@ -208,41 +270,19 @@ def workload_queue_position(workload: Workload, *, now: datetime | None = None
     if workload.state != WorkloadState.PENDING:
         return None
     now = now or timezone.now()
-    value = workload.priority_class.value
-    ahead = (
-        Workload.objects.filter(queue_id=workload.queue_id, state=WorkloadState.PENDING)
-        .exclude(pk=workload.pk)
-        .filter(
-            Q(priority_class__value__gt=value)
-            | Q(priority_class__value=value, submitted_at__lt=workload.submitted_at)
-            | Q(priority_class__value=value, submitted_at=workload.submitted_at,
-                pk__lt=workload.pk)
-        )
-    )
-    ahead_gpus = sum(
-        ps["count"] * ps["gpus"]
-        for ps in PodSet.objects.filter(workload__in=ahead).values("count", "gpus")
-    )
-    in_queue = ahead.count() + 1
+    n_ahead, ahead_gpus, active = _position_rows(workload)
     need = ahead_gpus + _gpus(workload)
     estimated: datetime | None = now if need == 0 else None
     if need > 0:
-        active = (
-            Admission.objects.filter(workload__queue_id=workload.queue_id,
-                                     ended_at__isnull=True,
-                                     workload__state__in=ACTIVE_STATES)
-            .select_related("workload")
-        )
         ends: list[tuple[datetime, int]] = []
         unknown = False
-        for adm in active:
-            hint = adm.workload.duration_hint_s
+        for gpus, hint, progress, running_at, reserved_at in active:
             if hint is None:
                 unknown = True
                 continue
-            started = adm.running_at or adm.reserved_at
-            left = max(0.0, hint - adm.workload.progress_s)
-            ends.append((max(now, started + timedelta(seconds=left)), adm.gpus))
+            started = running_at or reserved_at
+            left = max(0.0, hint - progress)
+            ends.append((max(now, started + timedelta(seconds=left)), gpus))
         freed = 0
         for end, gpus in sorted(ends):
             freed += gpus
@@ -251,4 +291,4 @@ def workload_queue_position(workload: Workload, *, now: datetime | None = None
                 break
         if estimated is None and not unknown and not ends:
             estimated = now  # nothing runs in the queue: only capacity elsewhere decides
-    return {"in_queue": in_queue, "ahead_gpus": ahead_gpus, "estimated_start": estimated}
+    return {"in_queue": n_ahead + 1, "ahead_gpus": ahead_gpus, "estimated_start": estimated}

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from quotas.models import Flavor, Queue, Team, TeamRole
@@ -140,74 +141,161 @@ def user_leaf_queues(user: Any) -> Any:
     return leaves.filter(pk__in=submittable_queue_ids(user))
 
 
-def _team_for(user: Any, queue: Queue) -> Team | None:
-    """The team a workload is accounted to: the user's team granted this leaf or an ancestor
-    (else any team granted it, for admins submitting on a team's behalf)."""
-    parts = queue.path.split("/")
-    paths = ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
-    grants = Team.queues.through.objects.filter(queue__path__in=paths).select_related(
-        "team", "queue").order_by("team__name")
+def _ancestor_paths(path: str) -> list[str]:
+    """`path` and its ancestors, nearest first."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+Grant = tuple[Team, bool]  # a team granted a queue, and whether the submitting user is in it
+
+
+def _team_from(grants: Mapping[str, list[Grant]], path: str) -> Team | None:
+    """The team a workload on leaf `path` is accounted to: the user's team granted this leaf or
+    an ancestor (else any team granted it, for admins submitting on a team's behalf); the
+    nearest grant wins, then the team name."""
     for members_only in (True, False):
-        rows = grants.filter(team__members=user) if members_only else grants
-        by_path: dict[str, Team] = {}
-        for row in rows:
-            by_path.setdefault(row.queue.path, row.team)
-        for path in paths:  # the nearest grant wins
-            if path in by_path:
-                return by_path[path]
+        for granted in _ancestor_paths(path):
+            for team, member in grants.get(granted, ()):
+                if member or not members_only:
+                    return team
     return None
+
+
+def _team_for(user: Any, queue: Queue) -> Team | None:
+    """The team a workload on `queue` is accounted to (see `_team_from`)."""
+    lk = SubmitLookups(user)
+    lk.prefetch_queues({queue.path})
+    return _team_from(lk._grants, queue.path)
+
+
+_QUEUES_SQL: str | None = None
+
+
+def _queues_sql() -> str:
+    """Queues by path, each with whether it is a leaf and one row per team granted it (with
+    whether the user is a member): every column of Queue and Team, so both are built whole."""
+    global _QUEUES_SQL
+    if _QUEUES_SQL is None:
+        from quotas.models import TeamMembership
+
+        qn = connection.ops.quote_name
+        through = Team.queues.through._meta
+        qcols = ", ".join(f"q.{qn(str(f.column))}" for f in Queue._meta.concrete_fields)
+        tcols = ", ".join(f"t.{qn(str(f.column))}" for f in Team._meta.concrete_fields)
+        tm = TeamMembership._meta
+        _QUEUES_SQL = (
+            f"SELECT {qcols}, NOT EXISTS (SELECT 1 FROM {qn(Queue._meta.db_table)} c"
+            f" WHERE c.{qn('parent_id')} = q.{qn('id')}), {tcols},"
+            f" EXISTS (SELECT 1 FROM {qn(tm.db_table)} m WHERE m.{qn('team_id')} = t.{qn('id')}"
+            f" AND m.{qn('user_id')} = %s)"
+            f" FROM {qn(Queue._meta.db_table)} q"
+            f" LEFT JOIN {qn(through.db_table)} tq ON tq.{qn('queue_id')} = q.{qn('id')}"
+            f" LEFT JOIN {qn(Team._meta.db_table)} t ON t.{qn('id')} = tq.{qn('team_id')}"
+            f" WHERE q.{qn('path')} IN ({{paths}}) ORDER BY t.{qn('name')}"
+        )
+    return _QUEUES_SQL
 
 
 class SubmitLookups:
     """What validating submissions reads from the database, read once per call (a batch of
-    submissions costs a handful of queries, not a handful each)."""
+    submissions costs a handful of queries, not a handful each).
+
+    The queues named, with their ancestors, whether each is a leaf and the teams granted each
+    come in one query for the whole batch (plain SQL: the ORM's query building cost more than
+    the query); that gives whether the user may use a leaf and the team to account. Priority
+    classes and flavors come in one query.
+    """
 
     def __init__(self, user: Any) -> None:
         self.user = user
         self._queues: dict[str, Queue | None] = {}
-        self._leaves: set[int] | None = None
-        self._allowed: set[int] | None = None
+        self._leaf: dict[int, bool] = {}
+        self._grants: dict[str, list[Grant]] = {}
         self._classes: dict[str, PriorityClass] | None = None
         self._flavors: dict[str, Flavor] | None = None
-        self._teams: dict[int, Team | None] = {}
         self.request_checker: Any = None
 
     def prefetch_queues(self, paths: set[str]) -> None:
-        for q in Queue.objects.filter(path__in=paths - set(self._queues)):
-            self._queues[q.path] = q
+        wanted = {a for p in paths - set(self._queues) for a in _ancestor_paths(p)}
+        wanted -= set(self._queues)
+        if not wanted:
+            return
+        nq = len(Queue._meta.concrete_fields)
+        qnames = [f.attname for f in Queue._meta.concrete_fields]
+        tnames = [f.attname for f in Team._meta.concrete_fields]
+        sql = _queues_sql().replace("{paths}", ", ".join(["%s"] * len(wanted)))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [self.user.pk, *sorted(wanted)])
+            rows = cursor.fetchall()
+        for path in wanted:
+            self._queues[path] = None
+            self._grants[path] = []
+        teams: dict[int, Team] = {}
+        for row in rows:
+            path = row[qnames.index("path")]
+            if self._queues[path] is None:
+                queue = Queue.from_db(connection.alias, qnames, row[:nq])
+                self._queues[path] = queue
+                self._leaf[queue.pk] = bool(row[nq])
+            team_row = row[nq + 1:-1]
+            if team_row[0] is not None:
+                team = teams.get(team_row[0])
+                if team is None:
+                    team = teams[team_row[0]] = Team.from_db(connection.alias, tnames, team_row)
+                self._grants[path].append((team, bool(row[-1])))
 
     def queue(self, path: str) -> Queue | None:
         if path not in self._queues:
-            self._queues[path] = Queue.objects.filter(path=path).first()
+            self.prefetch_queues({path})
         return self._queues[path]
 
     def is_leaf(self, queue: Queue) -> bool:
-        if self._leaves is None:
-            self._leaves = set(Queue.objects.filter(children__isnull=True)
-                               .values_list("pk", flat=True))
-        return queue.pk in self._leaves
+        if queue.pk not in self._leaf:
+            self._leaf[queue.pk] = not Queue.objects.filter(parent_id=queue.pk).exists()
+        return self._leaf[queue.pk]
 
     def may_use(self, queue: Queue) -> bool:
-        if self._allowed is None:
-            self._allowed = set(user_leaf_queues(self.user).values_list("pk", flat=True))
-        return queue.pk in self._allowed
+        """Admins may use every leaf; others the leaves granted (or whose ancestor is granted)
+        to a team of theirs, as `user_leaf_queues` says."""
+        if self.user.is_staff or self.user.is_superuser:
+            return True
+        self.prefetch_queues({queue.path})
+        return any(member for a in _ancestor_paths(queue.path)
+                   for _, member in self._grants.get(a, ()))
+
+    def team(self, queue: Queue) -> Team | None:
+        self.prefetch_queues({queue.path})
+        return _team_from(self._grants, queue.path)
+
+    def _load_names(self) -> None:
+        # Both tables are a handful of rows: one round trip for the two.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 'c', id, name, value, can_preempt FROM {PriorityClass._meta.db_table}"
+                f" UNION ALL SELECT 'f', id, name, NULL, NULL FROM {Flavor._meta.db_table}")
+            rows = cursor.fetchall()
+        classes = [PriorityClass.from_db(connection.alias, ["id", "name", "value",
+                                                            "can_preempt"], r[1:])
+                   for r in rows if r[0] == "c"]
+        flavors = [Flavor.from_db(connection.alias, ["id", "name"], r[1:3])
+                   for r in rows if r[0] == "f"]
+        self._classes = {p.name: p for p in sorted(classes, key=lambda p: (-p.value, p.name))}
+        self._flavors = {f.name: f for f in sorted(flavors, key=lambda f: f.name)}
 
     @property
     def classes(self) -> dict[str, PriorityClass]:
         if self._classes is None:
-            self._classes = {p.name: p for p in PriorityClass.objects.all()}
+            self._load_names()
+        assert self._classes is not None
         return self._classes
 
     @property
     def flavors(self) -> dict[str, Flavor]:
         if self._flavors is None:
-            self._flavors = {f.name: f for f in Flavor.objects.all()}
+            self._load_names()
+        assert self._flavors is not None
         return self._flavors
-
-    def team(self, queue: Queue) -> Team | None:
-        if queue.pk not in self._teams:
-            self._teams[queue.pk] = _team_for(self.user, queue)
-        return self._teams[queue.pk]
 
 
 def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str, Any]:
@@ -356,7 +444,7 @@ def workload_submit(*, user: Any, data: Mapping[str, Any], now: datetime | None 
     (policies, budgets) and the engine's request check may reject it: it is then saved
     `rejected` with one reason event per reason, so the user sees why.
     """
-    return workloads_submit(user=user, items=[data], now=now, nudge=nudge)[0]
+    return _submit(user=user, items=[data], now=now, nudge=nudge)[0]
 
 
 @transaction.atomic
@@ -365,6 +453,28 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
     """Submit several workloads at once, all or nothing (bulk inserts; same rules as
     `workload_submit`). A malformed item raises ValidationError naming it (`[3] name: ...`
     when there are several)."""
+    return _submit(user=user, items=items, now=now, nudge=nudge)
+
+
+def _prime(instance: Any, name: str, rows: list[Any]) -> None:
+    """Set what `instance.<name>.all()` returns to `rows` (as `prefetch_related` would), so
+    the caller reads back what was just written without a query."""
+    manager = getattr(instance, name)
+    qs = manager.get_queryset()
+    qs._result_cache = rows
+    qs._prefetch_done = True
+    if not hasattr(instance, "_prefetched_objects_cache"):
+        instance._prefetched_objects_cache = {}
+    instance._prefetched_objects_cache[manager.field.remote_field.cache_name] = qs
+
+
+def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
+            nudge: bool) -> list[Workload]:
+    """The body of `workloads_submit`, inside the caller's transaction.
+
+    The returned workloads come with their pod sets, events and (no) admissions in the
+    prefetch cache: what the API answers with, without reading it back.
+    """
     from scheduling.approvals import (  # approvals imports this module
         approval_reason,
         approval_thresholds,
@@ -374,7 +484,7 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
     now = now or timezone.now()
     max_gpus, max_hours = approval_thresholds()
     lk = SubmitLookups(user)
-    lk.prefetch_queues({d.get("queue") for d in items if isinstance(d, Mapping)
+    lk.prefetch_queues({str(d["queue"]) for d in items if isinstance(d, Mapping)
                         and isinstance(d.get("queue"), str)})
     cleans = []
     for n, data in enumerate(items):
@@ -458,6 +568,13 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
                                  message=message) for code, message in reasons]
     PodSet.objects.bulk_create(all_pod_sets)
     WorkloadEvent.objects.bulk_create(events)
+    events_of: dict[int, list[WorkloadEvent]] = defaultdict(list)
+    for event in events:
+        events_of[id(event.workload)].append(event)
+    for workload, pod_sets, _, _ in plans:
+        _prime(workload, "pod_sets", pod_sets)
+        _prime(workload, "events", events_of[id(workload)])
+        _prime(workload, "admissions", [])
     if nudge and any(w.state == S.PENDING and not w.needs_approval for w in workloads):
         transaction.on_commit(cycle_nudge)
     return workloads

@@ -1,0 +1,107 @@
+"""Token lookups are cached per process for a few seconds; last use is written once a minute;
+revoking a token or deactivating its user takes effect at once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from portal import authentication
+from portal.models import ApiToken
+from portal.services import api_token_create
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    authentication.token_cache_forget()
+    yield
+    authentication.token_cache_forget()
+
+
+def token_client(user):
+    token, raw = api_token_create(user=user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {raw}")
+    return token, client
+
+
+def token_queries(client) -> list[str]:
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get("/api/v1/flavors").status_code == 200
+    return [q["sql"] for q in ctx.captured_queries if "portal_apitoken" in q["sql"]]
+
+
+def test_lookup_is_cached_and_last_use_written_once_a_minute(monkeypatch):
+    token, client = token_client(UserFactory(username="erin"))
+    first = token_queries(client)
+    assert len(first) == 2 and first[1].startswith("UPDATE")  # lookup + first use
+    token.refresh_from_db()
+    used = token.last_used_at
+    assert used is not None
+    assert token_queries(client) == []  # cached, used less than a minute ago
+
+    later = used + timedelta(seconds=61)
+    monkeypatch.setattr(authentication.timezone, "now", lambda: later)
+    assert [s.split()[0] for s in token_queries(client)] == ["UPDATE"]
+    token.refresh_from_db()
+    assert token.last_used_at == later
+    assert token_queries(client) == []
+
+
+def test_another_process_wrote_last_use_recently(monkeypatch):
+    """The UPDATE is conditional: a write by another process within the minute stands."""
+    token, client = token_client(UserFactory(username="finn"))
+    token_queries(client)
+    recent = timezone.now() + timedelta(seconds=50)
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=recent)
+    monkeypatch.setattr(authentication.timezone, "now", lambda: recent + timedelta(seconds=20))
+    token_queries(client)  # the cache says stale; the row says 20 s ago
+    token.refresh_from_db()
+    assert token.last_used_at == recent
+
+
+def test_revoked_token_is_refused_at_once():
+    _, client = token_client(UserFactory(username="gail"))
+    token_queries(client)
+    assert client.delete("/api/v1/auth/token").status_code == 200
+    response = client.get("/api/v1/flavors")
+    assert response.status_code == 401 and response.json() == {"detail": "Invalid token."}
+
+
+def test_deactivated_user_is_refused_at_once():
+    user = UserFactory(username="hal")
+    _, client = token_client(user)
+    token_queries(client)
+    user.is_active = False
+    user.save()
+    response = client.get("/api/v1/flavors")
+    assert response.status_code == 401
+    assert response.json() == {"detail": "User inactive or deleted."}
+
+
+def test_deletion_elsewhere_is_seen_after_the_cache_time(settings):
+    """A token deleted by another process (no signal here) works until the entry expires."""
+    settings.ALLOT_TOKEN_CACHE_S = 0
+    token, client = token_client(UserFactory(username="ivy"))
+    token_queries(client)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM portal_apitoken WHERE id = %s", [token.pk])
+    assert client.get("/api/v1/flavors").status_code == 401
+
+
+def test_each_request_gets_its_own_user_object():
+    user = UserFactory(username="jo")
+    _, client = token_client(user)
+    auth = authentication.HashedTokenAuthentication()
+    raw = client._credentials["HTTP_AUTHORIZATION"].split()[1]
+    (u1, t1), (u2, t2) = auth.authenticate_credentials(raw), auth.authenticate_credentials(raw)
+    assert u1 is not u2 and t1 is not t2 and u1.pk == u2.pk == user.pk
+    assert t1.user is u1
