@@ -74,7 +74,8 @@ class WorkloadResubmitApi(APIView):
 
 
 class WorkloadDetailUpdateApi(WorkloadDetailApi):
-    """GET one workload (as before); PATCH a pending one's request in place."""
+    """One workload with its reasons, admission, timeline, pods and queue position (GET); a
+    pending workload's request changed in place (PATCH)."""
 
     @extend_schema(
         request=WorkloadInputSerializer(partial=True),
