@@ -200,6 +200,8 @@ ALLOT_WORKERS = {
     "watch": env.bool("ALLOT_WATCH", default=True),
     "watch_session_s": env.float("ALLOT_WATCH_SESSION_S", default=60.0),
     "watch_interval_s": env.float("ALLOT_WATCH_INTERVAL_S", default=0.1),
+    # Clusters whose state is in this database (simulated) are dispatched in the cycle.
+    "dispatch_in_cycle": env.bool("ALLOT_DISPATCH_IN_CYCLE", default=True),
     "max_pending_per_queue": env.int("ALLOT_MAX_PENDING_PER_QUEUE", default=100),
 }
 

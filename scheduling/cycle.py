@@ -151,6 +151,8 @@ class SnapshotParts:
     admissions: dict[str, Admission] = field(default_factory=dict)
     clusters: dict[str, Cluster] = field(default_factory=dict)
     flavors: dict[str, int] = field(default_factory=dict)
+    node_selectors: dict[str, dict[str, str]] = field(default_factory=dict)  # by flavor name
+    priority_names: dict[int, str] = field(default_factory=dict)
     pod_sets: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     context: extensions.CycleContext | None = None
 
@@ -172,12 +174,12 @@ class SnapshotParts:
 STATIC_FIELDS = (
     "id", "name", "team__name", "owner__username", "priority_class_id", "preemptible",
     "checkpoint", "strategy", "dataset", "topology", "labels", "submitted_at",
-    "termination_grace_s",
+    "termination_grace_s", "image", "command", "duration_hint_s",
 )
 MOVING_FIELDS = (
-    "id", "queue__path", "state", "not_before", "backoff_count", "preempt_deadline",
-    "preempted_by_id", "preempt_kind", "reason_code", "reason_message", "progress_s",
-    "state_changed_at", "finished_at",
+    "id", "queue__path", "queue__namespace", "state", "not_before", "backoff_count",
+    "preempt_deadline", "preempted_by_id", "preempt_kind", "reason_code", "reason_message",
+    "progress_s", "state_changed_at", "finished_at",
 )
 ROW_FIELDS = STATIC_FIELDS + MOVING_FIELDS[1:]
 MODEL_FIELDS = tuple(f for f in ROW_FIELDS if "__" not in f)
@@ -291,8 +293,9 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
 
     clusters = list(Cluster.objects.filter(enabled=True).order_by("name"))
     parts.clusters = {c.name: c for c in clusters}
-    flavor_rows = list(Flavor.objects.values("id", "name", "gpu_memory_gib"))
+    flavor_rows = list(Flavor.objects.values("id", "name", "gpu_memory_gib", "node_selector"))
     parts.flavors = {f["name"]: f["id"] for f in flavor_rows}
+    parts.node_selectors = {f["name"]: dict(f["node_selector"] or {}) for f in flavor_rows}
     flavor_name = {f["id"]: f["name"] for f in flavor_rows}
 
     nodes_by_cluster: dict[int, list[engine.NodeSpec]] = defaultdict(list)
@@ -305,6 +308,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
             ready=n["ready"]))
 
     priorities = {p.pk: p for p in PriorityClass.objects.all()}
+    parts.priority_names = {pk: p.name for pk, p in priorities.items()}
     # Pending work enters the cycle up to `max_pending_per_queue` per leaf, in the leaf's own
     # order (priority, then submission): the cycle's cost stays bounded by queues x that
     # number however long the queues grow (Kueue looks at one head per queue per cycle).
@@ -455,6 +459,7 @@ class CycleReport:
     rejected: list[int] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)  # refused by a cluster joining the cycle
     pending: int = 0
     seconds: float = 0.0
     dispatch_clusters: set[int] = field(default_factory=set)
@@ -490,6 +495,10 @@ def cycle_run(*, now: datetime | None = None, wait: bool = False,
 def _after_commit(report: CycleReport, enqueue_dispatch: bool) -> None:
     from scheduling import tasks
 
+    if report.refused:
+        from scheduling.services import cycle_nudge
+
+        cycle_nudge()  # placed elsewhere by the next cycle
     # Expiring: a dispatch that waited this long is done by the beat's sync pass anyway.
     for cluster_id in sorted(report.dispatch_clusters) if enqueue_dispatch else ():
         tasks.dispatch_cluster.apply_async((cluster_id,), expires=30)
@@ -562,6 +571,13 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
             reserved_at=now))
         report.admitted.append(w.pk)
         report.dispatch_clusters.add(cluster.pk)
+    if new_admissions:
+        # Clusters whose state lives in this database start their workloads in this
+        # transaction (phase two without a trip; scheduling/dispatch.py, dispatch_in_cycle).
+        from scheduling.dispatch import dispatch_in_cycle
+
+        dispatch_in_cycle(now=now, admissions=new_admissions, parts=parts, events=events,
+                          report=report)
 
     for pre in result.preempted:
         w = parts.workload(pre.workload)

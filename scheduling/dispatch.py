@@ -324,6 +324,105 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
         _nudge()
 
 
+def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
+                      events: list[WorkloadEvent], report: Any) -> None:
+    """Phase two inside the cycle's transaction, for clusters whose state lives in this
+    database (`joins_transaction`: the simulated backend).
+
+    The cycle's new admissions (unsaved) on such clusters are created and started with one
+    `dispatch_many`; started ones are saved dispatched (and running, when their pods run at
+    once), a refusal ends the reservation, lowers the cluster's health and requeues the
+    workload as `_refused` does, all with their events, in the cycle's transaction: a crash
+    leaves neither a reservation nor a Job behind. Backend errors leave the admission to the
+    usual dispatch pass after commit. Other clusters are dispatched after commit as before.
+    """
+    if not getattr(settings, "ALLOT_WORKERS", {}).get("dispatch_in_cycle", True):
+        return
+    by_cluster: dict[int, list[Admission]] = {}
+    for adm in admissions:
+        by_cluster.setdefault(adm.cluster_id, []).append(adm)
+    clusters = {c.pk: c for c in parts.clusters.values()}
+    for cluster_id, adms in by_cluster.items():
+        cluster = clusters[cluster_id]
+        backend = get_backend(cluster)
+        if not (isinstance(backend, BatchDispatch)
+                and getattr(backend, "joins_transaction", False)):
+            continue
+        workloads = [parts.workloads[str(a.workload_id)] for a in adms]
+        previous = frozenset(Admission.objects.filter(
+            workload_id__in=[w.pk for w in workloads], cluster_id=cluster_id,
+            cleaned_at__isnull=True, ended_at__isnull=False).values_list(
+            "workload_id", flat=True))
+        flavor_names = {v: k for k, v in parts.flavors.items()}
+        specs = []
+        for adm, w in zip(adms, workloads, strict=True):
+            row = parts.rows[str(w.pk)]
+            flavor = flavor_names[adm.flavor_id]
+            specs.append(_spec_of({
+                "workload_id": w.pk, "nodes": adm.nodes, "flavor__name": flavor,
+                "flavor__node_selector": parts.node_selectors.get(flavor, {}),
+                "workload__name": w.name, "workload__queue__path": row["queue__path"],
+                "workload__queue__namespace": row["queue__namespace"],
+                "workload__image": w.image, "workload__command": w.command,
+                "workload__priority_class__name": parts.priority_names.get(
+                    w.priority_class_id, ""),
+                "workload__termination_grace_s": w.termination_grace_s,
+                "workload__duration_hint_s": w.duration_hint_s,
+                "workload__progress_s": w.progress_s,
+            }, parts.pod_sets.get(w.pk, [])))
+        try:
+            outcomes = backend.dispatch_many(specs, replace=previous)
+        except BackendError as exc:
+            logger.warning("cluster %s: dispatch in the cycle failed, left to the dispatch "
+                           "pass: %s", cluster.name, exc)
+            continue
+        handled = 0
+        for adm, w, outcome in zip(adms, workloads, outcomes, strict=True):
+            pods = len(adm.nodes)
+            if outcome.refused is not None:
+                _refused_in_cycle(cluster, adm, w, outcome.refused, now, events)
+                report.refused.append(w.pk)
+                handled += 1
+                continue
+            if outcome.error is not None:
+                continue
+            adm.dispatched_at = now
+            events.append(event_new(
+                w, EventType.DISPATCHED, at=now, payload={"cluster": cluster.name},
+                message=f"created on {cluster.name} and started "
+                f"({pods} pods on {len(set(adm.nodes))} nodes)"))
+            if outcome.running:
+                adm.running_at = now
+                events.append(workload_transition(
+                    w, S.RUNNING, at=now, event_type=EventType.RUNNING,
+                    message=f"all {pods} pods running on {cluster.name}"))
+            handled += 1
+        if handled == len(adms):
+            report.dispatch_clusters.discard(cluster_id)
+
+
+def _refused_in_cycle(cluster: Cluster, adm: Admission, w: Workload, refusal: DispatchRefused,
+                      now: datetime, events: list[WorkloadEvent]) -> None:
+    """`_refused` for an admission the cycle has not saved yet."""
+    adm.ended_at, adm.end_reason, adm.cleaned_at = now, EndReason.REFUSED, now
+    until = now + timedelta(seconds=penalty_s())
+    Cluster.objects.filter(pk=cluster.pk).update(health_penalty=penalty(),
+                                                 health_penalty_until=until)
+    cluster.health_penalty, cluster.health_penalty_until = penalty(), until
+    message = (f"cluster {cluster.name} refused the dispatch ({refusal.reason}: "
+               f"{refusal.message}); reservation released, cluster health "
+               f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
+               f"{penalty_s():.0f}s; will be placed again")
+    events.append(event_new(w, EventType.REFUSED, at=now, code="DISPATCH_REFUSED",
+                            message=message,
+                            payload={"cluster": cluster.name, "reason": str(refusal.reason)}))
+    events.append(workload_transition(
+        w, S.PENDING, at=now, event_type=EventType.REQUEUED,
+        message=f"back in the queue after the refusal by {cluster.name}"))
+    w.reason_code, w.reason_message = "DISPATCH_REFUSED", message
+    logger.warning("workload %s refused by %s: %s", w.pk, cluster.name, refusal)
+
+
 def _create_and_start(backend: Any, cluster: Cluster, spec: WorkloadSpec,
                       previous: bool) -> DispatchOutcome:
     """Dispatch one workload on a backend without `dispatch_many`."""
@@ -836,10 +935,11 @@ def stuck_limit_s(state: str) -> float:
 
 
 def _human(seconds: float) -> str:
+    """Seconds, and days or hours beside them when that many."""
     if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.1f} days"
+        return f"{seconds:.0f}s ({seconds / 86400:.1f} days)"
     if seconds >= 2 * 3600:
-        return f"{seconds / 3600:.1f} h"
+        return f"{seconds:.0f}s ({seconds / 3600:.1f} h)"
     return f"{seconds:.0f}s"
 
 

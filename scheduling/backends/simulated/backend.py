@@ -51,6 +51,10 @@ def _insert(model: Any, rows: list[Any]) -> None:
 class SimulatedBackend:
     """A simulated cluster whose state is in the database (shared by every process)."""
 
+    # Its state lives in the scheduling database, so the scheduling cycle may dispatch to it
+    # inside its own transaction (scheduling/dispatch.py, dispatch_in_cycle).
+    joins_transaction = True
+
     def __init__(self, *, name: str, clock: Callable[[], datetime] | None = None,
                  watch_overlap_s: float = 0.0):
         self.name = name

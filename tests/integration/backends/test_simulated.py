@@ -522,3 +522,86 @@ def test_admin_lists_simulated_jobs_with_their_pods_now(cluster, client):
     assert response.status_code == 200
     assert "allot-w7-0" in response.content.decode()
     assert "0 pending, 2 running, 0 succeeded" in response.content.decode()
+
+
+# ------------------------------------------------------------------ batch dispatch
+
+
+def test_dispatch_many_creates_and_starts_a_batch_in_a_few_queries(
+        cluster, backend, clock, django_assert_max_num_queries):
+    specs = [make_spec(workload_id=i, duration_s=600) for i in range(100, 140)]
+    with django_assert_max_num_queries(8):
+        outcomes = backend.dispatch_many(specs)
+    assert [o.ref for o in outcomes] == [s.ref for s in specs]
+    assert all(o.refused is None and o.error is None and o.running for o in outcomes)
+    jobs = SimJob.objects.filter(workload_id__in=range(100, 140))
+    assert jobs.count() == 40 and not jobs.filter(suspended=True).exists()
+    job = jobs.get(workload_id=100)
+    assert job.started_at == T0 and job.touched_at == T0 and job.ready_at == T0
+    assert job.done_at == T0 + timedelta(seconds=60)  # 600 simulated s at speedup 10
+    statuses = backend.workload_statuses([s.ref for s in specs])
+    assert {s.phase for s in statuses} == {Phase.RUNNING}
+
+
+def test_dispatch_many_keeps_the_one_by_one_rules(cluster, backend):
+    set_connection(cluster, forbidden_namespaces=["ops"])
+    backend.create_workload(make_spec(workload_id=9))  # allot-w9-0 exists already ...
+    SimJob.objects.filter(workload_id=9).update(workload_id=99)  # ... owned by another one
+    sim_control_set(cluster_name=cluster.name, refuse_next=1, fail_next=1)
+    gone = make_spec(workload_id=3, nodes=["sim-bj-nope"] * 2)
+    forbidden = WorkloadSpec(**{**make_spec(workload_id=4).__dict__, "namespace": "ops"})
+    specs = [make_spec(workload_id=1), make_spec(workload_id=2), gone, forbidden,
+             make_spec(workload_id=9)]
+    out = backend.dispatch_many(specs)
+    assert out[0].refused.reason is RefusalReason.REFUSED  # refuse-next takes the first
+    assert out[1].refused is None and out[1].running
+    assert out[2].refused.reason is RefusalReason.NODE_GONE
+    assert out[3].refused.reason is RefusalReason.NAMESPACE_FORBIDDEN
+    assert out[4].refused.reason is RefusalReason.CONFLICT
+    control = SimControl.objects.get(cluster=cluster)
+    assert (control.refuse_next, control.fail_next) == (0, 0)
+    assert SimJob.objects.get(workload_id=2).fail_after_s == 300  # fail-next: half the run
+    assert not SimJob.objects.filter(workload_id__in=[1, 3, 4]).exists()
+
+
+def test_dispatch_many_is_idempotent_and_replaces_a_previous_interval(cluster, backend, clock):
+    spec = make_spec(workload_id=5, duration_s=600)
+    backend.dispatch_many([spec])
+    clock.advance(10)
+    again = backend.dispatch_many([spec])  # a retried dispatch: nothing new, still running
+    assert again[0].refused is None and again[0].running
+    assert SimJob.objects.get(workload_id=5).started_at == T0
+    backend.suspend_workload(spec.ref, 0)
+    assert backend.dispatch_many([spec], replace=frozenset({5}))[0].running
+    assert SimJob.objects.get(workload_id=5).started_at == T0 + timedelta(seconds=10)
+
+
+def test_dispatch_many_with_a_refusing_cluster_refuses_all(cluster, backend):
+    set_connection(cluster, refuse=True)
+    out = backend.dispatch_many([make_spec(workload_id=1), make_spec(workload_id=2)])
+    assert [o.refused.reason for o in out] == [RefusalReason.REFUSED] * 2
+    assert not SimJob.objects.exists()
+
+
+def test_watch_reads_the_marks_not_every_job(cluster, django_assert_max_num_queries):
+    set_connection(cluster, speedup=100)
+    backend = SimulatedBackend(name=cluster.name)
+    backend.dispatch_many([make_spec(workload_id=i, duration_s=20) for i in range(1, 50)])
+    bookmark = backend.watch_workloads(timeout_s=0).resource_version
+    began = time.monotonic()
+    with django_assert_max_num_queries(40):
+        done = backend.watch_workloads(timeout_s=3, resource_version=bookmark)
+    assert done.changed == frozenset(range(1, 50))  # all end 0.2 s after their start
+    assert time.monotonic() - began < 1.0
+    statuses = backend.workload_statuses([make_spec(workload_id=1).ref])
+    assert statuses[0].phase is Phase.SUCCEEDED
+
+
+def test_watch_overlap_reports_recent_changes_again(cluster):
+    backend = SimulatedBackend(name=cluster.name, watch_overlap_s=5)
+    backend.dispatch_many([make_spec(workload_id=8, duration_s=None)])
+    bookmark = backend.watch_workloads(timeout_s=0).resource_version
+    # Written before the bookmark, but within the overlap: seen again (a late commit is safe).
+    assert backend.watch_workloads(timeout_s=0, resource_version=bookmark).changed == {8}
+    exact = SimulatedBackend(name=cluster.name)
+    assert exact.watch_workloads(timeout_s=0, resource_version=bookmark).changed == frozenset()

@@ -29,7 +29,10 @@ S = WorkloadState
 
 
 @pytest.fixture
-def world(db):
+def world(db, settings):
+    # The two phases one at a time: the cycle reserves, dispatch (a fake backend) starts.
+    # (test_dispatch_in_cycle.py covers simulated clusters started inside the cycle.)
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": False}
     return make_world(nodes_per_cluster=2)  # bj and sh: 16 GPUs each
 
 

@@ -1,0 +1,91 @@
+"""Simulated clusters (their state is in this database) are dispatched inside the cycle."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from scheduling.backends.simulated.models import SimJob
+from scheduling.backends.simulated.services import sim_control_set
+from scheduling.cycle import cycle_run
+from scheduling.models import Admission, Cluster, EndReason, EventType, Workload, WorkloadState
+from scheduling.services import workload_submit
+from tests.integration.workers.world import make_world, request
+
+S = WorkloadState
+
+
+@pytest.fixture
+def world(db):
+    return make_world(nodes_per_cluster=2, speedup=100)
+
+
+def submit(world, name, **kw):
+    return workload_submit(user=world.alice, data=request(name, **kw))
+
+
+def test_the_cycle_reserves_creates_and_starts_in_one_transaction(world):
+    ws = [submit(world, f"w{i}", gpus=1) for i in range(6)]
+    report = cycle_run(wait=True)
+    assert sorted(report.admitted) == sorted(w.pk for w in ws)
+    assert report.dispatch_clusters == set()  # nothing left for a dispatch pass
+    for w in ws:
+        w.refresh_from_db()
+        adm = w.admissions.get()
+        assert w.state == S.RUNNING
+        assert adm.reserved_at == adm.dispatched_at == adm.running_at
+        assert list(w.events.values_list("type", flat=True)) == [
+            "submitted", "admitted", "dispatched", "running"]
+        job = SimJob.objects.get(workload_id=w.pk)
+        assert not job.suspended and job.nodes == adm.nodes and job.namespace == "rd-vision"
+        assert job.duration_s == 3600 and job.priority_class == "training"
+
+
+def test_a_refusal_in_the_cycle_releases_penalises_and_requeues(world):
+    sim_control_set(cluster_name="bj", refuse=True)
+    sim_control_set(cluster_name="sh", refuse=True)
+    w = submit(world, "nope")
+    report = cycle_run(wait=True)
+    w.refresh_from_db()
+    assert report.refused == [w.pk] and w.state == S.PENDING
+    adm = w.admissions.get()
+    assert adm.end_reason == EndReason.REFUSED and adm.ended_at is not None
+    assert list(w.events.values_list("type", flat=True))[-3:] == [
+        EventType.ADMITTED, EventType.REFUSED, EventType.REQUEUED]
+    cluster = Cluster.objects.get(pk=adm.cluster_id)
+    assert cluster.effective_health(timezone.now()) == pytest.approx(0.4)
+    assert w.reason_code == "DISPATCH_REFUSED"
+    assert not SimJob.objects.exists()
+    # The next cycle places it on the other (healthier) cluster, which refuses too.
+    cycle_run(wait=True)
+    assert Admission.objects.filter(workload=w).exclude(cluster_id=adm.cluster_id).exists()
+
+
+def test_a_crash_mid_cycle_leaves_no_reservation_and_no_job(world):
+    submit(world, "a")
+
+    from scheduling import dispatch
+
+    real = dispatch.dispatch_in_cycle
+
+    def crash_after(**kwargs):
+        real(**kwargs)
+        raise RuntimeError("crash after the Jobs were created")
+
+    dispatch.dispatch_in_cycle = crash_after
+    try:
+        with pytest.raises(RuntimeError, match="crash after"):
+            cycle_run(wait=True)
+    finally:
+        dispatch.dispatch_in_cycle = real
+    assert not SimJob.objects.exists() and not Admission.objects.exists()
+    assert Workload.objects.get().state == S.PENDING
+
+
+def test_turned_off_the_cycle_only_reserves(world, settings):
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": False}
+    w = submit(world, "later")
+    report = cycle_run(wait=True)
+    w.refresh_from_db()
+    assert w.state == S.RESERVED and report.dispatch_clusters
+    assert not SimJob.objects.exists()
