@@ -168,9 +168,14 @@ def reset() -> None:
     _stores().clear()
 
 
+# A row is stamped `seen_at` the first time a pruner sees it (necessarily after its commit)
+# and deleted KEEP_S after that: never before a cache validated since its commit could need it.
 PRUNE_SQL = (
+    "WITH seen AS (UPDATE policies_change SET seen_at = clock_timestamp() WHERE id IN ("
+    "SELECT id FROM policies_change WHERE seen_at IS NULL ORDER BY id LIMIT 20000 "
+    "FOR UPDATE SKIP LOCKED)) "
     "DELETE FROM policies_change WHERE id IN (SELECT id FROM policies_change "
-    "WHERE at < now() - make_interval(secs => %s) ORDER BY id LIMIT 5000 "
+    "WHERE seen_at < clock_timestamp() - make_interval(secs => %s) ORDER BY id LIMIT 20000 "
     "FOR UPDATE SKIP LOCKED)"
 )
 _last_prune = 0.0

@@ -150,3 +150,36 @@ def test_an_idle_cache_starts_afresh(torg, monkeypatch):
     monkeypatch.setattr(store, "checked_at", store.checked_at - changes.MAX_IDLE_S - 1)
     seen(torg)
     assert "stale" not in store.parts["config"]
+
+
+def test_a_submission_does_not_invalidate_the_next_check(torg):
+    """Inserting a workload changes no usage: the next check is still one query."""
+    from scheduling.services import workload_submit
+
+    org = torg
+    policy_create(user=org.admin, data=SHOW)
+    seen(org)
+    workload_submit(user=org.alice, data={
+        "name": "one", "queue": "rd/team-a",
+        "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 8}]})
+    with CaptureQueriesContext(connection) as queries:
+        seen(org)
+    assert [q["sql"] for q in queries if q["sql"].startswith("SELECT")] == [
+        q["sql"] for q in queries if "policies_changes_since" in q["sql"]]
+
+
+def test_change_rows_are_pruned_only_long_after_a_pruner_saw_them(torg):
+    policy_create(user=torg.admin, data=SHOW)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM policies_change WHERE seen_at IS NULL")
+        assert cursor.fetchone()[0] > 0
+    changes.prune(every_s=0)  # stamps them
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM policies_change WHERE seen_at IS NULL")
+        assert cursor.fetchone()[0] == 0
+        cursor.execute("SELECT count(*) FROM policies_change")
+        rows = cursor.fetchone()[0]
+    assert changes.prune(every_s=0) == 0 and rows > 0  # seen just now: kept
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE policies_change SET seen_at = seen_at - interval '11 minutes'")
+    assert changes.prune(every_s=0) == rows
