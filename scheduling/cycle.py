@@ -177,7 +177,7 @@ STATIC_FIELDS = (
     "termination_grace_s", "image", "command", "duration_hint_s",
 )
 MOVING_FIELDS = (
-    "id", "queue__path", "queue__namespace", "state", "not_before", "backoff_count",
+    "id", "queue_id", "state", "not_before", "backoff_count",
     "preempt_deadline", "preempted_by_id", "preempt_kind", "reason_code", "reason_message",
     "progress_s", "state_changed_at", "finished_at",
 )
@@ -218,11 +218,15 @@ class _StaticCache:
 _static = _StaticCache()
 
 
-def _live_rows(ids: list[int], parts: SnapshotParts) -> list[dict[str, Any]]:
-    """Full rows of these workloads (static part cached), oldest first; pod sets into parts."""
+def _live_rows(ids: list[int], parts: SnapshotParts,
+               queues: dict[int, tuple[str, str]]) -> list[dict[str, Any]]:
+    """Full rows of these workloads (static part cached), oldest first; pod sets into parts.
+    `queues`: queue id -> (path, namespace)."""
     if not ids:
         return []
     moving = list(Workload.objects.filter(pk__in=ids).values(*MOVING_FIELDS))
+    for m in moving:
+        m["queue__path"], m["queue__namespace"] = queues[m["queue_id"]]
     static = _static.get_many([r["id"] for r in moving])
     rows = []
     for m in moving:
@@ -289,7 +293,9 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
         # schedule on it rather than guess.
         raise RuntimeError("the stored queue tree breaks its rules: "
                            + "; ".join(p.message for p in report.errors))
-    strategies = dict(Queue.objects.values_list("path", "strategy"))
+    queue_rows = list(Queue.objects.values_list("id", "path", "namespace", "strategy"))
+    strategies = {path: strategy for _, path, _, strategy in queue_rows}
+    queue_paths = {pk: (path, namespace) for pk, path, namespace, _ in queue_rows}
 
     clusters = list(Cluster.objects.filter(enabled=True).order_by("name"))
     parts.clusters = {c.name: c for c in clusters}
@@ -317,7 +323,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     active_ids = list(Workload.objects.filter(
         state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING], needs_approval=False)
         .values_list("id", flat=True))
-    live = _live_rows(pending_ids + active_ids, parts)
+    live = _live_rows(pending_ids + active_ids, parts, queue_paths)
     pending_rows = [r for r in live if r["state"] == S.PENDING]
     active_rows = [r for r in live if r["state"] in (S.RESERVED, S.RUNNING, S.PREEMPTING)]
     live = pending_rows + active_rows
