@@ -155,17 +155,18 @@ def test_queue_position_sql_equals_orm(org, classes):
 
 def test_post_query_budget(alice, org):
     """A warm POST: no token query (cached), one query for the queue with its teams, one for
-    priority classes and flavors, the policies' and the budgets' checks, the engine's
-    request-check stamp, three INSERTs, and the queue position (one query). In a test the
-    transaction is a savepoint (2 more statements); in production BEGIN/COMMIT."""
+    priority classes and flavors, the policies' check (1) and the budgets' (2), the engine's
+    request-check stamp, one INSERT statement for the workload, its pod sets and its events,
+    and the queue position (one query). In a test the transaction is a savepoint (2 more
+    statements); in production BEGIN/COMMIT."""
     alice.post("/api/v1/workloads", body("warm"), format="json")
     with CaptureQueriesContext(connection) as ctx:
         r = alice.post("/api/v1/workloads", body("counted"), format="json")
     assert r.status_code == 201, r.content
     sqls = [q["sql"] for q in ctx.captured_queries]
     assert not any("portal_apitoken" in s for s in sqls), sqls
-    assert sum(s.startswith("INSERT") for s in sqls) == 3, sqls
-    assert len(sqls) == 12, "\n".join(s[:120] for s in sqls)
+    assert sum("INSERT" in s for s in sqls) == 1, sqls
+    assert len(sqls) == 10, "\n".join(s[:120] for s in sqls)
 
 
 def test_batch_submission_reads_queues_once(org, classes):
@@ -205,9 +206,47 @@ def test_team_and_permission_from_ancestor_grants(org, classes):
 def test_nudges_are_debounced(org, classes, django_capture_on_commit_callbacks):
     """Many submissions in a row send one nudge to the broker, not one each."""
     services._next_nudge_eta = 0.0
-    with mock.patch("scheduling.tasks.scheduling_cycle.apply_async") as send:
+    with mock.patch("scheduling.tasks.scheduling_cycle.apply_async") as send, \
+            mock.patch.object(services, "_NUDGE_WINDOW_S", 600.0):
         for i in range(20):
             with django_capture_on_commit_callbacks(execute=True):
                 services.workload_submit(user=org["alice"], data=body(f"n{i}"))
     assert send.call_count == 1
     assert send.call_args.kwargs["kwargs"] == {"nudged": True}
+    services._next_nudge_eta = 0.0
+
+
+def test_one_statement_insert_writes_what_bulk_create_writes(org, classes):
+    """A single submission goes in with one INSERT statement, a batch with bulk_create: the
+    rows are the same (but for ids and names), also for a rejected workload's events."""
+    from scheduling.models import PodSet, WorkloadEvent
+
+    now = timezone.now()
+    alice = org["alice"]
+    two_pods = {"pods": [{"count": 2, "flavors": ["a100-80g"], "gpus": 1, "cpu": "0.5",
+                          "memory_gib": 16, "gpu_memory_gib": 40},
+                         {"count": 1, "flavors": ["a100-80g"], "gpus": 0, "cpu": 2}],
+                "topology": {"same": "rack"}, "dataset": "imagenet"}
+    for extra in (two_pods, {"pods": [{"count": 5, "flavors": ["a100-80g"], "gpus": 8}]}):
+        one = services.workload_submit(user=alice, data=body("one", **extra), now=now,
+                                       nudge=False)
+        many = services.workloads_submit(user=alice, items=[body("many", **extra),
+                                                            body("other", **extra)],
+                                         now=now, nudge=False)[0]
+
+        def rows(w):
+            workload = Workload.objects.filter(pk=w.pk).values().get()
+            pods = list(PodSet.objects.filter(workload=w).order_by("index").values())
+            events = list(WorkloadEvent.objects.filter(workload=w).order_by("id").values())
+            for r in (workload, *pods, *events):
+                for key in ("id", "workload_id", "name"):
+                    r.pop(key, None)
+            return workload, pods, events
+
+        assert rows(one) == rows(many)
+        assert [ps.pk for ps in one.pod_sets.all()] == list(
+            PodSet.objects.filter(workload=one).order_by("index").values_list("pk", flat=True))
+        assert [e.pk for e in one.events.all()] == list(
+            WorkloadEvent.objects.filter(workload=one).order_by("id").values_list("pk",
+                                                                                  flat=True))
+    assert one.state == WorkloadState.REJECTED
