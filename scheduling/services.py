@@ -522,13 +522,14 @@ def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[Workloa
         workload_id, pod_set_ids, event_ids = cursor.fetchone()
     # Rows take their ids in the order of VALUES (as bulk_create's RETURNING relies on too).
     workload.pk = workload_id
-    for objs, ids in ((pod_sets, pod_set_ids), (events, event_ids)):
-        for obj, pk in zip(objs, ids, strict=True):
-            obj.pk = pk
-            obj.workload = workload
-    for obj in (workload, *pod_sets, *events):
-        obj._state.adding = False
-        obj._state.db = connection.alias
+    saved_ids: list[tuple[Any, int]] = [*zip(pod_sets, pod_set_ids, strict=True),
+                                        *zip(events, event_ids, strict=True)]
+    for child, pk in saved_ids:
+        child.pk = pk
+        child.workload = workload
+    for saved in (workload, *pod_sets, *events):
+        saved._state.adding = False
+        saved._state.db = connection.alias
 
 
 def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
@@ -651,7 +652,7 @@ def user_may_manage(user: Any, workload: Workload) -> bool:
     """The owner, a lead of the workload's team, or an admin may cancel it."""
     if user.is_staff or user.is_superuser or workload.owner_id == user.pk:
         return True
-    return workload.team_id is not None and workload.team.memberships.filter(
+    return workload.team is not None and workload.team.memberships.filter(
         user=user, role=TeamRole.LEAD).exists()
 
 
