@@ -115,20 +115,24 @@ def _stores() -> dict[str, Store]:
     return stores
 
 
-def _execute(sql: str, params: list[Any]) -> tuple[Any, ...]:
-    """Run the check as a prepared statement on Django's connection (same transaction)."""
+def fetch_prepared(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """Run `sql` as a prepared statement (planned once per connection) on Django's
+    connection, in its current transaction; PostgreSQL (psycopg 3) only."""
     import psycopg  # noqa: PLC0415
 
     connection.ensure_connection()
     start = time.perf_counter()
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
-        row = cursor.fetchone()
+        rows = cursor.fetchall()
     if connection.queries_logged:  # visible to query counts in tests and the debug toolbar
         connection.queries_log.append({"sql": f"{sql} -- {params}",
                                        "time": f"{time.perf_counter() - start:.3f}"})
-    assert row is not None
-    return tuple(row)
+    return [tuple(row) for row in rows]
+
+
+def _execute(sql: str, params: list[Any]) -> tuple[Any, ...]:
+    return fetch_prepared(sql, params)[0]
 
 
 def validate() -> View | None:

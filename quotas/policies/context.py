@@ -496,9 +496,10 @@ def context_rows(
             out[key] = []
     if "team" in parts and team is not None:
         out["approvals"], out["department"] = [], ""
-    with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join(sql_parts), params)
-        rows = cursor.fetchall()
+    from .changes import fetch_prepared  # noqa: PLC0415
+
+    # Prepared: the few shapes of this query are planned once per connection.
+    rows = fetch_prepared(" UNION ALL ".join(sql_parts), params)
     cost_centers: list[tuple[Any, ...]] = []
     for tag, s1, s2, s3, n1, n2, n3 in rows:
         if tag == "u":

@@ -188,7 +188,8 @@ class _Reused:
 def _reused_context(
     view: Any, variables: Mapping[str, Any], queue_path: str, team_id: Any, needs: Any,
 ) -> Any:
-    reused = view.derive(("cel", queue_path, team_id, needs), frozenset({"config", "usage"}),
+    # Kept over usage changes too: only the variables that differ are converted again.
+    reused = view.derive(("cel", queue_path, team_id, needs), frozenset({"config"}),
                          lambda: _Reused(variables))
     for name in ("request", "team", "cost_center", "now", "queue", "fleet"):
         value = variables[name]
