@@ -240,14 +240,20 @@ def workload_update(
             return UpdateOutcome(
                 Workload.objects.select_related("queue", "team", "owner", "priority_class")
                 .prefetch_related("pod_sets").get(pk=w.pk), refused, changed)
-        held = approval_reason(clean)
+        # Above the approval thresholds it waits for approval again only if it asks for more
+        # than was approved (an approved workload keeps its approval for a smaller change).
+        old_gpus = sum(int(p["count"]) * int(p["gpus"]) for p in previous["pods"])
+        new_gpus = sum(p.count * p.gpus for p in pod_sets)
+        bigger = new_gpus > old_gpus or (clean["duration_hint_s"] or 0) > (
+            previous["duration_hint_s"] or 0)
+        held = approval_reason(clean) if (bigger or w.needs_approval) else ""
         fields = ["name", "preemptible", "checkpoint", "strategy", "dataset", "image", "command",
                   "duration_hint_s", "termination_grace_s", "topology", "labels",
                   "priority_class", "needs_approval", "reason_code", "reason_message"]
         if held:
             w.needs_approval = True
             w.reason_code, w.reason_message = "NEEDS_APPROVAL", held
-        elif w.needs_approval or w.reason_code == "NEEDS_APPROVAL":
+        elif w.needs_approval:
             w.needs_approval = False
             w.reason_code, w.reason_message = "", ""
         w.save(update_fields=fields)

@@ -224,3 +224,27 @@ def test_patch_raising_the_priority_class_is_judged_as_new(org, user_api):
     assert response.status_code == 409
     assert response.json()["reasons"][0]["code"] == "POLICY_DENIED"
     assert Workload.objects.get(pk=workload.pk).priority_class.name == "training"
+
+
+def test_patch_keeps_an_approval_unless_the_workload_grows(org, user_api, settings):
+    from scheduling.approvals import workload_approve
+
+    settings.ALLOT_APPROVAL_MAX_GPUS = 16
+    workload = submit(user_api, gpus=24)
+    assert Workload.objects.get(pk=workload.pk).needs_approval
+    workload_approve(user=org.admin, workload=workload)
+    url = f"/api/v1/workloads/{workload.pk}"
+    response = user_api.patch(url, {"labels": {"kind": "eval"}}, format="json")
+    assert response.status_code == 200
+    assert not Workload.objects.get(pk=workload.pk).needs_approval
+    response = user_api.patch(url, {"pods": [{"count": 4, "flavors": ["a100-80g"],
+                                              "gpus": 8}]}, format="json")
+    assert response.status_code == 200
+    held = Workload.objects.get(pk=workload.pk)
+    assert held.needs_approval and held.reason_code == "NEEDS_APPROVAL"
+    assert "32 GPUs > 16" in held.reason_message
+    response = user_api.patch(url, {"pods": [{"count": 2, "flavors": ["a100-80g"],
+                                              "gpus": 8}]}, format="json")
+    assert response.status_code == 200
+    released = Workload.objects.get(pk=workload.pk)
+    assert not released.needs_approval and released.reason_code == ""
