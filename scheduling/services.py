@@ -467,29 +467,27 @@ def _prime(instance: Any, name: str, rows: list[Any]) -> None:
     instance._prefetched_objects_cache[manager.field.remote_field.cache_name] = qs
 
 
-_INSERT_COLUMNS: dict[type, tuple[list[Any], str]] = {}
+_INSERT_COLUMNS: dict[tuple[type, str], tuple[list[Any], list[str], list[str]]] = {}
 
 
-def _insert_columns(model: Any) -> tuple[list[Any], str]:
-    """The fields a row of `model` is inserted with (all but the primary key), and their
-    quoted column names."""
-    if model not in _INSERT_COLUMNS:
-        fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+def _insert_columns(model: Any, skip: str = "") -> tuple[list[Any], list[str], list[str]]:
+    """The fields a row of `model` is inserted with (all but the primary key and `skip`),
+    their quoted column names and their `%s::type` placeholders (worked out once)."""
+    key = (model, skip)
+    if key not in _INSERT_COLUMNS:
+        fields = [f for f in model._meta.concrete_fields
+                  if not f.primary_key and f.attname != skip]
         qn = connection.ops.quote_name
-        _INSERT_COLUMNS[model] = (fields, ", ".join(qn(str(f.column)) for f in fields))
-    return _INSERT_COLUMNS[model]
+        _INSERT_COLUMNS[key] = (fields, [qn(str(f.column)) for f in fields],
+                                [f"%s::{f.db_type(connection)}" for f in fields])
+    return _INSERT_COLUMNS[key]
 
 
-def _row_sql(obj: Any, fields: list[Any], skip: str = "") -> tuple[str, list[Any]]:
+def _row_sql(obj: Any, fields: list[Any], marks: list[str]) -> tuple[str, list[Any]]:
     """`(%s::type, ...)` and its parameters for one row (values prepared as Django's INSERT
-    prepares them); the column `skip` is left out (filled in by the statement)."""
-    marks, params = [], []
-    for f in fields:
-        if f.attname == skip:
-            continue
-        marks.append(f"%s::{f.db_type(connection)}")
-        params.append(f.get_db_prep_save(f.pre_save(obj, True), connection))
-    return "(" + ", ".join(marks) + ")", params
+    prepares them)."""
+    return ("(" + ", ".join(marks) + ")",
+            [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields])
 
 
 def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[WorkloadEvent]
@@ -498,17 +496,16 @@ def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[Workloa
     modifying CTEs), where bulk_create takes three; sets the ids as bulk_create does."""
     qn = connection.ops.quote_name
     parts, params = [], []
-    wfields, wcols = _insert_columns(Workload)
-    row, row_params = _row_sql(workload, wfields)
-    parts.append(f"w AS (INSERT INTO {qn(Workload._meta.db_table)} ({wcols}) VALUES {row}"
-                 " RETURNING id)")
+    wfields, wcols, wmarks = _insert_columns(Workload)
+    row, row_params = _row_sql(workload, wfields, wmarks)
+    parts.append(f"w AS (INSERT INTO {qn(Workload._meta.db_table)} ({', '.join(wcols)})"
+                 f" VALUES {row} RETURNING id)")
     params += row_params
     for name, model, rows in (("p", PodSet, pod_sets), ("e", WorkloadEvent, events)):
-        fields, _ = _insert_columns(model)
-        cols = [qn(str(f.column)) for f in fields if f.attname != "workload_id"]
+        fields, cols, marks = _insert_columns(model, skip="workload_id")
         values = []
         for obj in rows:
-            row, row_params = _row_sql(obj, fields, skip="workload_id")
+            row, row_params = _row_sql(obj, fields, marks)
             values.append(row)
             params += row_params
         parts.append(

@@ -186,10 +186,14 @@ def budget_submission_check(ctx, *, now: datetime | None = None):
     """
     from scheduling.extensions import SubmissionVerdict
 
+    now = now or timezone.now()
+    # Usually no budget action is in force anywhere: one cheap query, on every submission.
+    if not BudgetFiring.objects.filter(period_start__lte=now, period_end__gt=now,
+                                       threshold__budget__active=True).exists():
+        return None
     cc = cost_center_of_team(ctx.team)
     if cc is None:
         return None
-    now = now or timezone.now()
     verdict = SubmissionVerdict()
     for firing in active_firings(cc.pk, now):
         budget = firing.threshold.budget

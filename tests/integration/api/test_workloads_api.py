@@ -155,7 +155,7 @@ def test_queue_position_sql_equals_orm(org, classes):
 
 def test_post_query_budget(alice, org):
     """A warm POST: no token query (cached), one query for the queue with its teams, one for
-    priority classes and flavors, the policies' check (1) and the budgets' (2), the engine's
+    priority classes and flavors, the policies' check (1) and the budgets' (1), the engine's
     request-check stamp, one INSERT statement for the workload, its pod sets and its events,
     and the queue position (one query). In a test the transaction is a savepoint (2 more
     statements); in production BEGIN/COMMIT."""
@@ -166,7 +166,7 @@ def test_post_query_budget(alice, org):
     sqls = [q["sql"] for q in ctx.captured_queries]
     assert not any("portal_apitoken" in s for s in sqls), sqls
     assert sum("INSERT" in s for s in sqls) == 1, sqls
-    assert len(sqls) == 10, "\n".join(s[:120] for s in sqls)
+    assert len(sqls) == 9, "\n".join(s[:120] for s in sqls)
 
 
 def test_batch_submission_reads_queues_once(org, classes):
