@@ -200,8 +200,12 @@ ALLOT_WORKERS = {
     "watch": env.bool("ALLOT_WATCH", default=True),
     "watch_session_s": env.float("ALLOT_WATCH_SESSION_S", default=60.0),
     "watch_interval_s": env.float("ALLOT_WATCH_INTERVAL_S", default=0.1),
-    # Clusters whose state is in this database (simulated) are dispatched in the cycle.
-    "dispatch_in_cycle": env.bool("ALLOT_DISPATCH_IN_CYCLE", default=True),
+    # Clusters whose state is in this database (simulated) dispatched inside the cycle's
+    # transaction (scheduling/dispatch.py, dispatch_in_cycle); off: after commit, as others.
+    "dispatch_in_cycle": env.bool("ALLOT_DISPATCH_IN_CYCLE", default=False),
+    # How often a waiting workload's reason message may be rewritten when only its numbers
+    # moved (a new reason code is always written at once, with its event).
+    "reason_refresh_s": env.float("ALLOT_REASON_REFRESH_S", default=5.0),
     "max_pending_per_queue": env.int("ALLOT_MAX_PENDING_PER_QUEUE", default=100),
 }
 

@@ -551,6 +551,24 @@ def _requeue_expired_grace(now: datetime, report: CycleReport) -> None:
     insert_rows(WorkloadEvent, events)
 
 
+# Per process: when a waiting workload's reason message (same code, numbers moved) was last
+# written. Its numbers move with every admission around it; rewriting every head of every
+# queue each cycle costs more than the cycle, so the message is refreshed at most every
+# `reason_refresh_s` (a new code is always written, with its event).
+_reason_written: dict[int, float] = {}
+
+
+def _reason_refresh_due(workload_id: int) -> bool:
+    now = time.monotonic()
+    every = float(getattr(settings, "ALLOT_WORKERS", {}).get("reason_refresh_s", 5.0))
+    if now - _reason_written.get(workload_id, -every) < every:
+        return False
+    if len(_reason_written) > 100_000:
+        _reason_written.clear()
+    _reason_written[workload_id] = now
+    return True
+
+
 def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
            report: CycleReport) -> None:
     """Write the engine's decisions: bulk inserts and updates, in the caller's transaction."""
@@ -639,7 +657,9 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
                 parts.workloads[name].state != S.PENDING:
             continue
         code = str(reason.code)
-        if code == row["reason_code"] and reason.message == row["reason_message"]:
+        if code == row["reason_code"] and (
+                reason.message == row["reason_message"]
+                or not _reason_refresh_due(row["id"])):
             continue
         w = parts.workload(name)
         assert w is not None

@@ -181,11 +181,27 @@ def watch_clusters(seconds: float | None = None) -> None:
     seconds = seconds or float(getattr(settings, "ALLOT_WORKERS", {}).get(
         "watch_session_s", 60.0))
     watched: list[bool] = []
+    # Freed capacity is scheduled by a thread of its own, so the watchers keep watching
+    # while a cycle runs; pokes that come during a cycle make one more cycle after it.
+    freed = threading.Event()
+    done = threading.Event()
+
+    def schedule() -> None:
+        try:
+            while not done.is_set():
+                if freed.wait(0.5):
+                    freed.clear()
+                    try:
+                        cycle_soon()
+                    except Exception:
+                        logger.exception("cycle after freed capacity failed")
+        finally:
+            connection.close()
 
     def follow(cluster_id: int) -> None:
         try:
             watched.append(cluster_watch(cluster_id=cluster_id, seconds=seconds,
-                                         on_freed=cycle_soon).watched)
+                                         on_freed=freed.set).watched)
         except Exception:
             logger.exception("watch of cluster %s failed", cluster_id)
         finally:
@@ -193,10 +209,14 @@ def watch_clusters(seconds: float | None = None) -> None:
 
     threads = [threading.Thread(target=follow, args=(pk,), name=f"watch-{pk}", daemon=True)
                for pk in Cluster.objects.filter(enabled=True).values_list("pk", flat=True)]
+    runner = threading.Thread(target=schedule, name="watch-cycles", daemon=True)
+    runner.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    done.set()
+    runner.join()
     if any(watched):
         watch_clusters.apply_async(expires=30)
 

@@ -16,7 +16,8 @@ S = WorkloadState
 
 
 @pytest.fixture
-def world(db):
+def world(db, settings):
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": True}
     return make_world(nodes_per_cluster=2, speedup=100)
 
 
