@@ -69,6 +69,12 @@ def _load_specs(kinds: Sequence[str]) -> Active:
     return specs, frozenset(_needs(specs)), fields_of(sources, "request")
 
 
+def _in_scope(specs: Sequence[PolicySpec], path: str) -> Active:
+    here = [s for s in specs if s.applies_to_path(path)]
+    sources = [src for spec in here for src in (spec.match, spec.rule, spec.message)]
+    return here, frozenset(_needs(here)), fields_of(sources, "request")
+
+
 def _trimmed(value: Mapping[str, Any], fields: frozenset[str] | None) -> Mapping[str, Any]:
     """Only the fields the rules read (None: all), so CEL converts no more than that."""
     if fields is None:
@@ -211,6 +217,10 @@ def policy_submission_check(ctx: Any) -> Any:
     now = timezone.now()
     view = changes.validate()
     specs, needs, request_fields = _active(SUBMISSION_KINDS, view)
+    if view is not None and any(s.scope for s in specs):
+        # Policies scoped to other subtrees neither run nor make the context read anything.
+        specs, needs, request_fields = view.get(
+            "policy", ("in scope", ctx.queue.path), lambda: _in_scope(specs, ctx.queue.path))
     if not specs:
         return None
     if view is not None:
