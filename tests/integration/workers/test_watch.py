@@ -1,0 +1,109 @@
+"""Sync by watch: the workers follow a simulated cluster through its watch_workloads, run the
+cycle when capacity is freed, and keep the periodic sync as the resync."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from scheduling import dispatch, tasks
+from scheduling.cycle import cycle_run
+from scheduling.models import EventType, Workload, WorkloadState
+from scheduling.services import workload_submit
+from tests.integration.workers.world import make_world, request
+
+S = WorkloadState
+
+
+def running_workload(world, name, duration_s):
+    w = workload_submit(user=world.alice, data=request(name, duration_hint_s=duration_s))
+    adm = cycle_run(wait=True)
+    assert w.pk in adm.admitted
+    cluster_id = w.admissions.get().cluster_id
+    assert dispatch.cluster_dispatch(cluster_id=cluster_id).started == [w.pk]
+    return w, cluster_id
+
+
+@pytest.mark.django_db
+def test_a_watch_follows_the_cluster_and_frees_capacity_when_pods_end(settings):
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "watch_interval_s": 0.05}
+    world = make_world(speedup=100, cluster_names=("bj",))
+    w, cluster_id = running_workload(world, "short", duration_s=50)  # 0.5 s of wall time
+    freed = []
+    report = dispatch.cluster_watch(cluster_id=cluster_id, seconds=2.0,
+                                    on_freed=lambda: freed.append(1))
+    w.refresh_from_db()
+    assert report.watched and report.resyncs == 1 and report.ended == 1
+    assert w.state == S.FINISHED and freed == [1]
+    assert list(w.events.values_list("type", flat=True))[-3:] == [
+        EventType.DISPATCHED, EventType.RUNNING, EventType.FINISHED]
+    adm = w.admissions.get()
+    # Seen within a few watch intervals of the end of its pods, not at the next resync.
+    assert (adm.ended_at - adm.running_at).total_seconds() < 1.5
+
+
+@pytest.mark.django_db
+def test_a_quiet_cluster_costs_a_few_queries_per_look(settings, django_assert_max_num_queries):
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "watch_interval_s": 0.05}
+    from scheduling.backends import clear_backend_cache
+
+    clear_backend_cache()
+    # No overlap: the Job started just now is not reported again (see test_simulated.py).
+    world = make_world(speedup=1, cluster_names=("bj",), connection={"watch_overlap_s": 0})
+    w, cluster_id = running_workload(world, "long", duration_s=3600)
+    with django_assert_max_num_queries(60):  # ~1 s: a resync, then 3 queries per 0.1 s
+        report = dispatch.cluster_watch(cluster_id=cluster_id, seconds=1.0)
+    assert report.ended == 0 and Workload.objects.get(pk=w.pk).state == S.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_watcher_per_cluster_across_processes(settings):
+    if connection.vendor != "postgresql":
+        pytest.skip("the watch lock is a PostgreSQL advisory lock")
+    world = make_world(speedup=1, cluster_names=("bj",))
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        with dispatch._watch_lock(world.bj.pk) as got:
+            assert got
+            inside.set()
+            release.wait(10)
+        connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert inside.wait(10)
+    try:
+        assert dispatch.cluster_watch(cluster_id=world.bj.pk, seconds=5).watched is False
+    finally:
+        release.set()
+        holder.join()
+    assert dispatch.cluster_watch(cluster_id=world.bj.pk, seconds=0.2).watched is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_watch_task_schedules_freed_capacity_and_hands_over(settings, monkeypatch):
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "watch_interval_s": 0.05}
+    world = make_world(speedup=100, cluster_names=("bj",), nodes_per_cluster=1)
+    first, _ = running_workload(world, "first", duration_s=50)  # takes the node's 8 GPUs
+    second = workload_submit(user=world.alice, data=request("second", duration_hint_s=50))
+    cycle_run(wait=True)
+    assert Workload.objects.get(pk=second.pk).state == S.PENDING
+    handed_over = []
+    monkeypatch.setattr(tasks.watch_clusters, "apply_async",
+                        lambda *a, **kw: handed_over.append(kw))
+    tasks.watch_clusters(seconds=2.5)
+    assert Workload.objects.get(pk=first.pk).state == S.FINISHED
+    # The freed node went to the second at once (the watch ran the cycle and its dispatch).
+    assert Workload.objects.get(pk=second.pk).state in (S.RUNNING, S.FINISHED)
+    assert handed_over  # a fresh watch task takes over
+
+
+def test_watch_can_be_turned_off(settings, monkeypatch):
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "watch": False}
+    called = []
+    monkeypatch.setattr(dispatch, "cluster_watch", lambda **kw: called.append(kw))
+    tasks.watch_clusters(seconds=1)
+    assert called == []
