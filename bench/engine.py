@@ -325,6 +325,31 @@ def run_philly(jobs: list[tuple[float, float, int, str]], elastic: bool) -> dict
     return out
 
 
+MIN_VIOLATION = (
+    "Min violation: a leaf has pending work within its guarantee, uses less than its min, "
+    "no reclaim is under way for it, and the work would fit if the other leaves gave back "
+    "what they borrow; only the part of such an episode beyond one grace period plus one "
+    "cycle counts (time during which some leaf is in one)"
+)
+
+
+def print_philly_table(elastic: dict[str, Any], static: dict[str, Any]) -> None:
+    """The issue's comparison: elastic Min/Max against static quotas (max = min)."""
+    rows = (
+        ("wall time of the replay (s)", "wall_s", "< 60"),
+        ("demand-bounded allocation", "demand_bounded_allocation_rate", ">= 0.95"),
+        ("p95 wait (s)", "p95_wait_s", ""),
+        ("Jain fairness (allocation / min)", "jain_fairness", ""),
+        ("Min-guarantee violations (s)", "min_guarantee_violation_s", "0"),
+        ("preemptions", "preemptions", ""),
+    )
+    print(f"[philly] {'':34} {'elastic':>12} {'static':>12}  target (elastic)")
+    for label, key, target in rows:
+        cells = [str(fig.get(key, "over budget")) for fig in (elastic, static)]
+        print(f"[philly] {label:34} {cells[0]:>12} {cells[1]:>12}  {target}")
+    print(f"[philly] {MIN_VIOLATION}")
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -355,6 +380,7 @@ def main(argv: list[str]) -> int:
             figures["philly_read_s"] = round(read_s, 2)
             figures["philly_elastic"] = run_philly(jobs, elastic=True)
             figures["philly_static"] = run_philly(jobs, elastic=False)
+            print_philly_table(figures["philly_elastic"], figures["philly_static"])
     print(json.dumps(figures, sort_keys=True))
     return 0
 

@@ -157,6 +157,18 @@ class QuotaTree:
                 a = 0.0
         return a
 
+    def available_raw(self, q: int, k: int) -> float:
+        """available(q, k) without the clamping at 0 (negative: how far it is short), so a
+        parked workload knows how much must be freed before it could fit."""
+        u, ex, mx, rsv, parent = self.u, self.ex, self.mx, self.rsv_sum, self.parent
+        a = self.cap[k] - u[ROOT][k]
+        for node in self.chain[q]:
+            p = parent[node]
+            own = ex[node][k] - u[node][k]
+            sib = rsv[p][k] - (own if own > 0.0 else 0.0)
+            a = min(mx[node][k] - u[node][k], a - sib)
+        return a
+
     def fits(self, q: int, demand: Demand) -> bool:
         """The demand fits the quota of leaf q: d <= available(q, k) for every key."""
         return all(amount <= self.available(q, k) + EPS for k, amount in demand)
@@ -228,6 +240,26 @@ class QuotaTree:
                         f"{fmt(self.mn[node][k])}, requested {fmt(amount)} > {fmt(max(0.0, room))}"
                         f" available from {where} ({fmt(sib)} held unused by siblings' "
                         f"exclusive min)"))
+                a = max(0.0, min(self.mx[node][k] - self.u[node][k], room))
+        return None
+
+    def quota_code(self, q: int, demand: Demand) -> ReasonCode | None:
+        """The code `quota_reason` gives, without building its message."""
+        for k, amount in demand:
+            if amount <= self.available(q, k) + EPS:
+                continue
+            for node in reversed(self.chain[q]):
+                if self.u[node][k] + amount > self.mx[node][k] + EPS:
+                    return ReasonCode.QUOTA_MAX
+            a = self.cap[k] - self.u[ROOT][k]
+            if a + EPS < amount:
+                return ReasonCode.NO_CAPACITY
+            for node in self.chain[q]:
+                p = self.parent[node]
+                own = self.ex[node][k] - self.u[node][k]
+                room = a - (self.rsv_sum[p][k] - max(0.0, own))
+                if room + EPS < amount:
+                    return ReasonCode.QUOTA_BORROW_UNAVAILABLE
                 a = max(0.0, min(self.mx[node][k] - self.u[node][k], room))
         return None
 

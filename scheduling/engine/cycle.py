@@ -30,6 +30,7 @@ from scheduling.engine.types import (
 )
 
 REFRESH = 50  # group members whose reasons follow every change
+QUOTA_CODES = frozenset({str(RC.QUOTA_MAX), str(RC.QUOTA_BORROW_UNAVAILABLE), str(RC.NO_CAPACITY)})
 
 
 class CycleMixin(PreemptionMixin):
@@ -61,8 +62,10 @@ class CycleMixin(PreemptionMixin):
         base: dict[int, tuple[int, float]] = {}
         hold_only: set[int] = set()
         entries: list[tuple[Group, tuple[int, float]]] = []
-        defer: dict[int, float] = {}  # leaf -> its oldest starving workload that would borrow
-        self._defer = defer
+        self._defer = {}  # leaf -> its oldest starving workload that would borrow
+        self._promoted = set()
+        parked: list[Group] = []
+        held_back: list[Group] = []
         for g in self.groups.values():
             if g.parked and not full and not self._wakes(g, now):
                 if g.unreported and g.reason is not None:
@@ -76,31 +79,47 @@ class CycleMixin(PreemptionMixin):
                     # Still cannot fit, still starving: it keeps holding its flavor, in its
                     # place among the starving work of its class.
                     hold_only.add(id(g))
-                    rank = (0 if self._within(head) else 1, 0.0)
-                    entries.append((g, rank))
-                    if rank[0] == 1 and head.spec.submitted_at < defer.get(head.leaf, INF):
-                        defer[head.leaf] = head.spec.submitted_at
+                    entries.append((g, (0 if self._within(head) else 1, 0.0)))
+                elif g.held_by:
+                    held_back.append(g)
+                else:
+                    parked.append(g)
                 continue
-            g.parked = False
-            g.pos = 0
-            g.violating = False
-            p = g.members[0]
-            rank = self._rank(p, now, repay_cache)
+            self._unpark(g)
+            rank = self._rank(g.members[0], now, repay_cache)
             base[id(g)] = rank
             entries.append((g, rank))
-            if rank[0] == 1 and p.spec.submitted_at < cutoff and p.name not in self.claims:
-                if p.spec.submitted_at < defer.get(p.leaf, INF):
-                    defer[p.leaf] = p.spec.submitted_at
-        if defer:
-            # Only leaves where within-guarantee work would otherwise pass their starving one.
-            younger = {g.members[0].leaf for g, rank in entries if rank[0] == 0
-                       and g.members[-1].spec.submitted_at >= defer.get(g.members[0].leaf, INF)}
-            for leaf in [q for q in defer if q not in younger]:
-                del defer[leaf]
+        self._find_deferred(entries, parked + held_back, cutoff)
         for g, rank in entries:
             heap.append((self._order_key(g.members[0], rank, cutoff), id(g), g))
         heapq.heapify(heap)
+        # Groups held back by a starving workload's hold in their last cycle wait for their
+        # holders' groups: if those hold again they fail the same way (skipped), otherwise
+        # they are tried right after them.
+        waiters: dict[int, list[tuple[tuple[object, ...], Group]]] = {}
+        if held_back:
+            start = {gid: key for key, gid, _ in heap}
+            for g in held_back:
+                head = g.members[0]
+                rank = self._rank(head, now, repay_cache)
+                key = self._order_key(head, rank, cutoff)
+                holders: list[int] = []
+                for h in g.held_by:
+                    hp = self.pending.get(h)
+                    hg = hp.group if hp is not None else None
+                    if hg is None or id(hg) not in start or key < start[id(hg)]:
+                        holders = []
+                        break
+                    holders.append(id(hg))
+                if holders:
+                    for hid in holders:
+                        waiters.setdefault(hid, []).append((key, g))
+                else:
+                    self._unpark(g)
+                    base[id(g)] = rank
+                    heapq.heappush(heap, (key, id(g), g))
         held: dict[str, str] = {}
+        holding: set[int] = set()
         while heap:
             key, gid, g = heapq.heappop(heap)
             if gid in hold_only:
@@ -108,6 +127,9 @@ class CycleMixin(PreemptionMixin):
                 if head.flavors and head.flavors[0] not in held:
                     held[head.flavors[0]] = head.name
                     self._hold(head, head.flavors[0])
+                    holding.add(gid)
+                if gid in waiters:
+                    self._release_waiters(gid, waiters, holding, heap, base, now, repay_cache)
                 continue
             p = g.members[g.pos]
             if key[0] == 0 and not (key[1] == 2 and key[3] == 0.0):
@@ -118,26 +140,102 @@ class CycleMixin(PreemptionMixin):
                     base[gid] = rank
                     heapq.heappush(heap, (self._order_key(p, rank, cutoff), gid, g))
                     continue
-            outcome, reason, per_flavor = self._consider(
-                p, now, key[0] != -1 and p.spec.submitted_at < cutoff, res, held)
-            if outcome == ADMITTED:
-                g.members.pop(g.pos)
-                g.unreported.discard(p.name)
-                p.group = None
-            elif outcome == FAILED:
-                assert reason is not None
-                self._fail(g, reason, per_flavor, now, res, held)
-                continue
+            starving = key[0] != -1 and p.spec.submitted_at < cutoff
+            if (key[0] == 1 and not starving and not full and g.code in QUOTA_CODES
+                    and self._same_quota_failure(p, g.code)):
+                # Fails the quota on every flavor exactly as when it was parked (the fleet is
+                # unchanged): park it again without rebuilding its reason (the members were
+                # given it; a new member would have woken the full path).
+                self._park(g, p, now)
+                outcome = FAILED
             else:
-                g.unreported.add(p.name)
-                g.pos += 1
-            if g.pos < len(g.members):
+                n_holds = len(self._holds)
+                outcome, reason, per_flavor = self._consider(p, now, starving, res, held)
+                if len(self._holds) > n_holds:
+                    holding.add(gid)
+                if outcome == ADMITTED:
+                    g.members.pop(g.pos)
+                    g.unreported.discard(p.name)
+                    p.group = None
+                elif outcome == FAILED:
+                    assert reason is not None
+                    self._fail(g, reason, per_flavor, now, res, held)
+                else:
+                    g.unreported.add(p.name)
+                    g.pos += 1
+            if outcome != FAILED and g.pos < len(g.members):
                 heapq.heappush(heap, (self._order_key(g.members[g.pos], base[gid], cutoff),
                                       gid, g))
-            elif not g.members:
+                continue
+            if not g.members:
                 del self.groups[g.sig]
+            if gid in waiters:
+                self._release_waiters(gid, waiters, holding, heap, base, now, repay_cache)
         self._release_holds()
         return res
+
+    def _unpark(self, g: Group) -> None:
+        g.parked = False
+        g.pos = 0
+        g.violating = False
+        g.held_by = ()
+
+    def _release_waiters(self, gid: int, waiters: dict[int, list[tuple[tuple[object, ...],
+                                                                     Group]]],
+                         holding: set[int], heap: list[tuple[tuple[object, ...], int, Group]],
+                         base: dict[int, tuple[int, float]], now: float,
+                         repay_cache: dict[int, float]) -> None:
+        """A holder's group is done for this cycle: if it did not hold again, the groups it
+        held back are tried now (with their order key from the start of the cycle)."""
+        for key, g in waiters.pop(gid):
+            if gid in holding or not g.parked or not g.members:
+                continue
+            self._unpark(g)
+            base[id(g)] = self._rank(g.members[0], now, repay_cache)
+            heapq.heappush(heap, (key, id(g), g))
+
+    def _find_deferred(self, entries: list[tuple[Group, tuple[int, float]]],
+                       parked: list[Group], cutoff: float) -> None:
+        """Leaves whose oldest starving workload would borrow while younger within-guarantee
+        work of the same leaf waits (parked groups count too, so the order does not depend on
+        what is parked): `_defer` leaf -> its submit time, `_promoted` its name."""
+        best: dict[int, tuple[float, tuple[int, float, str]]] = {}
+
+        def offer(q: Pending) -> None:
+            sub = q.spec.submitted_at
+            if sub < cutoff:
+                cur = best.get(q.leaf)
+                if cur is None or (sub, q.order_tail) < cur:
+                    best[q.leaf] = (sub, q.order_tail)
+
+        for g, rank in entries:
+            if rank[0] == 1:
+                # The group's oldest member that is not a preemptor going first (those are
+                # moved to the front).
+                q = next((m for m in g.members if m.name not in self.claims), None)
+                if q is not None:
+                    offer(q)
+        for g in parked:
+            q = g.members[0]
+            if q.spec.submitted_at < cutoff and (
+                    q.leaf not in best or (q.spec.submitted_at, q.order_tail) < best[q.leaf]) \
+                    and not self._within(q):
+                offer(q)
+        if not best:
+            return
+        # Only leaves where within-guarantee work would otherwise pass their starving one.
+        younger = {g.members[0].leaf for g, rank in entries if rank[0] == 0
+                   and g.members[0].leaf in best
+                   and g.members[-1].spec.submitted_at >= best[g.members[0].leaf][0]}
+        for g in parked:
+            q = g.members[0]
+            if (q.leaf in best and q.leaf not in younger
+                    and g.members[-1].spec.submitted_at >= best[q.leaf][0] and self._within(q)):
+                younger.add(q.leaf)
+        for leaf, (sub, tail) in best.items():
+            if leaf in younger:
+                self._defer[leaf] = sub
+                self._promoted.add(tail[2])
 
     def _hold(self, p: Pending, f: str) -> None:
         """A starving workload that does not fit holds what it needs on flavor f for the rest
@@ -188,15 +286,13 @@ class CycleMixin(PreemptionMixin):
         self._holds.append((p, f, d, masked))
 
     def _release_holds(self) -> None:
-        """End of cycle: give back held quota and nodes (counted as freed, so parked groups
-        may look again)."""
-        for p, f, d, masked in reversed(self._holds):
+        """End of cycle: give back held quota and nodes. Not counted as freed: groups parked
+        while a hold was in place computed their deficits without it, and groups held back by
+        a hold wait for their holders (`cycle`)."""
+        for p, _, d, masked in reversed(self._holds):
             self.tree.add(p.leaf, d, -1.0)
             for pool, i in masked:
                 pool.set_ready(i, True)
-            self.free_events[f] = self.free_events.get(f, 0) + 1
-            for k, amount in d:
-                self.freed[k] = self.freed.get(k, 0.0) + amount
         self._holds.clear()
         self.phantom.clear()
 
@@ -252,6 +348,24 @@ class CycleMixin(PreemptionMixin):
         att = tree.attainment(p.leaf, p.gpu_key)
         return (1, -(s.attainment_weight * (1.0 - min(1.0, att)) + s.repayment_weight * rep))
 
+    def _same_quota_failure(self, p: Pending, code: str) -> bool:
+        """A borrower (preemptible, not preempting) that fits the quota on none of its flavors,
+        whose first flavor fails with `code`, with nothing of it to report."""
+        if (p.spec.can_preempt or not p.spec.preemptible or not p.flavors
+                or p.name in self.waiting or p.group is None or p.group.unreported):
+            return False
+        tree = self.tree
+        holds = self._holds
+        # Its reason is the one it would get with every hold lifted (real numbers).
+        for q, _, d, _ in holds:
+            tree.add(q.leaf, d, -1.0)
+        try:
+            return (not any(tree.fits(p.leaf, p.demand[f]) for f in p.flavors)
+                    and str(tree.quota_code(p.leaf, p.demand[p.flavors[0]])) == code)
+        finally:
+            for q, _, d, _ in holds:
+                tree.add(q.leaf, d)
+
     def _within(self, p: Pending) -> bool:
         tree = self.tree
         return any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors)
@@ -272,7 +386,7 @@ class CycleMixin(PreemptionMixin):
             return (-1, 0, sub, 0.0, p.order_tail)
         oldest = self._defer.get(p.leaf)
         if oldest is not None:
-            if rank[0] == 1 and sub == oldest and sub < cutoff:
+            if rank[0] == 1 and p.name in self._promoted:
                 # The leaf's oldest starving workload that would borrow, with younger
                 # within-guarantee work of its leaf: after the other leaves' within-guarantee
                 # work, before every other borrower.
@@ -288,25 +402,28 @@ class CycleMixin(PreemptionMixin):
     def _fail(self, g: Group, reason: Reason, per_flavor: dict[str, Reason], now: float,
               res: CycleResult, held: dict[str, str]) -> None:
         """Give the group's remaining members the reason and park it until something helps."""
-        rest = g.members[g.pos:]
+        members = g.members
         code = str(reason.code)
         # The members nearest admission get every change of reason; deeper ones keep the
         # reason they were given until they move up (so a reason that flips cycle after cycle
         # costs O(REFRESH) per cycle, not O(members)). New members always get one.
-        for m in rest[:REFRESH]:
+        for i in range(g.pos, min(len(members), g.pos + REFRESH)):
+            m = members[i]
             if m.last_code != code:
                 res.reasons[m.name] = reason
                 m.last_code = code
                 g.unreported.discard(m.name)
         if g.unreported:
-            for m in rest[REFRESH:]:
-                if m.name in g.unreported:
-                    res.reasons[m.name] = reason
+            # Members waiting for their victims keep their WAITING_FOR_PREEMPTION reason.
+            for name in [n for n in g.unreported if n not in self.waiting]:
+                g.unreported.discard(name)
+                m = self.pending[name]
+                if m.last_code != code:
+                    res.reasons[name] = reason
                     m.last_code = code
-            g.unreported.difference_update(m.name for m in rest)
         g.code = code
         g.reason = reason
-        p = rest[0]
+        p = members[g.pos]
         r0 = per_flavor.get(p.flavors[0], reason) if p.flavors else reason
         g.holds = bool(p.flavors) and r0.code != RC.COOLDOWN and not (
             r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message)
@@ -318,8 +435,30 @@ class CycleMixin(PreemptionMixin):
                     tree.u[p.leaf][k] - self.phantom.get((p.leaf, k), 0.0)
                     < tree.mn[p.leaf][k] - EPS for k, _ in d0):
                 g.violating = self.fits_if_borrowed_returned(p.name)
-        if reason.code == RC.NO_CAPACITY and "held for starving" in reason.message:
-            return  # a starving workload's hold can end any time: stay active
+        g.held_by = ()
+        if reason.code == RC.NO_CAPACITY and ": capacity held for starving" in reason.message:
+            # Parked like any failure, and also tried again as soon as a holder does not
+            # hold again (see `cycle`).
+            g.held_by = tuple(sorted({q.name for q, f, _, _ in self._holds
+                                      if f in p.flavors}))
+        self._park(g, p, now)
+
+    def _park(self, g: Group, p: Pending, now: float) -> None:
+        """Park a group whose head p failed: what could change the outcome, seen from now.
+        Deficits are counted without the holds of this cycle (they end with it), except for a
+        group held back by a hold, which is tried again when its holders stop holding."""
+        lifted = [] if g.held_by else self._holds
+        tree = self.tree
+        for q, _, d, _ in lifted:
+            tree.add(q.leaf, d, -1.0)
+        try:
+            self._park_deficits(g, p, now)
+        finally:
+            for q, _, d, _ in lifted:
+                tree.add(q.leaf, d)
+
+    def _park_deficits(self, g: Group, p: Pending, now: float) -> None:
+        tree = self.tree
         g.park = {}
         g.preempts = {}
         g.retry_at = INF
@@ -330,7 +469,7 @@ class CycleMixin(PreemptionMixin):
             d = p.demand[f]
             deficit: Demand = []
             for k, amount in d:
-                short = amount - tree.available(p.leaf, k)
+                short = amount - tree.available_raw(p.leaf, k)
                 if short > EPS:
                     deficit.append((k, short))
             g.park[f] = (self.free_events.get(f, 0),

@@ -113,6 +113,7 @@ class Engine(CycleMixin):
         self.claims: set[str] = set()  # preemptors whose victims are all gone
         self.phantom: dict[tuple[int, int], float] = {}
         self._defer: dict[int, float] = {}
+        self._promoted: set[str] = set()
         self._holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]] = []
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}
@@ -447,9 +448,14 @@ class Engine(CycleMixin):
         g = p.group
         if g is not None:
             g.parked = False
-            if g.members[0] is not p:
-                g.members.remove(p)
-                g.members.insert(0, p)
+            members = g.members
+            members.remove(p)
+            # In front of the group, among the other preemptors going first in their order.
+            i = 0
+            while (i < len(members) and members[i].name in self.claims
+                   and members[i].order_tail < p.order_tail):
+                i += 1
+            members.insert(i, p)
 
     # ---- rejection helper ------------------------------------------------------------
 

@@ -42,6 +42,7 @@ class Pool:
         self.fm: list[float] = []
         self.buckets: list[list[int]] = []  # free GPUs -> sorted ready node indices
         self.max_gpus = 0
+        self.free = 0  # free GPUs on ready nodes
 
     def add_node(self, name: str, gpus: int, cpu: float, mem: float, rack: str,
                  ready: bool) -> None:
@@ -58,9 +59,11 @@ class Pool:
     def build_index(self) -> None:
         self.max_gpus = max(self.gpus, default=0)
         self.buckets = [[] for _ in range(self.max_gpus + 1)]
+        self.free = 0
         for i, r in enumerate(self.ready):
             if r:
                 self.buckets[self.fg[i]].append(i)
+                self.free += self.fg[i]
 
     # Totals over ready nodes.
     def totals(self) -> tuple[int, float, float]:
@@ -73,7 +76,7 @@ class Pool:
         return int(g), c, m
 
     def free_gpus(self) -> int:
-        return sum(b * len(nodes) for b, nodes in enumerate(self.buckets))
+        return self.free
 
     def largest_free(self) -> int:
         for b in range(self.max_gpus, -1, -1):
@@ -87,6 +90,7 @@ class Pool:
             b = self.buckets[self.fg[i]]
             del b[bisect_left(b, i)]
             insort(self.buckets[self.fg[i] - g], i)
+            self.free -= g
         self.fg[i] -= g
         self.fc[i] -= c
         self.fm[i] -= m
@@ -97,6 +101,7 @@ class Pool:
             b = self.buckets[self.fg[i]]
             del b[bisect_left(b, i)]
             insort(self.buckets[self.fg[i] + g], i)
+            self.free += g
         self.fg[i] += g
         self.fc[i] += c
         self.fm[i] += m
@@ -107,9 +112,11 @@ class Pool:
         self.ready[i] = ready
         if ready:
             insort(self.buckets[self.fg[i]], i)
+            self.free += self.fg[i]
         else:
             b = self.buckets[self.fg[i]]
             del b[bisect_left(b, i)]
+            self.free -= self.fg[i]
 
     def _node_fits(self, i: int, pod: Pod, reserve: float) -> bool:
         g, c, m = pod

@@ -70,7 +70,7 @@ class Group:
     """
 
     __slots__ = ("sig", "members", "code", "reason", "unreported", "parked", "park",
-                 "retry_at", "preempts", "pos", "violating", "holds")
+                 "retry_at", "preempts", "pos", "violating", "holds", "held_by")
 
     def __init__(self, sig: tuple[object, ...]) -> None:
         self.sig = sig
@@ -86,6 +86,7 @@ class Group:
         self.preempts: dict[str, int] = {}
         self.pos = 0
         self.violating = False
+        self.held_by: tuple[str, ...] = ()  # holders that held it back in its last cycle
 
 
 class Admitted:
@@ -143,6 +144,7 @@ class EngineBase:
     claims: set[str]
     phantom: dict[tuple[int, int], float]  # held (not used) demand per queue and key
     _defer: dict[int, float]  # this cycle: leaf -> its oldest starving borrower's submit time
+    _promoted: set[str]  # this cycle: those oldest starving borrowers
     _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
 
     def submit(self, w: WorkloadSpec) -> None:
