@@ -8,7 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Prefetch, Q, QuerySet, Sum
+from django.db.models import DecimalField, F, Prefetch, Q, QuerySet, Sum
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from scheduling.models import (
@@ -77,11 +78,12 @@ def workload_pods(workload: Workload, admission: Admission | None) -> list[dict[
     from scheduling.backends.naming import job_name, pod_name
 
     nodes = list(admission.nodes) if admission is not None and admission.ended_at is None else []
-    phase = {
+    phases: dict[str, str] = {
         WorkloadState.RUNNING: "running", WorkloadState.RESERVED: "pending",
         WorkloadState.PREEMPTING: "terminating", WorkloadState.FINISHED: "succeeded",
         WorkloadState.FAILED: "failed",
-    }.get(workload.state, "")
+    }
+    phase = phases.get(str(workload.state), "")
     rows = []
     k = 0
     for ps in workload.pod_sets.all():
@@ -106,7 +108,7 @@ def workload_demand(pod_sets: list[PodSet] | list[dict[str, Any]], flavor: str
     """A workload's demand per key on one flavor: the sum over its pods."""
     demand: dict[Key, Decimal] = defaultdict(Decimal)
     for ps in pod_sets:
-        get = ps.get if isinstance(ps, dict) else (lambda f, p=ps: getattr(p, f))
+        get: Any = ps.get if isinstance(ps, dict) else (lambda f, p=ps: getattr(p, f))
         count = Decimal(get("count"))
         demand[(flavor, "gpu")] += count * Decimal(get("gpus"))
         demand[(flavor, "cpu")] += count * Decimal(get("cpu"))
@@ -127,35 +129,50 @@ def queue_usage() -> dict[str, dict[Key, dict[str, Decimal]]]:
     usage: dict[str, dict[Key, dict[str, Decimal]]] = defaultdict(
         lambda: defaultdict(lambda: {"used": ZERO, "borrowed": ZERO, "lent": ZERO,
                                      "pending": ZERO}))
-    rows = (
+    admitted: Any = (
         Admission.objects.filter(ended_at__isnull=True)
         .values("workload__queue__path", "flavor__name")
         .annotate(gpu=Sum("gpus"), cpu=Sum("cpu"), memory=Sum("memory_gib"))
     )
-    for row in rows:
+    for row in admitted:
         for path in _ancestors(row["workload__queue__path"]):
             for resource in ("gpu", "cpu", "memory"):
                 usage[path][(row["flavor__name"], resource)]["used"] += Decimal(
                     row[resource] or 0)
-    pending = (
+    # Pending demand summed in SQL per (leaf, first acceptable flavor): a few hundred rows
+    # however many workloads wait (was one row per pending pod set, summed here).
+    number = DecimalField(max_digits=20, decimal_places=3)
+    pending: Any = (
         PodSet.objects.filter(workload__state=WorkloadState.PENDING)
-        .values("workload__queue__path", "count", "flavors", "gpus", "cpu", "memory_gib")
+        .annotate(first_flavor=KT("flavors__0"))
+        .values("workload__queue__path", "first_flavor")
+        .annotate(gpu=Sum(F("count") * F("gpus"), output_field=number),
+                  cpu=Sum(F("count") * F("cpu"), output_field=number),
+                  memory=Sum(F("count") * F("memory_gib"), output_field=number))
+        .order_by()
     )
-    for ps in pending:
-        if not ps["flavors"]:
+    ancestors: dict[str, list[str]] = {}
+    for row in pending:
+        flavor = row["first_flavor"]
+        if not flavor:
             continue
-        for key, value in workload_demand([ps], ps["flavors"][0]).items():
-            for path in _ancestors(ps["workload__queue__path"]):
-                usage[path][key]["pending"] += value
+        leaf = row["workload__queue__path"]
+        if leaf not in ancestors:
+            ancestors[leaf] = _ancestors(leaf)
+        for resource in ("gpu", "cpu", "memory"):
+            value = Decimal(row[resource] or 0)
+            for path in ancestors[leaf]:
+                usage[path][(flavor, resource)]["pending"] += value
 
     # min and lendable resolve locally (unset: 0; lendable unset: min), so the quota rows
     # suffice; only max needs the parent, and usage does not use max.
     quota: dict[Key, dict[str, tuple[Decimal, Decimal]]] = defaultdict(dict)
-    for row in QuotaEntry.objects.values("queue__path", "flavor__name", "resource", "min",
-                                         "lendable"):
-        qmin = Decimal(row["min"] or 0)
-        lendable = qmin if row["lendable"] is None else Decimal(row["lendable"])
-        quota[(row["flavor__name"], row["resource"])][row["queue__path"]] = (qmin, lendable)
+    for entry in QuotaEntry.objects.values("queue__path", "flavor__name", "resource", "min",
+                                           "lendable"):
+        qmin = Decimal(entry["min"] or 0)
+        lendable = qmin if entry["lendable"] is None else Decimal(entry["lendable"])
+        quota[(entry["flavor__name"], entry["resource"])][entry["queue__path"]] = (qmin,
+                                                                                 lendable)
     for key, per_queue in quota.items():
         paths = set(per_queue) | {p for p, keys in usage.items() if key in keys}
         siblings: dict[str, list[str]] = defaultdict(list)
