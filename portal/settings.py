@@ -86,6 +86,13 @@ DATABASES = {
 if env.str("TEST_DATABASE_NAME", default=""):
     DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME")}
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # psycopg prepares only statements sent through server-binding cursors: the few fixed
+    # statements of hot paths (scheduling.selectors.hot_cursor), prepared once per connection.
+    # Django's own queries bind on the client and are never prepared. 0 turns it off (e.g.
+    # behind a pooler that cannot keep prepared statements).
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "prepare_threshold", env.int("DATABASE_PREPARE_THRESHOLD", default=5) or None)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -198,7 +205,7 @@ ALLOT_WORKERS = {
     "stuck_preempting_s": env.float("ALLOT_STUCK_PREEMPTING_S", default=None),
     # Sync by watch (scheduling.watch), with the periodic sync as the resync.
     "watch": env.bool("ALLOT_WATCH", default=True),
-    "watch_session_s": env.float("ALLOT_WATCH_SESSION_S", default=60.0),
+    "watch_session_s": env.float("ALLOT_WATCH_SESSION_S", default=15.0),
     "watch_interval_s": env.float("ALLOT_WATCH_INTERVAL_S", default=0.1),
     # Clusters whose state is in this database (simulated) dispatched inside the cycle's
     # transaction (scheduling/dispatch.py, dispatch_in_cycle); off: after commit, as others.

@@ -156,6 +156,13 @@ class SnapshotParts:
     pod_sets: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     context: extensions.CycleContext | None = None
 
+    def known(self, name: str) -> Workload:
+        """`workload(name)` for a name the engine got from this snapshot (always there)."""
+        w = self.workload(name)
+        if w is None:
+            raise KeyError(f"workload {name} is not in the cycle's snapshot")
+        return w
+
     def workload(self, name: str) -> Workload | None:
         """A model instance for a workload the cycle changes (built only for those)."""
         w = self.workloads.get(name)
@@ -439,7 +446,7 @@ def _repayment(now: datetime, s: engine.Settings) -> tuple[engine.RepaymentRecor
     rows = Admission.objects.filter(borrowed=True, ended_at__gte=since).values_list(
         "workload__queue__path", "ended_at", "forced")
     return tuple(engine.RepaymentRecord(queue=q, ended_at=e.timestamp(), forced=f)
-                 for q, e, f in rows)
+                 for q, e, f in rows if e is not None)
 
 
 def _cooldowns(now: datetime, s: engine.Settings) -> dict[str, float]:
@@ -578,7 +585,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
     closed: list[Admission] = []
 
     for adm in result.admitted:
-        w = parts.workload(adm.workload)
+        w = parts.known(adm.workload)
         cluster = parts.clusters[adm.cluster]
         events.append(workload_transition(
             w, S.RESERVED, at=now, event_type=EventType.ADMITTED,
@@ -604,7 +611,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
                           report=report)
 
     for pre in result.preempted:
-        w = parts.workload(pre.workload)
+        w = parts.known(pre.workload)
         by = parts.workload(pre.by)
         events.append(workload_transition(
             w, S.PREEMPTING, at=now, event_type=EventType.PREEMPTED, code=str(pre.reason.code),
@@ -621,7 +628,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
             report.suspend_admissions.append(adm_row.pk)
 
     for rej in result.rejected:
-        w = parts.workload(rej.workload)
+        w = parts.known(rej.workload)
         events.append(workload_transition(
             w, S.REJECTED, at=now, event_type=EventType.REJECTED,
             code=str(rej.reasons[0].code) if rej.reasons else "",
@@ -634,7 +641,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         report.rejected.append(w.pk)
 
     for rel in result.released:
-        w = parts.workload(rel.workload)
+        w = parts.known(rel.workload)
         adm_row = parts.admissions.get(rel.workload)
         if adm_row is not None:
             adm_row.ended_at, adm_row.end_reason = now, EndReason.PODS_READY_TIMEOUT
@@ -661,8 +668,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
                 reason.message == row["reason_message"]
                 or not _reason_refresh_due(row["id"])):
             continue
-        w = parts.workload(name)
-        assert w is not None
+        w = parts.known(name)
         if code != w.reason_code:
             # The same code in consecutive cycles is recorded once (its numbers may move).
             events.append(event_new(w, EventType.REASON, at=now, code=code,

@@ -179,7 +179,7 @@ def watch_clusters(seconds: float | None = None) -> None:
     if not watch_enabled():
         return
     seconds = seconds or float(getattr(settings, "ALLOT_WORKERS", {}).get(
-        "watch_session_s", 60.0))
+        "watch_session_s", 15.0))
     watched: list[bool] = []
     # Freed capacity is scheduled by a thread of its own, so the watchers keep watching
     # while a cycle runs; pokes that come during a cycle make one more cycle after it.

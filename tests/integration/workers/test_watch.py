@@ -17,6 +17,18 @@ from tests.integration.workers.world import make_world, request
 S = WorkloadState
 
 
+@pytest.fixture(autouse=True)
+def sent(monkeypatch):
+    """Tasks these in-process tests would send to a broker, recorded instead."""
+    from celery.app.task import Task
+
+    calls: list[tuple[str, tuple, dict]] = []
+    monkeypatch.setattr(Task, "apply_async",
+                        lambda self, args=None, kwargs=None, **options: calls.append(
+                            (self.name, tuple(args or ()), dict(options))))
+    return calls
+
+
 def running_workload(world, name, duration_s):
     w = workload_submit(user=world.alice, data=request(name, duration_hint_s=duration_s))
     adm = cycle_run(wait=True)
@@ -84,21 +96,18 @@ def test_one_watcher_per_cluster_across_processes(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_watch_task_schedules_freed_capacity_and_hands_over(settings, monkeypatch):
+def test_the_watch_task_schedules_freed_capacity_and_hands_over(settings, sent):
     settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "watch_interval_s": 0.05}
     world = make_world(speedup=100, cluster_names=("bj",), nodes_per_cluster=1)
     first, _ = running_workload(world, "first", duration_s=50)  # takes the node's 8 GPUs
     second = workload_submit(user=world.alice, data=request("second", duration_hint_s=50))
     cycle_run(wait=True)
     assert Workload.objects.get(pk=second.pk).state == S.PENDING
-    handed_over = []
-    monkeypatch.setattr(tasks.watch_clusters, "apply_async",
-                        lambda *a, **kw: handed_over.append(kw))
     tasks.watch_clusters(seconds=2.5)
     assert Workload.objects.get(pk=first.pk).state == S.FINISHED
     # The freed node went to the second at once (the watch ran the cycle and its dispatch).
     assert Workload.objects.get(pk=second.pk).state in (S.RUNNING, S.FINISHED)
-    assert handed_over  # a fresh watch task takes over
+    assert [name for name, _, _ in sent].count("scheduling.watch") == 1  # a fresh one takes over
 
 
 def test_watch_can_be_turned_off(settings, monkeypatch):
