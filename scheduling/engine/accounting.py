@@ -110,6 +110,8 @@ class QuotaTree:
         for i in range(1, n):
             self.chain.append([*self.chain[self.parent[i]], i])
         self.is_leaf = [not c for c in self.children]
+        # Changes of usage per top-level subtree (what a within-guarantee answer depends on).
+        self.ver = [0] * n
         self.cap = [0.0] * nk
         if capacity:
             self.set_capacity(capacity)
@@ -124,6 +126,7 @@ class QuotaTree:
         """Add (sign 1) or remove (sign -1) a demand at leaf q and all its ancestors."""
         u, ex, mn, rsv, gs, parent = self.u, self.ex, self.mn, self.rsv_sum, self.g_sum, self.parent
         node = q
+        self.ver[self.chain[q][0]] += 1
         while node > 0:
             p = parent[node]
             un, exn, mnn, rp, gp = u[node], ex[node], mn[node], rsv[p], gs[p]

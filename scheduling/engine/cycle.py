@@ -93,44 +93,43 @@ class CycleMixin(PreemptionMixin):
         for g, rank in entries:
             heap.append((self._order_key(g.members[0], rank, cutoff), id(g), g))
         heapq.heapify(heap)
-        # Groups held back by a starving workload's hold in their last cycle wait for their
-        # holders' groups: if those hold again they fail the same way (skipped), otherwise
-        # they are tried right after them.
-        waiters: dict[int, list[tuple[tuple[object, ...], Group]]] = {}
-        if held_back:
-            start = {gid: key for key, gid, _ in heap}
-            for g in held_back:
+        # Parked groups that could preempt: an admission later in this cycle may give them
+        # new victims, and then they are tried after it (with their start-of-cycle key).
+        preemptors: list[tuple[tuple[object, ...], Group]] = []
+        for g in parked:
+            if g.preempts:
                 head = g.members[0]
-                rank = self._rank(head, now, repay_cache)
-                key = self._order_key(head, rank, cutoff)
-                holders: list[int] = []
-                for h in g.held_by:
-                    hp = self.pending.get(h)
-                    hg = hp.group if hp is not None else None
-                    if hg is None or id(hg) not in start or key < start[id(hg)]:
-                        holders = []
-                        break
-                    holders.append(id(hg))
-                if holders:
-                    for hid in holders:
-                        waiters.setdefault(hid, []).append((key, g))
-                else:
-                    self._unpark(g)
-                    base[id(g)] = rank
-                    heapq.heappush(heap, (key, id(g), g))
+                preemptors.append((self._order_key(head, self._rank(head, now, repay_cache),
+                                                   cutoff), g))
+        # Groups held back by a starving workload's hold in their last cycle take their place
+        # in the order; when their turn comes and the same holders hold again, they fail the
+        # same way and stay parked without being tried.
+        conditional: set[int] = set()
+        for g in held_back:
+            rank = self._rank(g.members[0], now, repay_cache)
+            base[id(g)] = rank
+            conditional.add(id(g))
+            heapq.heappush(heap, (self._order_key(g.members[0], rank, cutoff), id(g), g))
         held: dict[str, str] = {}
-        holding: set[int] = set()
         while heap:
             key, gid, g = heapq.heappop(heap)
             if gid in hold_only:
-                head = g.members[0]
-                if head.flavors and head.flavors[0] not in held:
-                    held[head.flavors[0]] = head.name
-                    self._hold(head, head.flavors[0])
-                    holding.add(gid)
-                if gid in waiters:
-                    self._release_waiters(gid, waiters, holding, heap, base, now, repay_cache)
-                continue
+                hold_only.discard(gid)
+                if not self._wakes(g, now):
+                    head = g.members[0]
+                    if head.flavors and head.flavors[0] not in held:
+                        held[head.flavors[0]] = head.name
+                        self._hold(head, head.flavors[0])
+                    continue
+                # An admission earlier in this cycle gave it new victims: try it.
+                self._unpark(g)
+                base[gid] = self._rank(g.members[0], now, repay_cache)
+            if gid in conditional:
+                conditional.discard(gid)
+                holders = set(held.values())
+                if holders.issuperset(g.held_by) and not self._wakes(g, now):
+                    continue
+                self._unpark(g)
             p = g.members[g.pos]
             if key[0] == 0 and not (key[1] == 2 and key[3] == 0.0):
                 rank = self._rank(p, now, repay_cache)
@@ -149,14 +148,14 @@ class CycleMixin(PreemptionMixin):
                 self._park(g, p, now)
                 outcome = FAILED
             else:
-                n_holds = len(self._holds)
                 outcome, reason, per_flavor = self._consider(p, now, starving, res, held)
-                if len(self._holds) > n_holds:
-                    holding.add(gid)
                 if outcome == ADMITTED:
                     g.members.pop(g.pos)
                     g.unreported.discard(p.name)
                     p.group = None
+                    if preemptors:
+                        preemptors = self._wake_preemptors(preemptors, key, heap, base, now,
+                                                           repay_cache)
                 elif outcome == FAILED:
                     assert reason is not None
                     self._fail(g, reason, per_flavor, now, res, held)
@@ -169,30 +168,34 @@ class CycleMixin(PreemptionMixin):
                 continue
             if not g.members:
                 del self.groups[g.sig]
-            if gid in waiters:
-                self._release_waiters(gid, waiters, holding, heap, base, now, repay_cache)
         self._release_holds()
         return res
+
+    def _wake_preemptors(self, preemptors: list[tuple[tuple[object, ...], Group]],
+                         key: tuple[object, ...],
+                         heap: list[tuple[tuple[object, ...], int, Group]],
+                         base: dict[int, tuple[int, float]], now: float,
+                         repay_cache: dict[int, float]) -> list[tuple[tuple[object, ...],
+                                                                     Group]]:
+        """After an admission: parked preemptors behind it in the order that now have new
+        victims are tried in this cycle (a full evaluation would reach them after it)."""
+        rest = []
+        for k, g in preemptors:
+            if not g.parked or not g.members:
+                continue
+            if k > key and self._wakes(g, now):
+                self._unpark(g)
+                base[id(g)] = self._rank(g.members[0], now, repay_cache)
+                heapq.heappush(heap, (k, id(g), g))
+            else:
+                rest.append((k, g))
+        return rest
 
     def _unpark(self, g: Group) -> None:
         g.parked = False
         g.pos = 0
         g.violating = False
         g.held_by = ()
-
-    def _release_waiters(self, gid: int, waiters: dict[int, list[tuple[tuple[object, ...],
-                                                                     Group]]],
-                         holding: set[int], heap: list[tuple[tuple[object, ...], int, Group]],
-                         base: dict[int, tuple[int, float]], now: float,
-                         repay_cache: dict[int, float]) -> None:
-        """A holder's group is done for this cycle: if it did not hold again, the groups it
-        held back are tried now (with their order key from the start of the cycle)."""
-        for key, g in waiters.pop(gid):
-            if gid in holding or not g.parked or not g.members:
-                continue
-            self._unpark(g)
-            base[id(g)] = self._rank(g.members[0], now, repay_cache)
-            heapq.heappush(heap, (key, id(g), g))
 
     def _find_deferred(self, entries: list[tuple[Group, tuple[int, float]]],
                        parked: list[Group], cutoff: float) -> None:
@@ -368,7 +371,11 @@ class CycleMixin(PreemptionMixin):
 
     def _within(self, p: Pending) -> bool:
         tree = self.tree
-        return any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors)
+        v = tree.ver[tree.chain[p.leaf][0]]
+        if p.wg_ver != v:
+            p.wg_ver = v
+            p.wg = any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors)
+        return p.wg
 
     def _order_key(self, p: Pending, rank: tuple[int, float],
                    cutoff: float) -> tuple[object, ...]:

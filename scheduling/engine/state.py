@@ -36,7 +36,8 @@ class Pending:
     """A pending workload with what the cycle needs precomputed."""
 
     __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
-                 "sig", "gpu_key", "order_tail", "not_before", "group", "last_code")
+                 "sig", "gpu_key", "order_tail", "not_before", "group", "last_code", "wg",
+                 "wg_ver")
 
     def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
                  demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
@@ -57,6 +58,8 @@ class Pending:
             spec.allowed_clusters, spec.allowed_policy)
         self.group: Group | None = None
         self.last_code = ""
+        self.wg = False  # within guarantee, as of usage version wg_ver of its top-level queue
+        self.wg_ver = -1
 
 
 class Group:
