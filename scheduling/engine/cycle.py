@@ -301,20 +301,28 @@ class CycleMixin(PreemptionMixin):
 
     def _unheld_reason(self, p: Pending, now: float) -> Reason | None:
         """With every hold lifted: None when p would fit on some flavor, else its reason on
-        its first flavor with real numbers (a phantom hold must not show up in a message)."""
+        its first flavor with real numbers (a phantom hold must not show up in a message).
+        The held nodes are only given back for the check when the quota fits somewhere."""
         holds = list(self._holds)
-        for q, _, d, masked in holds:
-            self.tree.add(q.leaf, d, -1.0)
-            for pool, i in masked:
-                pool.set_ready(i, True)
-        reason: Reason | None = None
-        if not any(self._fits_without(p, f, now) for f in p.flavors):
-            reason = self._plain_reason(p, p.flavors[0], now)
-        for q, _, d, masked in holds:
-            self.tree.add(q.leaf, d)
-            for pool, i in masked:
-                pool.set_ready(i, False)
-        return reason
+        tree = self.tree
+        for q, _, d, _ in holds:
+            tree.add(q.leaf, d, -1.0)
+        unmasked = False
+        try:
+            if any(tree.fits(p.leaf, p.demand[f]) for f in p.flavors):
+                unmasked = True
+                for _, _, _, masked in holds:
+                    for pool, i in masked:
+                        pool.set_ready(i, True)
+                if any(self._fits_without(p, f, now) for f in p.flavors):
+                    return None
+            return self._plain_reason(p, p.flavors[0], now)
+        finally:
+            for q, _, d, masked in holds:
+                tree.add(q.leaf, d)
+                if unmasked:
+                    for pool, i in masked:
+                        pool.set_ready(i, False)
 
     def _plain_reason(self, p: Pending, f: str, now: float) -> Reason:
         """Why p does not fit on flavor f now, in the order the cycle checks."""
