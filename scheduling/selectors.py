@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
+from django.db.backends.utils import CursorDebugWrapper
 from django.db.models import DecimalField, F, Prefetch, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.utils import timezone
@@ -24,6 +25,56 @@ from scheduling.models import (
 
 Key = tuple[str, str]
 ZERO = Decimal(0)
+
+
+_PreparingCursor: Any = None
+
+
+def hot_cursor() -> Any:
+    """A cursor for the fixed plain-SQL statements of hot paths (submission, queue position).
+
+    On PostgreSQL with psycopg 3 it binds parameters on the server and prepares each
+    statement once per connection, so the server stops parsing and planning it on every
+    request (which cost more than running these small queries). Queries are logged and errors
+    wrapped as on any Django cursor; elsewhere it is a plain `connection.cursor()`.
+    """
+    global _PreparingCursor
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    if _PreparingCursor is None:
+        try:
+            from django.db.backends.postgresql.base import ServerBindingCursor
+        except ImportError:  # psycopg 2
+            return connection.cursor()
+
+        class Preparing(ServerBindingCursor):  # type: ignore[misc, valid-type]
+            # Prepared at the first run, not the fifth (psycopg keeps the latest 100 per
+            # connection; with DATABASES' prepare_threshold unset, psycopg prepares nothing).
+            def execute(self, query: Any, params: Any = None, *, prepare: bool | None = True,
+                        binary: bool | None = None) -> Any:
+                return super().execute(  # type: ignore[misc]
+                    query, params, prepare=prepare, binary=binary)
+
+        _PreparingCursor = Preparing
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    cursor = _PreparingCursor(connection.connection)
+    if connection.queries_logged:
+        return _LoggedHotCursor(cursor, connection)
+    return connection.make_cursor(cursor)
+
+
+class _LoggedHotCursor(CursorDebugWrapper):
+    """Django's debug cursor, but a prepared statement is logged with its text (Django reads
+    the text back from psycopg, which has none for a prepared execution)."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        try:
+            return super().execute(sql, params)  # type: ignore[misc]
+        finally:
+            log = self.db.queries_log
+            if log and log[-1]["sql"] is None:
+                log[-1]["sql"] = sql
 
 
 def workloads_visible(user: Any) -> QuerySet[Workload]:
@@ -234,7 +285,7 @@ def _position_rows(workload: Workload) -> PositionRows:
     """(pending workloads ahead, their GPUs, the queue's open admissions as (gpus, duration
     hint, progress, running_at, reserved_at)): one query on PostgreSQL, the ORM elsewhere."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+        with hot_cursor() as cursor:
             cursor.execute(_POSITION_SQL, {
                 "queue": workload.queue_id, "pending": str(WorkloadState.PENDING),
                 "id": workload.pk, "value": workload.priority_class.value,

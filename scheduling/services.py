@@ -29,6 +29,7 @@ from scheduling.models import (
     WorkloadEvent,
     WorkloadState,
 )
+from scheduling.selectors import hot_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ class SubmitLookups:
         qnames = [f.attname for f in Queue._meta.concrete_fields]
         tnames = [f.attname for f in Team._meta.concrete_fields]
         sql = _queues_sql().replace("{paths}", ", ".join(["%s"] * len(wanted)))
-        with connection.cursor() as cursor:
+        with hot_cursor() as cursor:
             cursor.execute(sql, [self.user.pk, *sorted(wanted)])
             rows = cursor.fetchall()
         for path in wanted:
@@ -269,7 +270,7 @@ class SubmitLookups:
 
     def _load_names(self) -> None:
         # Both tables are a handful of rows: one round trip for the two.
-        with connection.cursor() as cursor:
+        with hot_cursor() as cursor:
             cursor.execute(
                 f"SELECT 'c', id, name, value, can_preempt FROM {PriorityClass._meta.db_table}"
                 f" UNION ALL SELECT 'f', id, name, NULL, NULL FROM {Flavor._meta.db_table}")
@@ -514,7 +515,7 @@ def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[Workloa
             " RETURNING id)")
     sql = (f"WITH {', '.join(parts)} SELECT (SELECT id FROM w),"
            " ARRAY(SELECT id FROM p ORDER BY id), ARRAY(SELECT id FROM e ORDER BY id)")
-    with connection.cursor() as cursor:
+    with hot_cursor() as cursor:
         cursor.execute(sql, params)
         workload_id, pod_set_ids, event_ids = cursor.fetchone()
     # Rows take their ids in the order of VALUES (as bulk_create's RETURNING relies on too).

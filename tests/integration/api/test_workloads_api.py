@@ -250,3 +250,20 @@ def test_one_statement_insert_writes_what_bulk_create_writes(org, classes):
             WorkloadEvent.objects.filter(workload=one).order_by("id").values_list("pk",
                                                                                   flat=True))
     assert one.state == WorkloadState.REJECTED
+
+
+def test_hot_statements_are_prepared_once_per_connection(alice, org):
+    """The submission's fixed statements are prepared on the server (not planned again on
+    each request); their errors come out as Django's database errors."""
+    from django.db import DataError
+
+    for i in range(3):
+        assert alice.post("/api/v1/workloads", body(f"p{i}"), format="json").status_code == 201
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [r[0] for r in cursor.fetchall()]
+    assert any('FROM "quotas_queue" q' in s for s in prepared), prepared
+    assert any("WITH w AS (INSERT INTO" in s for s in prepared), prepared
+    assert any("scheduling_admission a" in s for s in prepared), prepared
+    with pytest.raises(DataError), selectors.hot_cursor() as cursor:
+        cursor.execute("SELECT 1 / %s", [0])
