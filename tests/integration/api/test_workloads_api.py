@@ -267,3 +267,35 @@ def test_hot_statements_are_prepared_once_per_connection(alice, org):
     assert any("scheduling_admission a" in s for s in prepared), prepared
     with pytest.raises(DataError), selectors.hot_cursor() as cursor:
         cursor.execute("SELECT 1 / %s", [0])
+
+
+@pytest.mark.parametrize("data", [
+    body("ok"),
+    body("defaults", pods=[{"flavors": ["a100-80g"]}]),
+    {**body("coerced"), "preemptible": "true", "duration_hint_s": "60",
+     "pods": [{"count": "2", "flavors": ["a100-80g"], "gpus": 1, "cpu": "1.25"}]},
+    {"name": ""},
+    {**body("bad"), "priority_class": None, "strategy": "nope", "command": ["x", ""],
+     "pods": [{"count": 0, "flavors": [], "cpu": "1.0001", "memory_gib": -1}, "x"]},
+    {**body("nopods"), "pods": []},
+    ["not", "an", "object"],
+])
+def test_submit_input_validates_as_the_input_serializer(data):
+    """The POST's serializer (fields bound once per thread) validates exactly as a fresh
+    WorkloadInputSerializer, also on repeated use and in another thread."""
+    import threading
+
+    from scheduling.api_workloads import SubmitInputSerializer, WorkloadInputSerializer
+
+    def outcome(cls):
+        ser = cls(data=data)
+        return ser.is_valid(), ser.validated_data if ser.is_valid() else ser.errors
+
+    expected = outcome(WorkloadInputSerializer)
+    assert outcome(SubmitInputSerializer) == expected
+    assert outcome(SubmitInputSerializer) == expected
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(outcome(SubmitInputSerializer)))
+    thread.start()
+    thread.join()
+    assert seen == [expected]
