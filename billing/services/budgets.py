@@ -179,6 +179,24 @@ def cost_center_of_team(team) -> CostCenter | None:
     return CostCenter.objects.filter(is_default=True).first()
 
 
+_IN_FORCE_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM billing_budgetfiring f"
+    " JOIN billing_budgetthreshold t ON t.id = f.threshold_id"
+    " JOIN billing_budget b ON b.id = t.budget_id"
+    " WHERE b.active AND f.period_start <= %s AND f.period_end > %s)"
+)
+
+
+def _any_firing_in_force(now: datetime) -> bool:
+    """Whether any active budget has a firing in its current period (plain SQL through the
+    submission's prepared-statement cursor: it runs on every submission)."""
+    from scheduling.selectors import hot_cursor
+
+    with hot_cursor() as cursor:
+        cursor.execute(_IN_FORCE_SQL, [now, now])
+        return bool(cursor.fetchone()[0])
+
+
 def budget_submission_check(ctx, *, now: datetime | None = None):
     """Deny (BUDGET_EXCEEDED) or lower to batch-low while a budget action is in force.
 
@@ -188,8 +206,7 @@ def budget_submission_check(ctx, *, now: datetime | None = None):
 
     now = now or timezone.now()
     # Usually no budget action is in force anywhere: one cheap query, on every submission.
-    if not BudgetFiring.objects.filter(period_start__lte=now, period_end__gt=now,
-                                       threshold__budget__active=True).exists():
+    if not _any_firing_in_force(now):
         return None
     cc = cost_center_of_team(ctx.team)
     if cc is None:
