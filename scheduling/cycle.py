@@ -190,26 +190,34 @@ MOVING_FIELDS = (
 )
 ROW_FIELDS = STATIC_FIELDS + MOVING_FIELDS[1:]
 MODEL_FIELDS = tuple(f for f in ROW_FIELDS if "__" not in f)
-POD_SET_FIELDS = ("workload_id", "index", "count", "flavors", "gpus", "cpu", "memory_gib",
+POD_SET_FIELDS = ("id", "workload_id", "index", "count", "flavors", "gpus", "cpu", "memory_gib",
                   "gpu_memory_gib")
 
 
 class _StaticCache:
-    """Per process: workload id -> (static columns, pod sets); forgotten every few minutes
-    and when it grows large, so it stays small and nothing stale lives long."""
+    """Per process: workload id -> (version, static columns, pod sets); forgotten every few
+    minutes and when it grows large.
+
+    A pending workload may be changed in place (scheduling/updates.py, workload_update), which
+    replaces its pod sets: the version is the highest id of its pod sets, read with the moving
+    columns each cycle, so a changed workload is read again at once.
+    """
 
     TTL_S = 300.0
     MAX = 50_000
 
     def __init__(self) -> None:
-        self.items: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self.items: dict[int, tuple[Any, dict[str, Any], list[dict[str, Any]]]] = {}
         self.until = 0.0
 
-    def get_many(self, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[dict[str, Any]]]]:
+    def get_many(self, versions: dict[int, Any]
+                 ) -> dict[int, tuple[Any, dict[str, Any], list[dict[str, Any]]]]:
         now = time.monotonic()
         if now > self.until or len(self.items) > self.MAX:
             self.items, self.until = {}, now + self.TTL_S
-        missing = [i for i in ids if i not in self.items]
+        ids = list(versions)
+        missing = [i for i in ids
+                   if i not in self.items or self.items[i][0] != versions[i]]
         if missing:
             rows = {r["id"]: r for r in Workload.objects.filter(pk__in=missing)
                     .values(*STATIC_FIELDS)}
@@ -218,7 +226,8 @@ class _StaticCache:
                     "workload_id", "index").values(*POD_SET_FIELDS):
                 sets.setdefault(ps["workload_id"], []).append(ps)
             for i, r in rows.items():
-                self.items[i] = (r, sets.get(i, []))
+                ps = sets.get(i, [])
+                self.items[i] = (max((p["id"] for p in ps), default=None), r, ps)
         return {i: self.items[i] for i in ids if i in self.items}
 
 
@@ -231,17 +240,20 @@ def _live_rows(ids: list[int], parts: SnapshotParts,
     `queues`: queue id -> (path, namespace)."""
     if not ids:
         return []
-    moving = list(Workload.objects.filter(pk__in=ids).values(*MOVING_FIELDS))
+    from django.db.models import Max
+
+    moving = list(Workload.objects.filter(pk__in=ids).annotate(
+        pod_sets_version=Max("pod_sets__id")).values(*MOVING_FIELDS, "pod_sets_version"))
     for m in moving:
         m["queue__path"], m["queue__namespace"] = queues[m["queue_id"]]
-    static = _static.get_many([r["id"] for r in moving])
+    static = _static.get_many({m["id"]: m.pop("pod_sets_version") for m in moving})
     rows = []
     for m in moving:
         cached = static.get(m["id"])
         if cached is None:
             continue
-        rows.append({**cached[0], **m})
-        parts.pod_sets[m["id"]] = cached[1]
+        rows.append({**cached[1], **m})
+        parts.pod_sets[m["id"]] = cached[2]
     rows.sort(key=lambda r: (r["submitted_at"], r["id"]))
     return rows
 

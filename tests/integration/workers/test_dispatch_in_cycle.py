@@ -90,3 +90,20 @@ def test_turned_off_the_cycle_only_reserves(world, settings):
     w.refresh_from_db()
     assert w.state == S.RESERVED and report.dispatch_clusters
     assert not SimJob.objects.exists()
+
+
+def test_a_pending_workload_changed_in_place_is_read_again(world):
+    from scheduling.updates import workload_update
+
+    hog = workload_submit(user=world.carol, data=request("hog", queue="rd/nlp", count=2))
+    workload_submit(user=world.carol, data=request("hog2", queue="rd/nlp", count=1))
+    cycle_run(wait=True)  # nlp holds 24 of rd's 32
+    w = submit(world, "shrinks", count=2)  # 16 more GPUs: over rd's max, it waits
+    cycle_run(wait=True)  # the cycle reads (and keeps) w's pod sets
+    assert Workload.objects.get(pk=w.pk).state == S.PENDING
+    assert Workload.objects.get(pk=hog.pk).state == S.RUNNING
+    body = request("shrinks", count=1)
+    workload_update(user=world.alice, workload=w, changes={"pods": body["pods"]})
+    cycle_run(wait=True)
+    w.refresh_from_db()
+    assert w.state == S.RUNNING and w.admissions.get().gpus == 8  # the new request
