@@ -140,8 +140,8 @@ def seed() -> dict:
     Through = Team.queues.through
     Through.objects.bulk_create([Through(team_id=t.pk, queue_id=q.pk)
                                  for t, q in zip(teams, leaves, strict=True)])
-    for i, (u, t) in enumerate(zip(users, teams, strict=True)):
-        members.append(TeamMembership(team=t, user=u, role=TeamRole.LEAD if i % 19 == 0
+    for i, (u, team) in enumerate(zip(users, teams, strict=True)):
+        members.append(TeamMembership(team=team, user=u, role=TeamRole.LEAD if i % 19 == 0
                                       else TeamRole.RESEARCHER))
     TeamMembership.objects.bulk_create(members)
 
@@ -176,10 +176,10 @@ def seed() -> dict:
         for w in workloads], batch_size=5000)
     admissions, events = [], []
     for w in workloads:
-        t = w.submitted_at
+        at = w.submitted_at
         kinds = ["submitted"]
         if w.state in ("finished", "cancelled", "running"):
-            adm_at = t + timedelta(minutes=rnd.randrange(0, 90))
+            adm_at = at + timedelta(minutes=rnd.randrange(0, 90))
             ended = None if w.state == "running" else adm_at + timedelta(hours=2)
             admissions.append(Admission(
                 workload=w, cluster=clusters[w.pk % 3], flavor=flavors[w.pk % 2],
@@ -192,7 +192,7 @@ def seed() -> dict:
         else:
             kinds += ["reason"] * 8 + ["rejected" if w.state == "rejected" else "reason"]
         for j, kind in enumerate(kinds):
-            events.append(WorkloadEvent(workload=w, at=t + timedelta(seconds=30 * j), type=kind,
+            events.append(WorkloadEvent(workload=w, at=at + timedelta(seconds=30 * j), type=kind,
                                         code="QUOTA_MAX" if kind == "reason" else "",
                                         message=f"{kind} step {j}"))
     Admission.objects.bulk_create(admissions, batch_size=5000)

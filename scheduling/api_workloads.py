@@ -24,9 +24,11 @@ class PodSetInputSerializer(serializers.Serializer):
     flavors = serializers.ListField(child=serializers.CharField(max_length=63),
                                     allow_empty=False)
     gpus = serializers.IntegerField(min_value=0, max_value=64, default=0)
-    cpu = serializers.DecimalField(max_digits=10, decimal_places=3, min_value=0, default=0)
+    # An int default (not Decimal): what validated data held when the field was left out.
+    cpu = serializers.DecimalField(max_digits=10, decimal_places=3, min_value=0,
+                                   default=0)  # type: ignore[arg-type]
     memory_gib = serializers.DecimalField(max_digits=12, decimal_places=3, min_value=0,
-                                          default=0)
+                                          default=0)  # type: ignore[arg-type]
     gpu_memory_gib = serializers.IntegerField(min_value=1, required=False, allow_null=True)
 
 
