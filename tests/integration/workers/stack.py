@@ -49,6 +49,11 @@ def point_app_at_broker() -> Any:
     app.pool.force_close_all()
     app._pool = None
     app.amqp._producer_pool = None
+    # kombu keeps producer pools per connection URL process-wide: forget the closed ones, or
+    # later tests of this process sending a task get "Acquire on closed pool".
+    from kombu import pools
+
+    pools.reset()
     return previous
 
 
@@ -59,6 +64,11 @@ def restore_app_broker(previous: Any) -> None:
     app.pool.force_close_all()
     app._pool = None
     app.amqp._producer_pool = None
+    # kombu keeps producer pools per connection URL process-wide: forget the closed ones, or
+    # later tests of this process sending a task get "Acquire on closed pool".
+    from kombu import pools
+
+    pools.reset()
 
 
 class CeleryWorker:
