@@ -115,7 +115,8 @@ class CycleMixin(PreemptionMixin):
             key, gid, g = heapq.heappop(heap)
             if gid in hold_only:
                 hold_only.discard(gid)
-                if not self._wakes(g, now):
+                # Only an admission in this cycle can have woken it since the start.
+                if not res.admitted or not self._wakes(g, now):
                     head = g.members[0]
                     if head.flavors and head.flavors[0] not in held:
                         held[head.flavors[0]] = head.name
@@ -127,7 +128,8 @@ class CycleMixin(PreemptionMixin):
             if gid in conditional:
                 conditional.discard(gid)
                 holders = set(held.values())
-                if holders.issuperset(g.held_by) and not self._wakes(g, now):
+                if holders.issuperset(g.held_by) and (not res.admitted
+                                                      or not self._wakes(g, now)):
                     continue
                 self._unpark(g)
             p = g.members[g.pos]
