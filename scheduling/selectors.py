@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.utils import CursorDebugWrapper
 from django.db.models import DecimalField, F, Prefetch, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
@@ -39,13 +39,14 @@ def hot_cursor() -> Any:
     wrapped as on any Django cursor; elsewhere it is a plain `connection.cursor()`.
     """
     global _PreparingCursor
-    if connection.vendor != "postgresql":
-        return connection.cursor()
+    db = connections[DEFAULT_DB_ALIAS]  # the proxy `connection` costs a lookup per use
+    if db.vendor != "postgresql":
+        return db.cursor()
     if _PreparingCursor is None:
         try:
             from django.db.backends.postgresql.base import ServerBindingCursor
         except ImportError:  # psycopg 2
-            return connection.cursor()
+            return db.cursor()
 
         class Preparing(ServerBindingCursor):  # type: ignore[misc, valid-type]
             # Prepared at the first run, not the fifth (psycopg keeps the latest 100 per
@@ -56,12 +57,12 @@ def hot_cursor() -> Any:
                     query, params, prepare=prepare, binary=binary)
 
         _PreparingCursor = Preparing
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    cursor = _PreparingCursor(connection.connection)
-    if connection.queries_logged:
-        return _LoggedHotCursor(cursor, connection)
-    return connection.make_cursor(cursor)
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    cursor = _PreparingCursor(db.connection)
+    if db.queries_logged:
+        return _LoggedHotCursor(cursor, db)
+    return db.make_cursor(cursor)
 
 
 class _LoggedHotCursor(CursorDebugWrapper):
