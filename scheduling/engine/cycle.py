@@ -153,6 +153,7 @@ class CycleMixin(PreemptionMixin):
                 outcome, reason, per_flavor = self._consider(p, now, starving, res, held)
                 if outcome == ADMITTED:
                     g.members.pop(g.pos)
+                    g.shifted = True
                     g.unreported.discard(p.name)
                     p.group = None
                     if preemptors:
@@ -424,12 +425,15 @@ class CycleMixin(PreemptionMixin):
         # The members nearest admission get every change of reason; deeper ones keep the
         # reason they were given until they move up (so a reason that flips cycle after cycle
         # costs O(REFRESH) per cycle, not O(members)). New members always get one.
-        for i in range(g.pos, min(len(members), g.pos + REFRESH)):
-            m = members[i]
-            if m.last_code != code:
-                res.reasons[m.name] = reason
-                m.last_code = code
-                g.unreported.discard(m.name)
+        if code != g.code or g.shifted or g.pos:
+            # (Otherwise the same members got this code at the last failure.)
+            for i in range(g.pos, min(len(members), g.pos + REFRESH)):
+                m = members[i]
+                if m.last_code != code:
+                    res.reasons[m.name] = reason
+                    m.last_code = code
+                    g.unreported.discard(m.name)
+            g.shifted = False
         if g.unreported:
             # Members waiting for their victims keep their WAITING_FOR_PREEMPTION reason.
             for name in [n for n in g.unreported if n not in self.waiting]:

@@ -342,6 +342,7 @@ class Engine(CycleMixin):
         if g is None:
             return
         p.group = None
+        g.shifted = True
         try:
             g.members.remove(p)
         except ValueError:
@@ -448,6 +449,7 @@ class Engine(CycleMixin):
         g = p.group
         if g is not None:
             g.parked = False
+            g.shifted = True
             members = g.members
             members.remove(p)
             # In front of the group, among the other preemptors going first in their order.

@@ -73,7 +73,7 @@ class Group:
     """
 
     __slots__ = ("sig", "members", "code", "reason", "unreported", "parked", "park",
-                 "retry_at", "preempts", "pos", "violating", "holds", "held_by")
+                 "retry_at", "preempts", "pos", "violating", "holds", "held_by", "shifted")
 
     def __init__(self, sig: tuple[object, ...]) -> None:
         self.sig = sig
@@ -90,6 +90,7 @@ class Group:
         self.pos = 0
         self.violating = False
         self.held_by: tuple[str, ...] = ()  # holders that held it back in its last cycle
+        self.shifted = True  # members left or moved since its reasons were last refreshed
 
 
 class Admitted:
