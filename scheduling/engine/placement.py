@@ -296,6 +296,42 @@ class Fleet:
         found = self._candidates(flavor, allowed)
         return found if isinstance(found, Reason) else None
 
+    def can_place(self, flavor: str, pods: Sequence[Pod], *, spread: bool, same_rack: bool,
+                  allowed: frozenset[str] | None, dataset: str,
+                  weights: tuple[float, float, float, float]) -> bool:
+        """Whether `try_place` (commit=False) would place the pods, without its reason text.
+        With one cluster able to hold them it is tried directly (the score only orders
+        several)."""
+        dg = 0
+        max_pod = 0
+        for pod in pods:
+            dg += pod[0]
+            if pod[0] > max_pod:
+                max_pod = pod[0]
+        able: list[ClusterState] = []
+        for c in self.flavor_clusters.get(flavor, ()):
+            if (allowed is not None and c.name not in allowed) or not self.healthy(c):
+                continue
+            pool = c.pools[flavor]
+            if (dg and pool.free < dg) or (max_pod and pool.largest_free() < max_pod):
+                continue
+            able.append(c)
+        if not able:
+            return False
+        if len(able) > 1:
+            return not isinstance(self.try_place(
+                flavor, pods, spread=spread, same_rack=same_rack, allowed=allowed,
+                dataset=dataset, weights=weights, commit=False), Reason)
+        pool = able[0].pools[flavor]
+        racks: list[str | None] = list(pool.racks(spread)) if same_rack else [None]
+        for rack in racks:
+            got = pool.place(pods, spread, self.reserve, rack)
+            if got is not None:
+                for i, p in zip(got, pods, strict=True):
+                    pool.give(i, p)
+                return True
+        return False
+
     def try_place(
         self, flavor: str, pods: Sequence[Pod], *, spread: bool, same_rack: bool,
         allowed: frozenset[str] | None, dataset: str, weights: tuple[float, float, float, float],

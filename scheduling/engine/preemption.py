@@ -31,6 +31,12 @@ class PreemptionMixin(EngineBase):
             allowed=p.spec.allowed_clusters, dataset=p.spec.dataset, weights=self.weights,
             commit=commit)
 
+    def _can_place(self, p: Pending, f: str) -> bool:
+        """`_place` (commit=False) succeeds, without building its reason."""
+        strategy = p.spec.strategy or self.tree.strategy[p.leaf] or self.settings.strategy
+        return self.fleet.can_place(
+            f, p.pods, spread=strategy == "spread", same_rack=p.spec.topology_same == "rack",
+            allowed=p.spec.allowed_clusters, dataset=p.spec.dataset, weights=self.weights)
 
     # ---- preemption ------------------------------------------------------------------
 
@@ -41,7 +47,7 @@ class PreemptionMixin(EngineBase):
         if not self.tree.within_guarantee(p.leaf, d):
             if not p.spec.preemptible or self.cooldown.get(p.leaf, -INF) > now + EPS:
                 return False
-        return not isinstance(self._place(p, f, commit=False), Reason)
+        return self._can_place(p, f)
 
     def _lift(self, a: Admitted) -> None:
         self.tree.add(a.leaf, a.demand, -1.0)
