@@ -504,12 +504,16 @@ class CycleMixin(PreemptionMixin):
             # on GPU nodes may fit after any admission there.
             for f in p.flavors:
                 g.preempts["any:" + f] = self.all_admits.get(f, 0)
+        g.quiet = -1
         g.parked = True
 
     def _wakes(self, g: Group, now: float) -> bool:
         """Could the parked group fit now? (conservative: True when unsure)."""
         if now + EPS >= g.retry_at:
             return True
+        if g.quiet == self.changes:
+            # Nothing admitted or ended since its conditions last did not hold.
+            return False
         for f, seen in g.preempts.items():
             if f == "":
                 if self.leaf_admits.get(g.members[0].leaf, 0) != seen:
@@ -519,11 +523,16 @@ class CycleMixin(PreemptionMixin):
                     return True
             elif self.admits.get(f, 0) != seen:
                 return True
+        free_events, freed = self.free_events, self.freed
         for f, (events, snap, deficit) in g.park.items():
-            if self.free_events.get(f, 0) == events:
+            if free_events.get(f, 0) == events:
                 continue
-            if all(self.freed.get(k, 0.0) - snap[k] + EPS >= short for k, short in deficit):
+            for k, short in deficit:
+                if freed.get(k, 0.0) - snap[k] + EPS < short:
+                    break
+            else:
                 return True
+        g.quiet = self.changes
         return False
 
     def violating_leaves(self) -> set[str]:
@@ -666,6 +675,7 @@ class CycleMixin(PreemptionMixin):
             return got
         cluster, nodes = got
         self.tree.add(p.leaf, d)
+        self.changes += 1
         self.seq += 1
         pool = self.fleet.by_name[cluster].pools[f]
         names = tuple(pool.names[i] for i in nodes)

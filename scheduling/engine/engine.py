@@ -104,6 +104,7 @@ class Engine(CycleMixin):
         self.reserved: dict[str, Admitted] = {}  # admitted, pods not all running yet
         self.by_leaf_flavor: dict[tuple[int, str], dict[str, Admitted]] = {}
         self.seq = 0
+        self.changes = 0
         self.cooldown: dict[int, float] = {}
         self.waiting: dict[str, set[str]] = {}
         self.repay: dict[int, deque[tuple[float, bool]]] = {}
@@ -380,6 +381,7 @@ class Engine(CycleMixin):
         if a.grace_until is not None:
             self.in_grace.get(a.flavor, {}).pop(name, None)
         self.tree.add(a.leaf, a.demand, -1.0)
+        self.changes += 1
         self.free_events[a.flavor] = self.free_events.get(a.flavor, 0) + 1
         for k, amount in a.demand:
             self.freed[k] = self.freed.get(k, 0.0) + amount

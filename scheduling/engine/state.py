@@ -73,7 +73,8 @@ class Group:
     """
 
     __slots__ = ("sig", "members", "code", "reason", "unreported", "parked", "park",
-                 "retry_at", "preempts", "pos", "violating", "holds", "held_by", "shifted")
+                 "retry_at", "preempts", "pos", "violating", "holds", "held_by", "shifted",
+                 "quiet")
 
     def __init__(self, sig: tuple[object, ...]) -> None:
         self.sig = sig
@@ -91,6 +92,9 @@ class Group:
         self.violating = False
         self.held_by: tuple[str, ...] = ()  # holders that held it back in its last cycle
         self.shifted = True  # members left or moved since its reasons were last refreshed
+        # `changes` of the engine when its wake conditions last did not hold (-1: not since
+        # it was parked): until an admission or an end they cannot hold, short of retry_at.
+        self.quiet = -1
 
 
 class Admitted:
@@ -142,6 +146,7 @@ class EngineBase:
     reserved: dict[str, Admitted]
     by_leaf_flavor: dict[tuple[int, str], dict[str, Admitted]]
     seq: int
+    changes: int  # admissions and ends so far (what a parked group's wake conditions read)
     cooldown: dict[int, float]
     waiting: dict[str, set[str]]
     budgets: list[DisruptionBudget]
