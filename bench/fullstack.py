@@ -375,8 +375,6 @@ def main(argv: list[str] | None = None) -> int:
         "ALLOT_CYCLE_INTERVAL_S": str(s.get("cycle_interval_s", 1.0)),
         # The workers follow the simulated cluster by watch; the periodic sync is the resync.
         "ALLOT_SYNC_INTERVAL_S": "5", "ALLOT_MAX_PENDING_PER_QUEUE": "32",
-        # The simulated cluster lives in the database: its workloads start in the cycle.
-        "ALLOT_DISPATCH_IN_CYCLE": "1",
         "ALLOT_RECLAIM_COOLDOWN_S": str(s.get("reclaim_cooldown_s", 120)),
         "ALLOT_STARVATION_S": str(s.get("starvation_s", 1800)),
         "ALLOT_PODS_READY_TIMEOUT_S": str(s.get("pods_ready_timeout_s", 300)),

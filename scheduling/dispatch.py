@@ -335,10 +335,9 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
     workload as `_refused` does, all with their events, in the cycle's transaction: a crash
     leaves neither a reservation nor a Job behind. Backend errors leave the admission to the
     usual dispatch pass after commit. Other clusters are dispatched after commit as before.
-    On when ALLOT_WORKERS["dispatch_in_cycle"] (ALLOT_DISPATCH_IN_CYCLE=1; the full-stack
-    benchmark turns it on).
+    On unless ALLOT_WORKERS["dispatch_in_cycle"] is false (ALLOT_DISPATCH_IN_CYCLE=0).
     """
-    if not getattr(settings, "ALLOT_WORKERS", {}).get("dispatch_in_cycle", False):
+    if not getattr(settings, "ALLOT_WORKERS", {}).get("dispatch_in_cycle", True):
         return
     by_cluster: dict[int, list[Admission]] = {}
     for adm in admissions:
