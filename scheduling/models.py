@@ -171,6 +171,9 @@ class Workload(models.Model):
         indexes = [
             models.Index(fields=["state", "submitted_at"], name="workload_state_submitted"),
             models.Index(fields=["queue", "state"], name="workload_queue_state"),
+            # Lists, newest first (the model's ordering): the admin's and the API's pages read
+            # 50 rows from this index instead of sorting every workload.
+            models.Index(fields=["-submitted_at", "-id"], name="workload_newest_first"),
             # The heads of the queues the cycle reads (scheduling/cycle.py, _pending_heads).
             models.Index(fields=["queue", "priority_class", "submitted_at", "id"],
                          condition=models.Q(state="pending"), name="workload_pending_head"),
