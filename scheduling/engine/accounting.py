@@ -110,6 +110,9 @@ class QuotaTree:
         for i in range(1, n):
             self.chain.append([*self.chain[self.parent[i]], i])
         self.is_leaf = [not c for c in self.children]
+        # up[q]: (queue, its parent) from q up to a top-level queue (what `add` walks).
+        self.up: list[list[tuple[int, int]]] = [
+            [(node, self.parent[node]) for node in reversed(c)] for c in self.chain]
         # Changes of usage per top-level subtree (what a within-guarantee answer depends on).
         self.ver = [0] * n
         self.cap = [0.0] * nk
@@ -124,11 +127,9 @@ class QuotaTree:
 
     def add(self, q: int, demand: Demand, sign: float = 1.0) -> None:
         """Add (sign 1) or remove (sign -1) a demand at leaf q and all its ancestors."""
-        u, ex, mn, rsv, gs, parent = self.u, self.ex, self.mn, self.rsv_sum, self.g_sum, self.parent
-        node = q
+        u, ex, mn, rsv, gs = self.u, self.ex, self.mn, self.rsv_sum, self.g_sum
         self.ver[self.chain[q][0]] += 1
-        while node > 0:
-            p = parent[node]
+        for node, p in self.up[q]:
             un, exn, mnn, rp, gp = u[node], ex[node], mn[node], rsv[p], gs[p]
             for k, amount in demand:
                 old = un[k]
@@ -136,11 +137,12 @@ class QuotaTree:
                 if -EPS < new < EPS:
                     new = 0.0
                 un[k] = new
+                # (max(0, e - new) - max(0, e - old) and min(new, m) - min(old, m), inlined)
                 e = exn[k]
-                rp[k] += max(0.0, e - new) - max(0.0, e - old)
+                a, b = e - new, e - old
+                rp[k] += (a if a > 0.0 else 0.0) - (b if b > 0.0 else 0.0)
                 m = mnn[k]
-                gp[k] += min(new, m) - min(old, m)
-            node = p
+                gp[k] += (m if m < new else new) - (m if m < old else old)
         u0 = u[ROOT]
         for k, amount in demand:
             u0[k] += sign * amount

@@ -66,8 +66,12 @@ class CycleMixin(PreemptionMixin):
         self._promoted = set()
         parked: list[Group] = []
         held_back: list[Group] = []
+        changes = self.changes
+        now_eps = now + EPS
         for g in self.groups.values():
-            if g.parked and not full and not self._wakes(g, now):
+            # (`_wakes`, its quick answer inlined: nothing admitted or ended since its last no)
+            if g.parked and not full and (
+                    (g.quiet == changes and now_eps < g.retry_at) or not self._wakes(g, now)):
                 if g.unreported and g.reason is not None:
                     for name in list(g.unreported):
                         if name not in self.waiting:
