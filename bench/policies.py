@@ -20,6 +20,8 @@ from decimal import Decimal
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+# PostgreSQL, as in production (the change-log caches exist there only; SQLite reads every time).
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/allot")
 # Its own throwaway database: never the one a test run (TEST_DATABASE_NAME) is using.
 os.environ["TEST_DATABASE_NAME"] = os.environ.get("BENCH_POLICIES_DB",
                                                   "test_allot_bench_policies")
@@ -121,7 +123,8 @@ def cycle_policies() -> list[dict[str, Any]]:
 
 def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"machine: {os.cpu_count()} cores, load average {load:.1f} at start")
+    print(f"machine: {os.cpu_count()} cores, load average {load:.1f} at start; database: "
+          f"{connection.vendor}")
     from quotas.policies.context import submission_variables
     from quotas.policies.evaluation import evaluate_request
     from quotas.policies.hooks import (
