@@ -119,8 +119,11 @@ class CycleMixin(PreemptionMixin):
             key, gid, g = heapq.heappop(heap)
             if gid in hold_only:
                 hold_only.discard(gid)
-                # Only an admission in this cycle can have woken it since the start.
-                if not res.admitted or not self._wakes(g, now):
+                # Only an admission in this cycle can have woken it since the start, or, for a
+                # group held back by starving workloads' holds in its last cycle, a holder
+                # that does not hold again (it was admitted, or holds no more).
+                if ((not g.held_by or set(held.values()).issuperset(g.held_by))
+                        and (not res.admitted or not self._wakes(g, now))):
                     head = g.members[0]
                     if head.flavors and head.flavors[0] not in held:
                         held[head.flavors[0]] = head.name
@@ -493,13 +496,18 @@ class CycleMixin(PreemptionMixin):
         for f in p.flavors:
             d = p.demand[f]
             deficit: Demand = []
-            for k, amount in d:
-                short = amount - tree.available_raw(p.leaf, k)
-                if short > EPS:
-                    deficit.append((k, short))
+            within = tree.within_guarantee(p.leaf, d)
+            if not (within or p.spec.can_preempt):
+                for k, amount in d:
+                    short = amount - tree.available_raw(p.leaf, k)
+                    if short > EPS:
+                        deficit.append((k, short))
+            # A group that may preempt on f (reclaim within its guarantee, or priority) needs
+            # less freed than its deficit once its victims count: any freeing on f can let its
+            # preemption through (an empty deficit wakes it at the next free event on f).
             g.park[f] = (self.free_events.get(f, 0),
                          {k: self.freed.get(k, 0.0) for k, _ in deficit}, deficit)
-            if tree.within_guarantee(p.leaf, d):
+            if within:
                 g.preempts[f] = self.admits.get(f, 0)
         if p.spec.can_preempt:
             g.preempts[""] = self.leaf_admits.get(p.leaf, 0)
@@ -686,7 +694,11 @@ class CycleMixin(PreemptionMixin):
         a = Admitted(p.spec, p.leaf, f, cluster, nodes, names, p.pods, d, borrowed, now,
                      self.seq)
         self._index_admitted(a)
-        if borrowed:
+        tree = self.tree
+        if borrowed or any(tree.u[n][k] > tree.mn[n][k] + EPS
+                           for n in tree.chain[p.leaf] for k, _ in d):
+            # New reclaim victims: it borrows, or its queue or an ancestor is over its min
+            # (a parent pushed over its min makes its children's work reclaimable).
             self.admits[f] = self.admits.get(f, 0) + 1
         self.leaf_admits[p.leaf] = self.leaf_admits.get(p.leaf, 0) + 1
         self.all_admits[f] = self.all_admits.get(f, 0) + 1

@@ -110,3 +110,83 @@ def _decisions(world: dict[str, Any], parking: bool) -> list[Any]:
 @given(streams())
 def test_parking_decides_like_a_full_evaluation(world: dict[str, Any]) -> None:
     assert _decisions(world, parking=True) == _decisions(world, parking=False)
+
+
+# ---- counterexamples hypothesis found, always checked --------------------------------------
+
+def _fleet(a100: tuple[int, ...], v100: tuple[int, ...]) -> list[ClusterSpec]:
+    nodes = [NodeSpec(f"k-{f}-{i}", f, gpus, 64, 512, f"r{i % 2}")
+             for f, sizes in (("a100-80g", a100), ("v100-32g", v100))
+             for i, gpus in enumerate(sizes)]
+    return [ClusterSpec("k", tuple(nodes))]
+
+
+def _q(path: str, parent: str | None, a100: tuple[int, int],
+       v100: tuple[int, int]) -> QueueSpec:
+    return QueueSpec(path, parent, {("a100-80g", "gpu"): KeyQuota(a100[0], a100[1], a100[0]),
+                                    ("v100-32g", "gpu"): KeyQuota(v100[0], v100[1], v100[0])})
+
+
+def _w(n: int, queue: str, step: int, flavors: tuple[str, ...], gpus: int,
+       priority: int = 100, can_preempt: bool = False) -> WorkloadSpec:
+    return WorkloadSpec(f"w{n}", queue, (PodSetSpec(1, flavors, gpus, 4, 16),),
+                        submitted_at=float(step), priority=priority, can_preempt=can_preempt,
+                        termination_grace_s=0)
+
+
+A, V, AV = ("a100-80g",), ("v100-32g",), ("a100-80g", "v100-32g")
+
+
+def _step(log: list[Any], step: int) -> tuple[list[str], list[str]]:
+    _, admitted, preempted = log[step]
+    return [a[0] for a in admitted], [p[0] for p in preempted]
+
+
+def test_held_back_starving_group_is_tried_when_its_holder_is_admitted() -> None:
+    """w7..w9 (1 GPU, a100) are held back at step 7 by starving w6's hold on a100; w6 is
+    admitted on v100 at step 8 and holds nothing, so w7 takes the free a100 GPU. The held-back
+    group also starved, and was only made to hold again, never tried."""
+    world = {"queues": [_q("t0", None, (0, 8), (0, 8))], "clusters": _fleet((4,), (4,)),
+             "steps": [([_w(1, "t0", 0, A, 1)], []),
+                       ([_w(2, "t0", 1, A, 1), _w(3, "t0", 1, A, 1)], []),
+                       ([_w(4, "t0", 2, A, 1), _w(5, "t0", 2, AV, 4), _w(6, "t0", 2, AV, 4),
+                         _w(7, "t0", 2, A, 1), _w(8, "t0", 2, A, 1), _w(9, "t0", 2, A, 1)], []),
+                       ([], []), ([], []), ([], []), ([], []), ([], [0]), ([], [3])]}
+    log = _decisions(world, parking=True)
+    assert _step(log, 8) == (["w6", "w7"], [])
+    assert log == _decisions(world, parking=False)
+
+
+def test_parked_priority_preemptor_wakes_when_capacity_elsewhere_frees() -> None:
+    """w3 (8 GPUs, can preempt) needs its own leaf's w1, w4, w5 and 1 more free GPU; w2 of
+    the sibling leaf ending at step 2 frees it (less than w3's deficit without victims)."""
+    kids = (0, 0), (1, 10)
+    world = {"queues": [_q("t1", None, (0, 0), (2, 10)), _q("t1/c0", "t1", *kids),
+                        _q("t1/c1", "t1", *kids)],
+             "clusters": _fleet((4,), (8,)),
+             "steps": [([_w(1, "t1/c0", 0, AV, 1), _w(2, "t1/c1", 0, AV, 1),
+                         _w(3, "t1/c0", 0, AV, 8, priority=10000, can_preempt=True),
+                         _w(4, "t1/c0", 0, AV, 1), _w(5, "t1/c0", 0, AV, 1)], []),
+                       ([], []), ([], [1])]}
+    log = _decisions(world, parking=True)
+    assert _step(log, 2) == ([], ["w1", "w4", "w5"])
+    assert _step(log, 3) == (["w3"], [])
+    assert log == _decisions(world, parking=False)
+
+
+def test_parked_reclaimer_wakes_when_an_admission_makes_a_parent_borrow() -> None:
+    """w11 fits within its leaf's min but pushes its parent t2 over its min, so t2/c0's w5
+    becomes reclaimable: w9, within t0/c0's guarantee, reclaims it at step 6."""
+    world = {"queues": [_q("t0", None, (0, 0), (8, 8)), _q("t0/c0", "t0", (0, 0), (4, 8)),
+                        _q("t0/c1", "t0", (0, 0), (4, 8)),
+                        _q("t2", None, (0, 0), (5, 13)), _q("t2/c0", "t2", (0, 0), (2, 13)),
+                        _q("t2/c1", "t2", (0, 0), (2, 13))],
+             "clusters": _fleet((4,), (4, 4)),
+             "steps": [([], []), ([_w(5, "t2/c0", 1, AV, 4)], []), ([], []),
+                       ([_w(6, "t2/c1", 3, AV, 1), _w(9, "t0/c0", 3, AV, 2),
+                         _w(10, "t0/c0", 3, AV, 2)], []),
+                       ([], []), ([_w(11, "t2/c1", 5, AV, 1)], [])]}
+    log = _decisions(world, parking=True)
+    assert _step(log, 6) == ([], ["w5"])
+    assert _step(log, 7) == (["w9"], [])
+    assert log == _decisions(world, parking=False)
