@@ -157,8 +157,22 @@ class CycleMixin(PreemptionMixin):
                 self._park(g, p, now)
                 outcome = FAILED
             else:
+                n_held = len(held)
                 outcome, reason, per_flavor = self._consider(p, now, starving, res, held)
-                if outcome == ADMITTED:
+                if (outcome == FAILED and len(held) > n_held
+                        and g.pos + 1 < len(g.members)):
+                    # Its hold, taken just now, changes what the next identical member sees
+                    # (that one may go on to its other flavors): it keeps its own reason and
+                    # the next member is tried.
+                    assert reason is not None
+                    code = str(reason.code)
+                    if p.last_code != code:
+                        res.reasons[p.name] = reason
+                        p.last_code = code
+                    g.unreported.discard(p.name)
+                    g.pos += 1
+                    outcome = WAITING
+                elif outcome == ADMITTED:
                     g.members.pop(g.pos)
                     g.shifted = True
                     g.unreported.discard(p.name)
