@@ -217,3 +217,25 @@ def test_identical_preemptors_after_a_failing_member() -> None:
     full = _decisions(world, parking=False)
     assert _step(full, 5) == (["w2", "w9"], ["w10", "w3"])
     assert _decisions(world, parking=True) == full
+
+
+def test_member_after_one_that_took_a_hold_is_tried() -> None:
+    """w4..w9 (2 GPUs, can preempt) are one group; at step 8 w4 preempts w10..w12, w5 fails
+    waiting on a100 and, starving, holds a100; w6 then goes on to v100 and preempts w14. The
+    group used to be parked after w5."""
+    c0 = (4, 16), (2, 4)
+    hi = {"priority": 10000, "can_preempt": True, "preemptible": False}
+    world = {"queues": [_q("t0", None, (8, 16), (4, 4)), _q("t0/c0", "t0", *c0),
+                        _q("t0/c1", "t0", *c0)],
+             "clusters": _fleet((4, 8), (4,)),
+             "steps": [([_w(n, "t0/c0", 0, AV, 2, **hi) for n in (1, 2, 3)], []),
+                       ([], []),
+                       ([_w(n, "t0/c0", 2, AV, 2, **hi) for n in (4, 5, 6, 7)], []),
+                       ([], []), ([], []),
+                       ([_w(8, "t0/c0", 5, AV, 2, **hi), _w(9, "t0/c0", 5, AV, 2, **hi)]
+                        + [_w(n, "t0/c0", 5, AV, 2) for n in (10, 11, 12)], []),
+                       ([_w(13, "t0/c0", 6, AV, 2), _w(14, "t0/c0", 6, AV, 2)], []),
+                       ([], [6]), ([], [0])]}
+    log = _decisions(world, parking=True)
+    assert _step(log, 8) == (["w13"], ["w10", "w11", "w12", "w14"])
+    assert log == _decisions(world, parking=False)
