@@ -225,19 +225,8 @@ class SimulatedBackend:
             if name in existing:
                 continue
             fails = fail or name in fail_names
-            rows.append(SimJob(
-                cluster=cluster, namespace=spec.namespace, name=name,
-                workload_id=spec.workload_id, pod_set_index=pod_set.index,
-                flavor=pod_set.flavor, pods=pod_set.count, gpus_per_pod=pod_set.gpus,
-                cpu_per_pod=pod_set.cpu, memory_gib_per_pod=pod_set.memory_gib,
-                nodes=list(pod_set.nodes), priority_class=spec.priority_class,
-                termination_grace_s=max(0, int(spec.termination_grace_s)),
-                labels=dict(spec.labels), duration_s=spec.duration_s,
-                speedup=float(connection.get("speedup") or 1.0),
-                start_delay_s=float(connection.get("start_delay_s") or 0.0),
-                fail_after_s=self._fail_after(connection, spec.duration_s) if fails else None,
-                suspended=True, created_at=now, touched_at=now,
-            ))
+            rows.append(self._new_job(cluster, spec, pod_set, name, connection, now,
+                                      fails=fails, suspended=True, touched_at=now))
         try:
             with transaction.atomic():
                 SimJob.objects.bulk_create(rows)
@@ -245,6 +234,27 @@ class SimulatedBackend:
             # Another worker created them between our read and our write: same outcome.
             if set(self._jobs(spec.ref)) != set(spec.ref.job_names):
                 raise
+
+    @classmethod
+    def _new_job(cls, cluster: Any, spec: Any, pod_set: Any, name: str,
+                 connection: dict[str, Any], now: datetime, *, fails: bool, suspended: bool,
+                 **moments: Any) -> Any:
+        """An unsaved Job for one pod set of `spec` (created suspended, or already started)."""
+        from scheduling.backends.simulated.models import SimJob
+
+        return SimJob(
+            cluster=cluster, namespace=spec.namespace, name=name,
+            workload_id=spec.workload_id, pod_set_index=pod_set.index,
+            flavor=pod_set.flavor, pods=pod_set.count, gpus_per_pod=pod_set.gpus,
+            cpu_per_pod=pod_set.cpu, memory_gib_per_pod=pod_set.memory_gib,
+            nodes=list(pod_set.nodes), priority_class=spec.priority_class,
+            termination_grace_s=max(0, int(spec.termination_grace_s)),
+            labels=dict(spec.labels), duration_s=spec.duration_s,
+            speedup=float(connection.get("speedup") or 1.0),
+            start_delay_s=float(connection.get("start_delay_s") or 0.0),
+            fail_after_s=cls._fail_after(connection, spec.duration_s) if fails else None,
+            suspended=suspended, created_at=now, **moments,
+        )
 
     @staticmethod
     def _fail_after(connection: dict[str, Any], duration_s: float | None) -> float:
@@ -367,20 +377,9 @@ class SimulatedBackend:
                 for pod_set, name in zip(spec.pod_sets, spec.ref.job_names, strict=True):
                     if name in have:
                         continue
-                    job = SimJob(
-                        cluster=cluster, namespace=spec.namespace, name=name,
-                        workload_id=spec.workload_id, pod_set_index=pod_set.index,
-                        flavor=pod_set.flavor, pods=pod_set.count, gpus_per_pod=pod_set.gpus,
-                        cpu_per_pod=pod_set.cpu, memory_gib_per_pod=pod_set.memory_gib,
-                        nodes=list(pod_set.nodes), priority_class=spec.priority_class,
-                        termination_grace_s=max(0, int(spec.termination_grace_s)),
-                        labels=dict(spec.labels), duration_s=spec.duration_s,
-                        speedup=float(connection.get("speedup") or 1.0),
-                        start_delay_s=float(connection.get("start_delay_s") or 0.0),
-                        fail_after_s=(self._fail_after(connection, spec.duration_s)
-                                      if fails or name in fail_names else None),
-                        suspended=False, created_at=now, started_at=now,
-                    )
+                    job = self._new_job(cluster, spec, pod_set, name, connection, now,
+                                        fails=fails or name in fail_names, suspended=False,
+                                        started_at=now)
                     job.mark(now)
                     rows.append(job)
                 running = all(
