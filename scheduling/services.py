@@ -197,6 +197,20 @@ def _queues_sql() -> str:
     return _QUEUES_SQL
 
 
+def policy_priority_class(verdict: Any, requested: PriorityClass,
+                          classes: Mapping[str, PriorityClass]) -> PriorityClass:
+    """The class a priority policy imposes on a request (noted in the verdict's audit), else
+    the one requested; a policy naming an unknown class is a field error."""
+    if not verdict.priority_class or verdict.priority_class == requested.name:
+        return requested
+    imposed = classes.get(verdict.priority_class)
+    if imposed is None:
+        raise ValidationError({"priority_class": [
+            f"a policy imposes unknown priority class {verdict.priority_class!r}"]})
+    verdict.audit.append(f"priority class {requested.name} -> {imposed.name} (set by policy)")
+    return imposed
+
+
 class SubmitLookups:
     """What validating submissions reads from the database, read once per call (a batch of
     submissions costs a handful of queries, not a handful each).
@@ -565,15 +579,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
         team = lk.team(queue)
         verdict = extensions.run_submission_checks(extensions.SubmissionContext(
             user=user, queue=queue, team=team, request=dict(data), is_update=False))
-        priority_class: PriorityClass = clean["priority_class"]
-        if verdict.priority_class and verdict.priority_class != priority_class.name:
-            imposed = lk.classes.get(verdict.priority_class)
-            if imposed is None:
-                raise ValidationError({"priority_class": [
-                    f"a policy imposes unknown priority class {verdict.priority_class!r}"]})
-            verdict.audit.append(f"priority class {priority_class.name} -> {imposed.name} "
-                                 "(set by policy)")
-            priority_class = imposed
+        priority_class = policy_priority_class(verdict, clean["priority_class"], lk.classes)
         workload = Workload(
             name=clean["name"], queue=queue, team=team, owner=user, state=S.PENDING,
             priority_class=priority_class, preemptible=clean["preemptible"],

@@ -207,15 +207,8 @@ def workload_update(
         verdict = extensions.run_submission_checks(extensions.SubmissionContext(
             user=user, queue=w.queue, team=w.team, request=data, is_update=True,
             replaces=w.pk, previous=previous))
-        priority_class = clean["priority_class"]
-        if verdict.priority_class and verdict.priority_class != priority_class.name:
-            imposed = lookups.classes.get(verdict.priority_class)
-            if imposed is None:
-                raise ValidationError({"priority_class": [
-                    f"a policy imposes unknown priority class {verdict.priority_class!r}"]})
-            verdict.audit.append(f"priority class {priority_class.name} -> {imposed.name} "
-                                 "(set by policy)")
-            priority_class = imposed
+        priority_class = services.policy_priority_class(verdict, clean["priority_class"],
+                                                        lookups.classes)
         for name in ("name", "preemptible", "checkpoint", "strategy", "dataset", "image",
                      "command", "duration_hint_s", "termination_grace_s", "topology", "labels"):
             setattr(w, name, clean[name])
