@@ -29,6 +29,7 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from quotas.policies import changes
 from scheduling import engine, extensions
 from scheduling.engine.engine import Engine as EngineCore
 from scheduling.engine.engine import schedule
@@ -706,9 +707,11 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
 class RequestChecker:
     """The engine's impossibility check for new requests (QUOTA-SEMANTICS.md §4.7).
 
-    The tree and the fleet are read once per checker (a submission batch), and kept per process
-    for a few seconds keyed by a one-query stamp of the tables they come from, so a stream of
-    submissions does not rebuild them each time; any change to those tables shows at once.
+    The tree and the fleet are read once per checker (a submission batch) and kept, so a stream
+    of submissions does not rebuild them each time; any change to those tables shows at once.
+    On PostgreSQL they are kept per thread until the change log says a `config` table changed
+    (`quotas.policies.changes`); elsewhere per process for a few seconds, keyed by a one-query
+    stamp of the tables they come from.
     """
 
     _cache: tuple[Any, float, Any] | None = None
@@ -735,16 +738,26 @@ class RequestChecker:
                 " (SELECT COALESCE(SUM(gpu_memory_gib), 0) FROM quotas_flavor)")
             return cursor.fetchone()
 
+    def _build(self) -> Any:
+        snapshot, _ = _static_snapshot(self.now)
+        return EngineCore(queues=snapshot.queues, clusters=snapshot.clusters,
+                          flavors=snapshot.flavors, settings=snapshot.settings)
+
     def engine(self) -> Any:
         if self._engine is None:
+            # PostgreSQL: cached per thread until a `config` table changes (the change log;
+            # inside a submission, the view it already checked: no query at all).
+            view = changes.validate()
+            if view is not None:
+                self._engine = view.derive("request checker", frozenset({"config"}),
+                                           self._build)
+                return self._engine
             stamp = self._stamp()
             cached = RequestChecker._cache
             if cached is not None and cached[0] == stamp and time.monotonic() < cached[1]:
                 self._engine = cached[2]
             else:
-                snapshot, _ = _static_snapshot(self.now)
-                self._engine = EngineCore(queues=snapshot.queues, clusters=snapshot.clusters,
-                                          flavors=snapshot.flavors, settings=snapshot.settings)
+                self._engine = self._build()
                 RequestChecker._cache = (stamp, time.monotonic() + self.TTL_S, self._engine)
         return self._engine
 

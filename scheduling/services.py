@@ -18,6 +18,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from quotas.models import Flavor, Queue, Team, TeamRole
+from quotas.policies import changes
 from scheduling import extensions
 from scheduling.models import (
     Admission,
@@ -219,10 +220,15 @@ class SubmitLookups:
     come in one query for the whole batch (plain SQL: the ORM's query building cost more than
     the query); that gives whether the user may use a leaf and the team to account. Priority
     classes and flavors come in one query.
+
+    With a change-log view (PostgreSQL, `quotas.policies.changes`), both reads are cached per
+    thread (topic `config`: queues, teams, memberships, grants, classes, flavors) until one of
+    those tables changes in any process: a warm submission reads neither.
     """
 
-    def __init__(self, user: Any) -> None:
+    def __init__(self, user: Any, view: Any = None) -> None:
         self.user = user
+        self.view = view
         self._queues: dict[str, Queue | None] = {}
         self._leaf: dict[int, bool] = {}
         self._grants: dict[str, list[Grant]] = {}
@@ -238,10 +244,16 @@ class SubmitLookups:
         nq = len(Queue._meta.concrete_fields)
         qnames = [f.attname for f in Queue._meta.concrete_fields]
         tnames = [f.attname for f in Team._meta.concrete_fields]
-        sql = _queues_sql().replace("{paths}", ", ".join(["%s"] * len(wanted)))
-        with hot_cursor() as cursor:
-            cursor.execute(sql, [self.user.pk, *sorted(wanted)])
-            rows = cursor.fetchall()
+        ordered = sorted(wanted)
+
+        def load() -> list[tuple[Any, ...]]:
+            sql = _queues_sql().replace("{paths}", ", ".join(["%s"] * len(ordered)))
+            with hot_cursor() as cursor:
+                cursor.execute(sql, [self.user.pk, *ordered])
+                return cursor.fetchall()
+
+        rows = (self.view.get("config", ("submit queues", self.user.pk, tuple(ordered)), load)
+                if self.view is not None else load())
         for path in wanted:
             self._queues[path] = None
             self._grants[path] = []
@@ -284,11 +296,15 @@ class SubmitLookups:
 
     def _load_names(self) -> None:
         # Both tables are a handful of rows: one round trip for the two.
-        with hot_cursor() as cursor:
-            cursor.execute(
-                f"SELECT 'c', id, name, value, can_preempt FROM {PriorityClass._meta.db_table}"
-                f" UNION ALL SELECT 'f', id, name, NULL, NULL FROM {Flavor._meta.db_table}")
-            rows = cursor.fetchall()
+        def load() -> list[tuple[Any, ...]]:
+            with hot_cursor() as cursor:
+                cursor.execute(
+                    f"SELECT 'c', id, name, value, can_preempt FROM {PriorityClass._meta.db_table}"
+                    f" UNION ALL SELECT 'f', id, name, NULL, NULL FROM {Flavor._meta.db_table}")
+                return cursor.fetchall()
+
+        rows = (self.view.get("config", "submit names", load) if self.view is not None
+                else load())
         classes = [PriorityClass.from_db(connection.alias, ["id", "name", "value",
                                                             "can_preempt"], r[1:])
                    for r in rows if r[0] == "c"]
@@ -560,52 +576,55 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
 
     now = now or timezone.now()
     max_gpus, max_hours = approval_thresholds()
-    lk = SubmitLookups(user)
-    lk.prefetch_queues({str(d["queue"]) for d in items if isinstance(d, Mapping)
-                        and isinstance(d.get("queue"), str)})
-    cleans = []
-    for n, data in enumerate(items):
-        try:
-            cleans.append(_validate(user, data, lk))
-        except ValidationError as exc:
-            if len(items) == 1:
-                raise
-            raise ValidationError({f"[{n}] {k}": v for k, v in exc.message_dict.items()}
-                                  ) from exc
-    checker = RequestChecker(now)
-    plans = []
-    for data, clean in zip(items, cleans, strict=True):
-        queue: Queue = clean["queue"]
-        team = lk.team(queue)
-        verdict = extensions.run_submission_checks(extensions.SubmissionContext(
-            user=user, queue=queue, team=team, request=dict(data), is_update=False))
-        priority_class = policy_priority_class(verdict, clean["priority_class"], lk.classes)
-        workload = Workload(
-            name=clean["name"], queue=queue, team=team, owner=user, state=S.PENDING,
-            priority_class=priority_class, preemptible=clean["preemptible"],
-            checkpoint=clean["checkpoint"], strategy=clean["strategy"],
-            dataset=clean["dataset"], image=clean["image"], command=clean["command"],
-            duration_hint_s=clean["duration_hint_s"],
-            termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
-            labels=clean["labels"], submitted_at=now, state_changed_at=now,
-        )
-        pod_sets = [
-            PodSet(index=p["index"], count=p["count"], flavors=p["flavors"], gpus=p["gpus"],
-                   cpu=p["cpu"], memory_gib=p["memory_gib"], gpu_memory_gib=p["gpu_memory_gib"])
-            for p in clean["pods"]
-        ]
-        reasons = list(verdict.deny) or checker.check(workload, pod_sets)
-        if reasons:
-            workload.state = S.REJECTED
-            workload.finished_at = now
-            workload.reason_code, workload.reason_message = reasons[0]
-        else:
-            # Above the thresholds it waits for a lead or an admin; the cycle skips it.
-            held = approval_reason(clean)
-            if held:
-                workload.needs_approval = True
-                workload.reason_code, workload.reason_message = "NEEDS_APPROVAL", held
-        plans.append((workload, pod_sets, verdict, reasons))
+    # Everything before the insert only reads: one change-log check serves the lookups, the
+    # policies, the budgets and the impossibility check (PostgreSQL; elsewhere None).
+    with changes.pinned() as view:
+        lk = SubmitLookups(user, view)
+        lk.prefetch_queues({str(d["queue"]) for d in items if isinstance(d, Mapping)
+                            and isinstance(d.get("queue"), str)})
+        cleans = []
+        for n, data in enumerate(items):
+            try:
+                cleans.append(_validate(user, data, lk))
+            except ValidationError as exc:
+                if len(items) == 1:
+                    raise
+                raise ValidationError({f"[{n}] {k}": v for k, v in exc.message_dict.items()}
+                                      ) from exc
+        checker = RequestChecker(now)
+        plans = []
+        for data, clean in zip(items, cleans, strict=True):
+            queue: Queue = clean["queue"]
+            team = lk.team(queue)
+            verdict = extensions.run_submission_checks(extensions.SubmissionContext(
+                user=user, queue=queue, team=team, request=dict(data), is_update=False))
+            priority_class = policy_priority_class(verdict, clean["priority_class"], lk.classes)
+            workload = Workload(
+                name=clean["name"], queue=queue, team=team, owner=user, state=S.PENDING,
+                priority_class=priority_class, preemptible=clean["preemptible"],
+                checkpoint=clean["checkpoint"], strategy=clean["strategy"],
+                dataset=clean["dataset"], image=clean["image"], command=clean["command"],
+                duration_hint_s=clean["duration_hint_s"],
+                termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
+                labels=clean["labels"], submitted_at=now, state_changed_at=now,
+            )
+            pod_sets = [
+                PodSet(index=p["index"], count=p["count"], flavors=p["flavors"], gpus=p["gpus"],
+                       cpu=p["cpu"], memory_gib=p["memory_gib"], gpu_memory_gib=p["gpu_memory_gib"])
+                for p in clean["pods"]
+            ]
+            reasons = list(verdict.deny) or checker.check(workload, pod_sets)
+            if reasons:
+                workload.state = S.REJECTED
+                workload.finished_at = now
+                workload.reason_code, workload.reason_message = reasons[0]
+            else:
+                # Above the thresholds it waits for a lead or an admin; the cycle skips it.
+                held = approval_reason(clean)
+                if held:
+                    workload.needs_approval = True
+                    workload.reason_code, workload.reason_message = "NEEDS_APPROVAL", held
+            plans.append((workload, pod_sets, verdict, reasons))
 
     events_of: dict[int, list[WorkloadEvent]] = {}
     for workload, pod_sets, verdict, reasons in plans:

@@ -185,16 +185,39 @@ _IN_FORCE_SQL = (
     " JOIN billing_budget b ON b.id = t.budget_id"
     " WHERE b.active AND f.period_start <= %s AND f.period_end > %s)"
 )
+# The periods of active budgets' firings not over yet: whether one is in force at a later time
+# is answered from these (time only moves on), until a budget table changes.
+_PERIODS_SQL = (
+    "SELECT f.period_start, f.period_end FROM billing_budgetfiring f"
+    " JOIN billing_budgetthreshold t ON t.id = f.threshold_id"
+    " JOIN billing_budget b ON b.id = t.budget_id"
+    " WHERE b.active AND f.period_end > %s"
+)
 
 
 def _any_firing_in_force(now: datetime) -> bool:
     """Whether any active budget has a firing in its current period (plain SQL through the
-    submission's prepared-statement cursor: it runs on every submission)."""
+    submission's prepared-statement cursor: it runs on every submission). On PostgreSQL the
+    periods are cached per thread until a budget table changes (the policies' change log): a
+    warm submission reads nothing here."""
+    from quotas.policies import changes
     from scheduling.selectors import hot_cursor
 
-    with hot_cursor() as cursor:
-        cursor.execute(_IN_FORCE_SQL, [now, now])
-        return bool(cursor.fetchone()[0])
+    view = changes.validate()
+    if view is None:
+        with hot_cursor() as cursor:
+            cursor.execute(_IN_FORCE_SQL, [now, now])
+            return bool(cursor.fetchone()[0])
+
+    def load() -> tuple[datetime, list[tuple[datetime, datetime]]]:
+        with hot_cursor() as cursor:
+            cursor.execute(_PERIODS_SQL, [now])
+            return now, [(start, end) for start, end in cursor.fetchall()]
+
+    loaded_at, periods = view.get("budget", "firing periods", load)
+    if now < loaded_at:  # a clock set back (tests pass `now`): the cached rows may miss some
+        loaded_at, periods = load()
+    return any(start <= now < end for start, end in periods)
 
 
 def budget_submission_check(ctx, *, now: datetime | None = None):

@@ -5,8 +5,10 @@ each writing transaction appends (topic, its transaction id) to `policies_change
 topic: an insert, so writers never wait for each other. Topics:
 
 - `policy`: the policies themselves (not their hit counters);
-- `config`: queues, quota entries, teams, approvals, flavors, clusters, nodes, cost centers;
-- `usage`: open admissions (and a workload moving queue).
+- `config`: queues, quota entries, teams, their members and queue grants, approvals, flavors,
+  priority classes, clusters, nodes, cost centers;
+- `usage`: open admissions (and a workload moving queue);
+- `budget`: budgets, their thresholds and firings (migration 0005).
 
 `validate()` runs one small prepared query (a function, so it is not planned again each
 time): the current snapshot, the topics written by a
@@ -25,7 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -34,7 +37,7 @@ from django.db.utils import DatabaseError
 
 logger = logging.getLogger(__name__)
 
-TOPICS = ("policy", "config", "usage")
+TOPICS = ("policy", "config", "usage", "budget")
 
 # Rows older than this are pruned; a cache not revalidated for half of it starts afresh, so a
 # pruned row can never be one a cache still needed.
@@ -136,9 +139,15 @@ def _execute(sql: str, params: list[Any]) -> tuple[Any, ...]:
 
 
 def validate() -> View | None:
-    """Check this thread's caches against the change log (one query); None off PostgreSQL."""
+    """Check this thread's caches against the change log (one query); None off PostgreSQL.
+
+    Inside `pinned()`, the view the block started with (no query).
+    """
     if connection.vendor != "postgresql":
         return None
+    pinned_view = getattr(_local, "pinned", None)
+    if pinned_view is not None:
+        return pinned_view  # type: ignore[no-any-return]
     key = str(connection.settings_dict.get("NAME"))
     store = _stores().get(key)
     if store is None:
@@ -167,9 +176,26 @@ def validate() -> View | None:
     return View(store, frozenset(own), frozenset(dropped))
 
 
+@contextmanager
+def pinned() -> Iterator[View | None]:
+    """One check for a whole block: `validate()` inside it returns the view the block started
+    with. For a block that only reads (a submission's lookups and checks before its insert):
+    what the block itself writes would not be seen as its own."""
+    if getattr(_local, "pinned", None) is not None:  # nested: the outer block's view
+        yield _local.pinned
+        return
+    view = validate()
+    _local.pinned = view
+    try:
+        yield view
+    finally:
+        _local.pinned = None
+
+
 def reset() -> None:
     """Forget this thread's caches (tests)."""
     _stores().clear()
+    _local.pinned = None
 
 
 # A row is stamped `seen_at` the first time a pruner sees it (necessarily after its commit)
