@@ -21,6 +21,7 @@ from quotas.models import Flavor, Queue, Team, TeamRole
 from quotas.policies import changes
 from scheduling import extensions
 from scheduling.models import (
+    ACTIVE_STATES,
     Admission,
     EndReason,
     EventType,
@@ -522,10 +523,34 @@ def _row_sql(obj: Any, fields: list[Any], marks: list[str]) -> tuple[str, list[A
             [f.get_db_prep_save(f.pre_save(obj, True), db) for f in fields])
 
 
-def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[WorkloadEvent]
-                ) -> None:
+# What `selectors.workload_queue_position` reads, for a workload being inserted by the same
+# statement (its row is not visible to the statement, and its id is `w`'s): the pending work of
+# its queue ordered before it, and the queue's open admissions, column by column.
+_POSITION_CTES = """
+h AS (SELECT COUNT(*) AS n, COALESCE(SUM((SELECT SUM(ps.count * ps.gpus)
+      FROM scheduling_podset ps WHERE ps.workload_id = hw.id)), 0) AS g
+      FROM scheduling_workload hw JOIN scheduling_priorityclass c ON c.id = hw.priority_class_id
+      WHERE hw.queue_id = %s AND hw.state = %s
+        AND (c.value > %s OR (c.value = %s AND (hw.submitted_at < %s
+             OR (hw.submitted_at = %s AND hw.id < (SELECT id FROM w)))))),
+a AS (SELECT ad.id, ad.gpus, aw.duration_hint_s, aw.progress_s, ad.running_at, ad.reserved_at
+      FROM scheduling_admission ad JOIN scheduling_workload aw ON aw.id = ad.workload_id
+      WHERE aw.queue_id = %s AND ad.ended_at IS NULL AND aw.state = ANY(%s))"""
+_POSITION_COLUMNS = (
+    ", (SELECT n FROM h), (SELECT g FROM h), ARRAY(SELECT gpus FROM a ORDER BY id),"
+    " ARRAY(SELECT duration_hint_s FROM a ORDER BY id),"
+    " ARRAY(SELECT progress_s FROM a ORDER BY id),"
+    " ARRAY(SELECT running_at FROM a ORDER BY id), ARRAY(SELECT reserved_at FROM a ORDER BY id)")
+
+
+def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[WorkloadEvent],
+                *, position: bool = False) -> None:
     """Insert one workload with its pod sets and events in one statement (PostgreSQL: data-
-    modifying CTEs), where bulk_create takes three; sets the ids as bulk_create does."""
+    modifying CTEs), where bulk_create takes three; sets the ids as bulk_create does.
+
+    With `position` (a pending workload), the same statement reads what its queue position
+    needs (`selectors.workload_queue_position`), kept on the workload: the 201 answer costs no
+    other query."""
     qn = connection.ops.quote_name
     parts, params = [], []
     wfields, wcols, wmarks = _insert_columns(Workload)
@@ -544,11 +569,25 @@ def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[Workloa
             f"{name} AS (INSERT INTO {qn(model._meta.db_table)} (workload_id, {', '.join(cols)})"
             f" SELECT w.id, v.* FROM w, (VALUES {', '.join(values)}) AS v({', '.join(cols)})"
             " RETURNING id)")
+    columns = ""
+    if position:
+        parts.append(_POSITION_CTES)
+        value, at, pending = workload.priority_class.value, workload.submitted_at, str(S.PENDING)
+        params += [workload.queue_id, pending, value, value, at, at, workload.queue_id,
+                   [str(s) for s in ACTIVE_STATES]]
+        columns = _POSITION_COLUMNS
     sql = (f"WITH {', '.join(parts)} SELECT (SELECT id FROM w),"
-           " ARRAY(SELECT id FROM p ORDER BY id), ARRAY(SELECT id FROM e ORDER BY id)")
+           f" ARRAY(SELECT id FROM p ORDER BY id), ARRAY(SELECT id FROM e ORDER BY id){columns}")
     with hot_cursor() as cursor:
         cursor.execute(sql, params)
-        workload_id, pod_set_ids, event_ids = cursor.fetchone()
+        row = cursor.fetchone()
+    workload_id, pod_set_ids, event_ids = row[:3]
+    if position:
+        n_ahead, ahead_gpus, gpus, hints, progress, running, reserved = row[3:]
+        workload._position_rows = (  # type: ignore[attr-defined]
+            int(n_ahead), int(ahead_gpus),
+            [(int(g), None if h is None else int(h), float(pr), r, rs)
+             for g, h, pr, r, rs in zip(gpus, hints, progress, running, reserved, strict=True)])
     # Rows take their ids in the order of VALUES (as bulk_create's RETURNING relies on too).
     workload.pk = workload_id
     saved_ids: list[tuple[Any, int]] = [*zip(pod_sets, pod_set_ids, strict=True),
@@ -653,7 +692,8 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
 
     workloads = [p[0] for p in plans]
     if len(plans) == 1 and connection.vendor == "postgresql":
-        _insert_one(workloads[0], plans[0][1], events_of[id(workloads[0])])
+        _insert_one(workloads[0], plans[0][1], events_of[id(workloads[0])],
+                    position=workloads[0].state == S.PENDING)
     else:
         Workload.objects.bulk_create(workloads)
         for workload, pod_sets, _, _ in plans:
