@@ -174,6 +174,20 @@ def test_post_query_budget(alice, org):
     assert len(sqls) == 4, "\n".join(s[:120] for s in sqls)
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements")
+@pytest.mark.django_db(transaction=True)
+def test_the_submission_insert_is_planned_once(alice, org):
+    """The insert is a prepared statement run with a generic plan (settings: plan_cache_mode):
+    the server does not plan it again on every POST."""
+    for i in range(8):
+        assert alice.post("/api/v1/workloads", body(f"p{i}"), format="json").status_code == 201
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                       " WHERE statement LIKE 'WITH w AS (INSERT INTO%%'")
+        ((generic, custom),) = cursor.fetchall()
+    assert custom == 0 and generic >= 3
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql",
                     reason="the one-statement insert is PostgreSQL's")
 def test_queue_position_read_by_the_insert_equals_a_later_read(org, classes):
