@@ -268,6 +268,24 @@ class QuotaTree:
                 a = max(0.0, min(self.mx[node][k] - self.u[node][k], room))
         return None
 
+    def quota_reason_brief(self, q: int, demand: Demand) -> Reason | None:
+        """`quota_reason`'s code, with only the "(lowered by policy ...)" part of its message
+        (for a reason the cycle replaces before anyone sees it)."""
+        code = self.quota_code(q, demand)
+        if code is None:
+            return None
+        suffix = ""
+        if code == ReasonCode.QUOTA_MAX:
+            for k, amount in demand:
+                if amount <= self.available(q, k) + EPS:
+                    continue
+                for node in reversed(self.chain[q]):
+                    if self.u[node][k] + amount > self.mx[node][k] + EPS:
+                        policy = self.max_policy[node][k]
+                        suffix = f"(lowered by policy {policy})" if policy else ""
+                        return Reason(code, suffix)
+        return Reason(code, suffix)
+
     def guarantee_reason(self, q: int, demand: Demand) -> Reason | None:
         """Why the demand is beyond the guarantee (for a non-preemptible workload)."""
         u, mn, gs, parent = self.u, self.mn, self.g_sum, self.parent

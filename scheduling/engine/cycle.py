@@ -5,6 +5,7 @@ Part of `Engine` (a mixin); the choices are listed in `scheduling.engine.engine`
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import replace
 
@@ -58,9 +59,12 @@ class CycleMixin(PreemptionMixin):
         full = self.full or not self.parking
         self.full = False
         repay_cache: dict[int, float] = {}
+        self._scores = {}
         heap: list[tuple[tuple[object, ...], int, Group]] = []
+        # Start-of-cycle rank per group (what a full evaluation orders every member by).
         base: dict[int, tuple[int, float]] = {}
         hold_only: set[int] = set()
+        start_att: dict[tuple[int, int | None], float] = {}
         entries: list[tuple[Group, tuple[int, float]]] = []
         self._defer = {}  # leaf -> its oldest starving workload that would borrow
         self._promoted = set()
@@ -83,7 +87,17 @@ class CycleMixin(PreemptionMixin):
                     # Still cannot fit, still starving: it keeps holding its flavor, in its
                     # place among the starving work of its class.
                     hold_only.add(id(g))
-                    entries.append((g, (0 if self._within(head) else 1, 0.0)))
+                    if self._within(head):
+                        rank = (0, 0.0)
+                    else:
+                        # Its score is only needed if it is woken: its leaf's attainment
+                        # now is kept for it (`_start_score`).
+                        rank = (1, 0.0)
+                        sk = (head.leaf, head.gpu_key)
+                        if sk not in start_att:
+                            start_att[sk] = self.tree.attainment(head.leaf, head.gpu_key)
+                    base[id(g)] = rank
+                    entries.append((g, rank))
                 elif g.held_by:
                     held_back.append(g)
                 else:
@@ -103,8 +117,8 @@ class CycleMixin(PreemptionMixin):
         for g in parked:
             if g.preempts:
                 head = g.members[0]
-                preemptors.append((self._order_key(head, self._rank(head, now, repay_cache),
-                                                   cutoff), g))
+                rank = base[id(g)] = self._rank(head, now, repay_cache)
+                preemptors.append((self._order_key(head, rank, cutoff), g))
         # Groups held back by a starving workload's hold in their last cycle take their place
         # in the order; when their turn comes and the same holders hold again, they fail the
         # same way and stay parked without being tried.
@@ -115,8 +129,36 @@ class CycleMixin(PreemptionMixin):
             conditional.add(id(g))
             heapq.heappush(heap, (self._order_key(g.members[0], rank, cutoff), id(g), g))
         held: dict[str, str] = {}
+        # Groups whose member failed in this cycle while the next one may not fail the same
+        # way: gid -> (state stamp at that failure (`_stamp`), the failed one starved). The next
+        # member's turn is in the heap (its group stays parked unless it is tried).
+        recheck: dict[int, tuple[tuple[int, int, int], bool]] = {}
+        # A full evaluation re-ranks each within-guarantee workload when its own turn comes
+        # (below): once a group's member was found to borrow now, each later member is
+        # re-ranked at its own within-guarantee turn too, marked in the heap by an entry with
+        # the group's negated id (`marks`: the member it stands for). `segs`: the ranks found,
+        # as (first member's order_tail, rank) in member order (members whose turns come with
+        # no other work in between share one).
+        marks: dict[int, Pending] = {}
+        segs: dict[int, list[tuple[tuple[int, float, str], tuple[int, float]]]] = {}
+
+        def next_key(g: Group, gid: int, q: Pending) -> tuple[object, ...]:
+            rank = base[gid]
+            found = segs.get(gid)
+            if found:
+                m = marks.get(gid)
+                tail = q.order_tail
+                if m is None or tail < m.order_tail:
+                    i = bisect.bisect_right(found, tail, key=lambda s: s[0]) - 1
+                    if i >= 0:
+                        rank = found[i][1]
+            return self._order_key(q, rank, cutoff)
+
         while heap:
             key, gid, g = heapq.heappop(heap)
+            if gid < 0:
+                self._settle_mark(g, -gid, marks, segs, heap, base, now, repay_cache, cutoff)
+                continue
             if gid in hold_only:
                 hold_only.discard(gid)
                 # Only an admission in this cycle can have woken it since the start, or, for a
@@ -131,7 +173,10 @@ class CycleMixin(PreemptionMixin):
                     continue
                 # An admission earlier in this cycle gave it new victims: try it.
                 self._unpark(g)
-                base[gid] = self._rank(g.members[0], now, repay_cache)
+                if base[gid][0] == 1:
+                    head = g.members[0]
+                    base[gid] = (1, self._score(head.leaf, start_att[(head.leaf, head.gpu_key)],
+                                                now, repay_cache))
             if gid in conditional:
                 conditional.discard(gid)
                 holders = set(held.values())
@@ -139,15 +184,32 @@ class CycleMixin(PreemptionMixin):
                                                       or not self._wakes(g, now)):
                     continue
                 self._unpark(g)
+            if gid in recheck and not g.parked:
+                del recheck[gid]
+                continue
             p = g.members[g.pos]
             if key[0] == 0 and not (key[1] == 2 and key[3] == 0.0):
                 rank = self._rank(p, now, repay_cache)
                 if rank[0] == 1:
                     # Earlier admissions of this cycle used its guarantee: it would borrow now,
                     # so it goes behind the within-guarantee work (Kueue re-checks the mode).
-                    base[gid] = rank
                     heapq.heappush(heap, (self._order_key(p, rank, cutoff), gid, g))
+                    if g.pos + 1 < len(g.members) and gid not in marks and gid not in segs:
+                        q = g.members[g.pos + 1]
+                        marks[gid] = q
+                        heapq.heappush(heap, (next_key(g, gid, q), -gid, g))
                     continue
+            if gid in recheck:
+                # The next member's turn (a full evaluation tries it here). With nothing
+                # admitted, preempted or held since the failure it fails the same way (and
+                # holds the same way, unless it starves and the failed one did not); else
+                # (new victims, or a grace victim that no longer makes it wait on one flavor
+                # so it goes on to the next) it is tried.
+                stamp, was_starving = recheck.pop(gid)
+                if stamp == self._stamp(res) and (
+                        was_starving or key[0] == -1 or p.spec.submitted_at >= cutoff):
+                    continue
+                g.parked = False
             starving = key[0] != -1 and p.spec.submitted_at < cutoff
             if (key[0] == 1 and not starving and not full and g.code in QUOTA_CODES
                     and self._same_quota_failure(p, g.code)):
@@ -178,29 +240,70 @@ class CycleMixin(PreemptionMixin):
                     g.unreported.discard(p.name)
                     p.group = None
                     if preemptors:
-                        preemptors = self._wake_preemptors(preemptors, key, heap, base, now,
-                                                           repay_cache)
+                        preemptors = self._wake_preemptors(preemptors, key, heap, now)
                 elif outcome == FAILED:
                     assert reason is not None
                     self._fail(g, reason, per_flavor, now, res, held)
+                    if g.pos + 1 < len(g.members) and (
+                            p.spec.can_preempt or any(not f.startswith("any:")
+                                                      for f in g.preempts)
+                            or (not starving and g.members[g.pos + 1].spec.submitted_at
+                                < cutoff)):
+                        # Within a cycle usage only grows, but the next identical member may
+                        # still preempt where this one did not, or hold where it did not.
+                        recheck[gid] = (self._stamp(res), starving)
+                        g.pos += 1
+                        heapq.heappush(heap, (next_key(g, gid, g.members[g.pos]), gid, g))
                 else:
                     g.unreported.add(p.name)
                     g.pos += 1
             if outcome != FAILED and g.pos < len(g.members):
-                heapq.heappush(heap, (self._order_key(g.members[g.pos], base[gid], cutoff),
-                                      gid, g))
+                heapq.heappush(heap, (next_key(g, gid, g.members[g.pos]), gid, g))
                 continue
             if not g.members:
                 del self.groups[g.sig]
         self._release_holds()
         return res
 
+    def _stamp(self, res: CycleResult) -> tuple[int, int, int]:
+        """What a preemptor's outcome can depend on that changes within a cycle: admissions,
+        preemptions, holds."""
+        return (self.changes, len(res.preempted), len(self._holds))
+
+    def _settle_mark(self, g: Group, gid: int, marks: dict[int, Pending],
+                     segs: dict[int, list[tuple[tuple[int, float, str], tuple[int, float]]]],
+                     heap: list[tuple[tuple[object, ...], int, Group]],
+                     base: dict[int, tuple[int, float]], now: float,
+                     repay_cache: dict[int, float], cutoff: float) -> None:
+        """A member of a group found to borrow now reaches its within-guarantee turn: its
+        rank now, shared by the following members whose turns come before any other work
+        (nothing changes in between; their keys grow with their place in the group)."""
+        q = marks.pop(gid)
+        members = g.members
+        n = len(members)
+        tail = q.order_tail
+        # (The members after the one being tried are in order_tail order.)
+        j = bisect.bisect_left(members, tail, lo=min(g.pos + 1, n), key=lambda m: m.order_tail)
+        if j >= n or members[j] is not q:
+            if q not in members:
+                return
+            j = members.index(q)
+        segs.setdefault(gid, []).append((tail, self._rank(q, now, repay_cache)))
+        if not heap:
+            return
+        top = heap[0][0]
+        b = base[gid]
+        k = bisect.bisect_left(members, top, lo=j + 1,
+                               key=lambda m: self._order_key(m, b, cutoff))
+        if k < n:
+            m = members[k]
+            marks[gid] = m
+            heapq.heappush(heap, (self._order_key(m, b, cutoff), -gid, g))
+
     def _wake_preemptors(self, preemptors: list[tuple[tuple[object, ...], Group]],
                          key: tuple[object, ...],
                          heap: list[tuple[tuple[object, ...], int, Group]],
-                         base: dict[int, tuple[int, float]], now: float,
-                         repay_cache: dict[int, float]) -> list[tuple[tuple[object, ...],
-                                                                     Group]]:
+                         now: float) -> list[tuple[tuple[object, ...], Group]]:
         """After an admission: parked preemptors behind it in the order that now have new
         victims are tried in this cycle (a full evaluation would reach them after it)."""
         rest = []
@@ -209,7 +312,6 @@ class CycleMixin(PreemptionMixin):
                 continue
             if k > key and self._wakes(g, now):
                 self._unpark(g)
-                base[id(g)] = self._rank(g.members[0], now, repay_cache)
                 heapq.heappush(heap, (k, id(g), g))
             else:
                 rest.append((k, g))
@@ -373,15 +475,27 @@ class CycleMixin(PreemptionMixin):
 
     def _rank(self, p: Pending, now: float, repay_cache: dict[int, float]) -> tuple[int, float]:
         """(0, 0) within guarantee, else (1, -borrow score) (§4.2a-b)."""
-        tree = self.tree
-        if any(tree.within_guarantee(p.leaf, p.demand[f]) for f in p.flavors):
+        if self._within(p):
             return (0, 0.0)
+        # The score depends on the leaf's usage (its top-level queue's usage version) and its
+        # repayment, fixed for the cycle: cached for the cycle per leaf and GPU key.
+        tree = self.tree
+        ver = tree.ver[tree.chain[p.leaf][0]]
+        key = (p.leaf, p.gpu_key)
+        hit = self._scores.get(key)
+        if hit is not None and hit[0] == ver:
+            return (1, hit[1])
+        score = self._score(p.leaf, tree.attainment(p.leaf, p.gpu_key), now, repay_cache)
+        self._scores[key] = (ver, score)
+        return (1, score)
+
+    def _score(self, leaf: int, att: float, now: float, repay_cache: dict[int, float]) -> float:
+        """-borrow score of a leaf with attainment att (§4.2b)."""
         s = self.settings
-        rep = repay_cache.get(p.leaf)
+        rep = repay_cache.get(leaf)
         if rep is None:
-            rep = repay_cache[p.leaf] = self.repayment(p.leaf, now)
-        att = tree.attainment(p.leaf, p.gpu_key)
-        return (1, -(s.attainment_weight * (1.0 - min(1.0, att)) + s.repayment_weight * rep))
+            rep = repay_cache[leaf] = self.repayment(leaf, now)
+        return -(s.attainment_weight * (1.0 - min(1.0, att)) + s.repayment_weight * rep)
 
     def _same_quota_failure(self, p: Pending, code: str) -> bool:
         """A borrower (preemptible, not preempting) that fits the quota on none of its flavors,
@@ -484,6 +598,13 @@ class CycleMixin(PreemptionMixin):
             g.held_by = tuple(sorted({q.name for q, f, _, _ in self._holds
                                       if f in p.flavors}))
         self._park(g, p, now)
+        if not g.held_by and self._holds and (p.spec.can_preempt or any(
+                not f.startswith("any:") for f in g.preempts)):
+            # A preemptor: a hold on its flavors may be what kept its preemption from
+            # making it fit (its reason only says why it does not fit without victims), so it
+            # is held back by those holders too.
+            g.held_by = tuple(sorted({q.name for q, f, _, _ in self._holds
+                                      if f in p.flavors}))
 
     def _park(self, g: Group, p: Pending, now: float) -> None:
         """Park a group whose head p failed: what could change the outcome, seen from now.
@@ -525,6 +646,26 @@ class CycleMixin(PreemptionMixin):
                 g.preempts[f] = self.admits.get(f, 0)
         if p.spec.can_preempt:
             g.preempts[""] = self.leaf_admits.get(p.leaf, 0)
+        g.top_seen = -1
+        g.wg_watch = []
+        if not p.spec.can_preempt:
+            leaf = p.leaf
+            mn, u = tree.mn[leaf], tree.u[leaf]
+            for f in p.flavors:
+                d = p.demand[f]
+                if d and not tree.within_guarantee(leaf, d) and all(
+                        amount <= mn[k] + EPS for k, amount in d):
+                    # Usage going down in its subtree may bring it within its guarantee on
+                    # f, where it reclaims: at its leaf, first by what it uses beyond its min
+                    # with this demand; if the leaf is not what stops it, by any end.
+                    beyond = [(k, u[k] + amount - mn[k], self.leaf_freed.get((leaf, k), 0.0))
+                              for k, amount in d if u[k] + amount > mn[k] + EPS]
+                    if beyond:
+                        g.wg_watch.append(beyond)
+                    else:
+                        g.top = tree.chain[leaf][0]
+                        g.top_seen = self.top_ends.get(g.top, 0)
+                        break
         if all(x[0] == 0 for x in p.pods):
             # A GPU pod taking a free GPU releases the cores reserved for it: CPU-only work
             # on GPU nodes may fit after any admission there.
@@ -549,6 +690,16 @@ class CycleMixin(PreemptionMixin):
                     return True
             elif self.admits.get(f, 0) != seen:
                 return True
+        if g.top_seen >= 0 and self.top_ends.get(g.top, 0) != g.top_seen:
+            return True
+        if g.wg_watch:
+            leaf_freed, leaf = self.leaf_freed, g.members[0].leaf
+            for beyond in g.wg_watch:
+                for k, amount, was in beyond:
+                    if leaf_freed.get((leaf, k), 0.0) - was + EPS < amount:
+                        break
+                else:
+                    return True
         free_events, freed = self.free_events, self.freed
         for f, (events, snap, deficit) in g.park.items():
             if free_events.get(f, 0) == events:
@@ -629,10 +780,11 @@ class CycleMixin(PreemptionMixin):
                     # Name what would block it anyway: the reason then does not flip each
                     # time a cooldown starts or ends.
                     reasons[f] = (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
-                                  or tree.quota_reason(leaf, d)
+                                  or (tree.quota_reason_brief(leaf, d) if self._holds
+                                      else tree.quota_reason(leaf, d))
                                   or Reason(RC.QUOTA_BORROW_UNAVAILABLE, "no room"))
                     continue
-                placed = self._place(p, f, commit=False)
+                placed = self._place(p, f, commit=False, brief=bool(self._holds))
                 if isinstance(placed, Reason):
                     reasons[f] = placed
                     continue
@@ -693,10 +845,13 @@ class CycleMixin(PreemptionMixin):
         """Quota, then placement on flavor f; admit on success (None), else the reason."""
         d = p.demand[f]
         if not self.tree.fits(p.leaf, d):
-            # An absent or unhealthy flavor explains more than the quota numbers do.
+            # An absent or unhealthy flavor explains more than the quota numbers do. With
+            # holds in place a failure's reason is the one it has without them (`_consider`):
+            # this one only needs its code (and whether a policy lowered the max).
             return (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
-                    or self.tree.quota_reason(p.leaf, d))
-        got = self._place(p, f, commit=True)
+                    or (self.tree.quota_reason_brief(p.leaf, d) if self._holds
+                        else self.tree.quota_reason(p.leaf, d)))
+        got = self._place(p, f, commit=True, brief=bool(self._holds))
         if isinstance(got, Reason):
             return got
         cluster, nodes = got

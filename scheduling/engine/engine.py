@@ -98,6 +98,8 @@ class Engine(CycleMixin):
         self.admits: dict[str, int] = {}
         self.leaf_admits: dict[int, int] = {}
         self.all_admits: dict[str, int] = {}
+        self.top_ends: dict[int, int] = {}
+        self.leaf_freed: dict[tuple[int, int], float] = {}
         self.full = True
         self.admitted: dict[str, Admitted] = {}
         self.in_grace: dict[str, dict[str, Admitted]] = {}  # flavor -> victims in grace
@@ -115,6 +117,7 @@ class Engine(CycleMixin):
         self.phantom: dict[tuple[int, int], float] = {}
         self._defer: dict[int, float] = {}
         self._promoted: set[str] = set()
+        self._scores: dict[tuple[int, int | None], tuple[int, float]] = {}
         self._holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]] = []
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}
@@ -382,6 +385,11 @@ class Engine(CycleMixin):
             self.in_grace.get(a.flavor, {}).pop(name, None)
         self.tree.add(a.leaf, a.demand, -1.0)
         self.changes += 1
+        top = self.tree.chain[a.leaf][0]
+        self.top_ends[top] = self.top_ends.get(top, 0) + 1
+        leaf_freed = self.leaf_freed
+        for k, amount in a.demand:
+            leaf_freed[(a.leaf, k)] = leaf_freed.get((a.leaf, k), 0.0) + amount
         self.free_events[a.flavor] = self.free_events.get(a.flavor, 0) + 1
         for k, amount in a.demand:
             self.freed[k] = self.freed.get(k, 0.0) + amount

@@ -293,6 +293,12 @@ class Fleet:
 
     def flavor_problem(self, flavor: str, allowed: frozenset[str] | None) -> Reason | None:
         """FLAVOR_UNAVAILABLE, POLICY_DENIED or CLUSTER_UNHEALTHY when no cluster qualifies."""
+        min_health = self.min_health
+        for c in self.flavor_clusters.get(flavor, ()):
+            # (The common answer, without building the candidate lists.)
+            if ((allowed is None or c.name in allowed) and c.health > min_health
+                    and True in c.pools[flavor].ready):
+                return None
         found = self._candidates(flavor, allowed)
         return found if isinstance(found, Reason) else None
 
@@ -335,11 +341,12 @@ class Fleet:
     def try_place(
         self, flavor: str, pods: Sequence[Pod], *, spread: bool, same_rack: bool,
         allowed: frozenset[str] | None, dataset: str, weights: tuple[float, float, float, float],
-        commit: bool,
+        commit: bool, brief: bool = False,
     ) -> tuple[str, list[int]] | Reason:
         """Choose a cluster by score and nodes in it; take them when `commit`.
 
-        Returns (cluster name, node indices per pod) or the reason nothing fits.
+        Returns (cluster name, node indices per pod) or the reason nothing fits (`brief`: its
+        code only, with an empty message).
         """
         found = self._candidates(flavor, allowed)
         if isinstance(found, Reason):
@@ -390,6 +397,9 @@ class Fleet:
                 for i, p in zip(got, pods, strict=True):
                     pool.give(i, p)
             return c.name, got
+        if brief:
+            return Reason(ReasonCode.TOPOLOGY_UNSATISFIABLE if topology_only
+                          else ReasonCode.NO_CAPACITY, "")
         n = len(pods)
         shape = f"{n} pod{'s' if n != 1 else ''} of {max_pod} GPU" if max_pod else f"{n} pods"
         if topology_only:

@@ -24,12 +24,13 @@ from scheduling.engine.types import (
 class PreemptionMixin(EngineBase):
     """Victim search and the what-if checks it needs."""
 
-    def _place(self, p: Pending, f: str, *, commit: bool) -> tuple[str, list[int]] | Reason:
+    def _place(self, p: Pending, f: str, *, commit: bool,
+               brief: bool = False) -> tuple[str, list[int]] | Reason:
         strategy = p.spec.strategy or self.tree.strategy[p.leaf] or self.settings.strategy
         return self.fleet.try_place(
             f, p.pods, spread=strategy == "spread", same_rack=p.spec.topology_same == "rack",
             allowed=p.spec.allowed_clusters, dataset=p.spec.dataset, weights=self.weights,
-            commit=commit)
+            commit=commit, brief=brief)
 
     def _can_place(self, p: Pending, f: str) -> bool:
         """`_place` (commit=False) succeeds, without building its reason."""

@@ -74,7 +74,7 @@ class Group:
 
     __slots__ = ("sig", "members", "code", "reason", "unreported", "parked", "park",
                  "retry_at", "preempts", "pos", "violating", "holds", "held_by", "shifted",
-                 "quiet")
+                 "quiet", "top", "top_seen", "wg_watch")
 
     def __init__(self, sig: tuple[object, ...]) -> None:
         self.sig = sig
@@ -95,6 +95,12 @@ class Group:
         # `changes` of the engine when its wake conditions last did not hold (-1: not since
         # it was parked): until an admission or an end they cannot hold, short of retry_at.
         self.quiet = -1
+        # Ends in its top-level queue's subtree when parked (-1: not watched): one may bring
+        # it within its guarantee, where it may reclaim.
+        self.top = 0
+        self.top_seen = -1
+        # Or, per such flavor, what its leaf must free first: (key, amount, freed so far).
+        self.wg_watch: list[list[tuple[int, float, float]]] = []
 
 
 class Admitted:
@@ -140,6 +146,8 @@ class EngineBase:
     admits: dict[str, int]  # borrowing admissions per flavor (new reclaim victims)
     leaf_admits: dict[int, int]  # admissions per leaf (new priority victims)
     all_admits: dict[str, int]  # every admission per flavor
+    top_ends: dict[int, int]  # ends per top-level queue (its subtree's usage went down)
+    leaf_freed: dict[tuple[int, int], float]  # freed per leaf and key, ever
     full: bool
     admitted: dict[str, Admitted]
     in_grace: dict[str, dict[str, Admitted]]
@@ -154,6 +162,7 @@ class EngineBase:
     phantom: dict[tuple[int, int], float]  # held (not used) demand per queue and key
     _defer: dict[int, float]  # this cycle: leaf -> its oldest starving borrower's submit time
     _promoted: set[str]  # this cycle: those oldest starving borrowers
+    _scores: dict[tuple[int, int | None], tuple[int, float]]  # this cycle: borrow scores
     _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
 
     def submit(self, w: WorkloadSpec) -> None:
