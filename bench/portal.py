@@ -11,7 +11,8 @@ queues, 3 clusters (150 nodes, 1,200 GPUs), 20,000 workloads and 200,000 events:
 Environment: BENCH_PG (server URL, default postgres://postgres@127.0.0.1:5432),
 BENCH_REDIS (broker for the submit nudges, default redis://127.0.0.1:6379/3, flushed after),
 BENCH_SECONDS (load duration, default 15), BENCH_GUNICORN (gunicorn worker options,
-default `-w 2 -k gthread --threads 10`: two processes for two cores, a thread per client),
+default `-w 2 -k gthread --threads 4`: two processes for two cores, four threads each; ten
+threads each cost 5-15% more CPU per request in lock contention, for no more throughput),
 BENCH_PARTS (`pages`, `post` or both, the default: `pages,post`), BENCH_URLS (measure only
 the pages whose URL contains one of these comma-separated parts, e.g.
 `/dashboard/,/queues/q/,/api/v1/queues`; default: all), BENCH_DB (database name, default
@@ -43,7 +44,7 @@ PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/"
 REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/3")
 SECONDS = float(os.environ.get("BENCH_SECONDS", "15"))
 # Gunicorn's worker options (the figure is printed with them).
-GUNICORN = os.environ.get("BENCH_GUNICORN", "-w 2 -k gthread --threads 10")
+GUNICORN = os.environ.get("BENCH_GUNICORN", "-w 2 -k gthread --threads 4")
 PARTS = set(os.environ.get("BENCH_PARTS", "pages,post").split(","))
 URL_FILTER = [u for u in os.environ.get("BENCH_URLS", "").split(",") if u]
 KEEP = os.environ.get("BENCH_KEEP", "") == "1"
