@@ -97,9 +97,11 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # plan_cache_mode the server kept choosing a custom plan for the submission's insert (its
     # many parameters), so it planned it again on every POST (about 1 ms of its CPU). Only
     # statements bound on the server are affected; Django's own queries carry no parameters
-    # to the server and are planned as before.
-    DATABASES["default"]["OPTIONS"].setdefault(
-        "options", "-c plan_cache_mode=force_generic_plan")
+    # to the server and are planned as before. Not sent with preparing off (a pooler may
+    # refuse startup options).
+    if DATABASES["default"]["OPTIONS"]["prepare_threshold"]:
+        DATABASES["default"]["OPTIONS"].setdefault(
+            "options", "-c plan_cache_mode=force_generic_plan")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
