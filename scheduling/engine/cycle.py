@@ -60,6 +60,7 @@ class CycleMixin(PreemptionMixin):
         self.full = False
         repay_cache: dict[int, float] = {}
         self._scores = {}
+        self._unheld_cache = {}
         heap: list[tuple[tuple[object, ...], int, Group]] = []
         # Start-of-cycle rank per group (what a full evaluation orders every member by).
         base: dict[int, tuple[int, float]] = {}
@@ -337,12 +338,16 @@ class CycleMixin(PreemptionMixin):
                 if cur is None or (sub, q.order_tail) < cur:
                     best[q.leaf] = (sub, q.order_tail)
 
+        claims = self.claims
         for g, rank in entries:
             if rank[0] == 1:
                 # The group's oldest member that is not a preemptor going first (those are
                 # moved to the front).
-                q = next((m for m in g.members if m.name not in self.claims), None)
-                if q is not None:
+                members = g.members
+                q: Pending | None = members[0]
+                if claims and members[0].name in claims:
+                    q = next((m for m in members if m.name not in claims), None)
+                if q is not None and q.spec.submitted_at < cutoff:
                     offer(q)
         for g in parked:
             q = g.members[0]
@@ -440,8 +445,16 @@ class CycleMixin(PreemptionMixin):
                 for _, _, _, masked in holds:
                     for pool, i in masked:
                         pool.set_ready(i, True)
-                if any(self._fits_without(p, f, now) for f in p.flavors):
-                    return None
+                cooling = self.cooldown.get(p.leaf, -INF) > now + EPS
+                for f in p.flavors:
+                    # (`_fits_without`, with the placement answer cached, below.)
+                    d = p.demand[f]
+                    if not tree.fits(p.leaf, d) or (
+                            not tree.within_guarantee(p.leaf, d)
+                            and (not p.spec.preemptible or cooling)):
+                        continue
+                    if self._unheld_place(p, f, False) is True:
+                        return None
             return self._plain_reason(p, p.flavors[0], now)
         finally:
             for q, _, d, masked in holds:
@@ -449,6 +462,25 @@ class CycleMixin(PreemptionMixin):
                 if unmasked:
                     for pool, i in masked:
                         pool.set_ready(i, False)
+
+    def _unheld_place(self, p: Pending, f: str, reason: bool) -> bool | Reason:
+        """Whether p can be placed on flavor f with every hold lifted (True, else False or,
+        with `reason`, why not). Within a cycle the fleet then changes only by admissions
+        (`changes`), so the answer is kept per shape for the cycle: identical pods of other
+        queues get it without a new placement."""
+        strategy = p.spec.strategy or self.tree.strategy[p.leaf] or self.settings.strategy
+        key = (self.changes, f, tuple(p.pods), strategy, p.spec.topology_same,
+               p.spec.allowed_clusters, p.spec.dataset)
+        cache = self._unheld_cache
+        got = cache.get(key)
+        if got is True or isinstance(got, Reason) or (got is False and not reason):
+            return got
+        if reason:
+            placed = self._place(p, f, commit=False)
+            cache[key] = got = placed if isinstance(placed, Reason) else True
+        else:
+            cache[key] = got = self._can_place(p, f)
+        return got
 
     def _plain_reason(self, p: Pending, f: str, now: float) -> Reason:
         """Why p does not fit on flavor f now, in the order the cycle checks."""
@@ -462,7 +494,7 @@ class CycleMixin(PreemptionMixin):
             return (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
                     or tree.quota_reason(p.leaf, d)
                     or Reason(RC.QUOTA_BORROW_UNAVAILABLE, f"flavor {f}: no room"))
-        placed = self._place(p, f, commit=False)
+        placed = self._unheld_place(p, f, True)
         if isinstance(placed, Reason):
             return placed
         cool = self.cooldown.get(p.leaf, -INF)
@@ -628,45 +660,48 @@ class CycleMixin(PreemptionMixin):
         cool = self.cooldown.get(p.leaf, -INF)
         if cool > now + EPS:
             g.retry_at = cool
+        leaf = p.leaf
+        can_preempt = p.spec.can_preempt
+        freed = self.freed
+        g.top_seen = -1
+        watch: list[list[tuple[int, float, float]]] = []
+        g.wg_watch = watch
+        top_watch = False
         for f in p.flavors:
             d = p.demand[f]
             deficit: Demand = []
-            within = tree.within_guarantee(p.leaf, d)
-            if not (within or p.spec.can_preempt):
+            within = tree.within_guarantee(leaf, d)
+            if not (within or can_preempt):
                 for k, amount in d:
-                    short = amount - tree.available_raw(p.leaf, k)
+                    short = amount - tree.available_raw(leaf, k)
                     if short > EPS:
                         deficit.append((k, short))
+                if d and not top_watch:
+                    # Usage going down in its subtree may bring it within its guarantee on
+                    # f, where it reclaims: at its leaf, first by what it uses beyond its min
+                    # with this demand; if the leaf is not what stops it, by any end.
+                    mn, u = tree.mn[leaf], tree.u[leaf]
+                    if all(amount <= mn[k] + EPS for k, amount in d):
+                        beyond = [(k, u[k] + amount - mn[k],
+                                   self.leaf_freed.get((leaf, k), 0.0))
+                                  for k, amount in d if u[k] + amount > mn[k] + EPS]
+                        if beyond:
+                            watch.append(beyond)
+                        else:
+                            top_watch = True
+                            g.top = tree.chain[leaf][0]
+                            g.top_seen = self.top_ends.get(g.top, 0)
             # A group that may preempt on f (reclaim within its guarantee, or priority) needs
             # less freed than its deficit once its victims count: any freeing on f can let its
             # preemption through (an empty deficit wakes it at the next free event on f).
             g.park[f] = (self.free_events.get(f, 0),
-                         {k: self.freed.get(k, 0.0) for k, _ in deficit}, deficit)
+                         {k: freed.get(k, 0.0) for k, _ in deficit} if deficit else {},
+                         deficit)
             if within:
                 g.preempts[f] = self.admits.get(f, 0)
-        if p.spec.can_preempt:
-            g.preempts[""] = self.leaf_admits.get(p.leaf, 0)
-        g.top_seen = -1
-        g.wg_watch = []
-        if not p.spec.can_preempt:
-            leaf = p.leaf
-            mn, u = tree.mn[leaf], tree.u[leaf]
-            for f in p.flavors:
-                d = p.demand[f]
-                if d and not tree.within_guarantee(leaf, d) and all(
-                        amount <= mn[k] + EPS for k, amount in d):
-                    # Usage going down in its subtree may bring it within its guarantee on
-                    # f, where it reclaims: at its leaf, first by what it uses beyond its min
-                    # with this demand; if the leaf is not what stops it, by any end.
-                    beyond = [(k, u[k] + amount - mn[k], self.leaf_freed.get((leaf, k), 0.0))
-                              for k, amount in d if u[k] + amount > mn[k] + EPS]
-                    if beyond:
-                        g.wg_watch.append(beyond)
-                    else:
-                        g.top = tree.chain[leaf][0]
-                        g.top_seen = self.top_ends.get(g.top, 0)
-                        break
-        if all(x[0] == 0 for x in p.pods):
+        if can_preempt:
+            g.preempts[""] = self.leaf_admits.get(leaf, 0)
+        if p.cpu_only:
             # A GPU pod taking a free GPU releases the cores reserved for it: CPU-only work
             # on GPU nodes may fit after any admission there.
             for f in p.flavors:

@@ -118,6 +118,7 @@ class Engine(CycleMixin):
         self._defer: dict[int, float] = {}
         self._promoted: set[str] = set()
         self._scores: dict[tuple[int, int | None], tuple[int, float]] = {}
+        self._unheld_cache: dict[tuple[object, ...], bool | Reason] = {}
         self._holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]] = []
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}

@@ -37,7 +37,7 @@ class Pending:
 
     __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
                  "sig", "gpu_key", "order_tail", "not_before", "group", "last_code", "wg",
-                 "wg_ver")
+                 "wg_ver", "cpu_only")
 
     def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
                  demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
@@ -46,6 +46,7 @@ class Pending:
         self.name = spec.name
         self.leaf = leaf
         self.pods = pods
+        self.cpu_only = all(x[0] == 0 for x in pods)
         self.demand = demand
         self.flavors = flavors
         self.static_reason = static_reason
@@ -163,6 +164,7 @@ class EngineBase:
     _defer: dict[int, float]  # this cycle: leaf -> its oldest starving borrower's submit time
     _promoted: set[str]  # this cycle: those oldest starving borrowers
     _scores: dict[tuple[int, int | None], tuple[int, float]]  # this cycle: borrow scores
+    _unheld_cache: dict[tuple[object, ...], bool | Reason]  # this cycle: `_unheld_place`
     _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
 
     def submit(self, w: WorkloadSpec) -> None:
