@@ -136,30 +136,34 @@ class CycleMixin(PreemptionMixin):
         recheck: dict[int, tuple[tuple[int, int, int], bool]] = {}
         # A full evaluation re-ranks each within-guarantee workload when its own turn comes
         # (below): once a group's member was found to borrow now, each later member is
-        # re-ranked at its own within-guarantee turn too, marked in the heap by an entry with
-        # the group's negated id (`marks`: the member it stands for). `segs`: the ranks found,
-        # as (first member's order_tail, rank) in member order (members whose turns come with
-        # no other work in between share one).
-        marks: dict[int, Pending] = {}
-        segs: dict[int, list[tuple[tuple[int, float, str], tuple[int, float]]]] = {}
+        # re-ranked at its own within-guarantee turn too. Ranks change only when the state
+        # does (an admission or a hold): before each evaluation or hold, such a group records
+        # the key reached and its rank then (`_checkpoint`); a member's rank is the one at the
+        # first checkpoint after its within-guarantee turn. `marks`: group -> (a member, its
+        # checkpoints [key, rank, state stamp]).
+        marks: dict[int, tuple[Pending, list[list[object]]]] = {}
 
         def next_key(g: Group, gid: int, q: Pending) -> tuple[object, ...]:
             rank = base[gid]
-            found = segs.get(gid)
-            if found:
-                m = marks.get(gid)
-                tail = q.order_tail
-                if m is None or tail < m.order_tail:
-                    i = bisect.bisect_right(found, tail, key=lambda s: s[0]) - 1
-                    if i >= 0:
-                        rank = found[i][1]
+            m = marks.get(gid)
+            if m is not None:
+                turn = self._order_key(q, rank, cutoff)
+                points = m[1]
+                i = bisect.bisect_right(points, turn, key=lambda c: c[0])  # type: ignore
+                got = points[i][1] if i < len(points) else self._rank(q, now, repay_cache)
+                rank = got  # type: ignore[assignment]
             return self._order_key(q, rank, cutoff)
+
+        def checkpoint(key: tuple[object, ...]) -> None:
+            stamp = (self.changes, len(self._holds))
+            for q, points in marks.values():
+                if points and points[-1][2] == stamp:
+                    points[-1][0] = key
+                else:
+                    points.append([key, self._rank(q, now, repay_cache), stamp])
 
         while heap:
             key, gid, g = heapq.heappop(heap)
-            if gid < 0:
-                self._settle_mark(g, -gid, marks, segs, heap, base, now, repay_cache, cutoff)
-                continue
             if gid in hold_only:
                 hold_only.discard(gid)
                 # Only an admission in this cycle can have woken it since the start, or, for a
@@ -170,6 +174,8 @@ class CycleMixin(PreemptionMixin):
                     head = g.members[0]
                     if head.flavors and head.flavors[0] not in held:
                         held[head.flavors[0]] = head.name
+                        if marks:
+                            checkpoint(key)
                         self._hold(head, head.flavors[0])
                     continue
                 # An admission earlier in this cycle gave it new victims: try it.
@@ -195,10 +201,8 @@ class CycleMixin(PreemptionMixin):
                     # Earlier admissions of this cycle used its guarantee: it would borrow now,
                     # so it goes behind the within-guarantee work (Kueue re-checks the mode).
                     heapq.heappush(heap, (self._order_key(p, rank, cutoff), gid, g))
-                    if g.pos + 1 < len(g.members) and gid not in marks and gid not in segs:
-                        q = g.members[g.pos + 1]
-                        marks[gid] = q
-                        heapq.heappush(heap, (next_key(g, gid, q), -gid, g))
+                    if g.pos + 1 < len(g.members) and gid not in marks:
+                        marks[gid] = (p, [])
                     continue
             if gid in recheck:
                 # The next member's turn (a full evaluation tries it here). With nothing
@@ -221,6 +225,8 @@ class CycleMixin(PreemptionMixin):
                 outcome = FAILED
             else:
                 n_held = len(held)
+                if marks:
+                    checkpoint(key)
                 outcome, reason, per_flavor = self._consider(p, now, starving, res, held)
                 if (outcome == FAILED and len(held) > n_held
                         and g.pos + 1 < len(g.members)):
@@ -270,36 +276,6 @@ class CycleMixin(PreemptionMixin):
         """What a preemptor's outcome can depend on that changes within a cycle: admissions,
         preemptions, holds."""
         return (self.changes, len(res.preempted), len(self._holds))
-
-    def _settle_mark(self, g: Group, gid: int, marks: dict[int, Pending],
-                     segs: dict[int, list[tuple[tuple[int, float, str], tuple[int, float]]]],
-                     heap: list[tuple[tuple[object, ...], int, Group]],
-                     base: dict[int, tuple[int, float]], now: float,
-                     repay_cache: dict[int, float], cutoff: float) -> None:
-        """A member of a group found to borrow now reaches its within-guarantee turn: its
-        rank now, shared by the following members whose turns come before any other work
-        (nothing changes in between; their keys grow with their place in the group)."""
-        q = marks.pop(gid)
-        members = g.members
-        n = len(members)
-        tail = q.order_tail
-        # (The members after the one being tried are in order_tail order.)
-        j = bisect.bisect_left(members, tail, lo=min(g.pos + 1, n), key=lambda m: m.order_tail)
-        if j >= n or members[j] is not q:
-            if q not in members:
-                return
-            j = members.index(q)
-        segs.setdefault(gid, []).append((tail, self._rank(q, now, repay_cache)))
-        if not heap:
-            return
-        top = heap[0][0]
-        b = base[gid]
-        k = bisect.bisect_left(members, top, lo=j + 1,
-                               key=lambda m: self._order_key(m, b, cutoff))
-        if k < n:
-            m = members[k]
-            marks[gid] = m
-            heapq.heappush(heap, (self._order_key(m, b, cutoff), -gid, g))
 
     def _wake_preemptors(self, preemptors: list[tuple[tuple[object, ...], Group]],
                          key: tuple[object, ...],
