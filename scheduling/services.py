@@ -15,7 +15,6 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from quotas.models import Flavor, Queue, Team, TeamRole
@@ -488,25 +487,18 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
     return _submit(user=user, items=items, now=now, nudge=nudge)
 
 
-_PRIMED: dict[tuple[type, str], tuple[Any, str]] = {}
-
-
 def _prime(instance: Any, name: str, rows: list[Any]) -> None:
     """Set what `instance.<name>.all()` returns to `rows` (as `prefetch_related` would), so
-    the caller reads back what was just written without a query. The related model and cache
-    name are worked out once; the queryset is a bare one holding `rows` (the manager's own
-    would build its filter for nothing)."""
-    key = (type(instance), name)
-    if key not in _PRIMED:
-        manager = getattr(instance, name)
-        _PRIMED[key] = (manager.model, manager.field.remote_field.cache_name)
-    model, cache_name = _PRIMED[key]
-    qs: Any = QuerySet(model=model)
+    the caller reads back what was just written without a query. The queryset is the
+    manager's own (filtered on the instance), so `instance.<name>.filter(...)` still reads
+    only the instance's rows."""
+    manager = getattr(instance, name)
+    qs = manager.get_queryset()
     qs._result_cache = rows
     qs._prefetch_done = True
     if not hasattr(instance, "_prefetched_objects_cache"):
         instance._prefetched_objects_cache = {}
-    instance._prefetched_objects_cache[cache_name] = qs
+    instance._prefetched_objects_cache[manager.field.remote_field.cache_name] = qs
 
 
 _INSERT_COLUMNS: dict[tuple[type, str], tuple[list[Any], list[str], list[str]]] = {}

@@ -346,3 +346,14 @@ def test_submit_input_validates_as_the_input_serializer(data):
     thread.start()
     thread.join()
     assert seen == [expected]
+
+
+def test_a_submitted_workloads_lists_filter_on_it(org, classes):
+    """The lists the submission hands back (read without a query) are the workload's own:
+    filtering them reads the workload's rows only, not every workload's."""
+    services.workload_submit(user=org["alice"], data=body("one"), nudge=False)
+    second = services.workload_submit(user=org["alice"], data=body("two"), nudge=False)
+    assert [e.type for e in second.events.all()] == ["submitted"]
+    assert second.events.get(type="submitted").workload_id == second.pk
+    assert second.pod_sets.filter(index=0).count() == 1
+    assert not second.admissions.exists()
