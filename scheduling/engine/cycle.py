@@ -140,8 +140,12 @@ class CycleMixin(PreemptionMixin):
         # does (an admission or a hold): before each evaluation or hold, such a group records
         # the key reached and its rank then (`_checkpoint`); a member's rank is the one at the
         # first checkpoint after its within-guarantee turn. `marks`: group -> (a member, its
-        # checkpoints [key, rank, state stamp]).
+        # checkpoints [key, rank, state stamp]); `by_top`: the same per top-level queue (an
+        # evaluation or hold changes only its own top-level queue's usage, which is all a
+        # rank depends on).
         marks: dict[int, tuple[Pending, list[list[object]]]] = {}
+        by_top: dict[int, list[tuple[Pending, list[list[object]]]]] = {}
+        chain = self.tree.chain
 
         def next_key(g: Group, gid: int, q: Pending) -> tuple[object, ...]:
             rank = base[gid]
@@ -154,9 +158,9 @@ class CycleMixin(PreemptionMixin):
                 rank = got  # type: ignore[assignment]
             return self._order_key(q, rank, cutoff)
 
-        def checkpoint(key: tuple[object, ...]) -> None:
+        def checkpoint(key: tuple[object, ...], leaf: int) -> None:
             stamp = (self.changes, len(self._holds))
-            for q, points in marks.values():
+            for q, points in by_top.get(chain[leaf][0], ()):
                 if points and points[-1][2] == stamp:
                     points[-1][0] = key
                 else:
@@ -175,7 +179,7 @@ class CycleMixin(PreemptionMixin):
                     if head.flavors and head.flavors[0] not in held:
                         held[head.flavors[0]] = head.name
                         if marks:
-                            checkpoint(key)
+                            checkpoint(key, head.leaf)
                         self._hold(head, head.flavors[0])
                     continue
                 # An admission earlier in this cycle gave it new victims: try it.
@@ -202,7 +206,9 @@ class CycleMixin(PreemptionMixin):
                     # so it goes behind the within-guarantee work (Kueue re-checks the mode).
                     heapq.heappush(heap, (self._order_key(p, rank, cutoff), gid, g))
                     if g.pos + 1 < len(g.members) and gid not in marks:
-                        marks[gid] = (p, [])
+                        mark: tuple[Pending, list[list[object]]] = (p, [])
+                        marks[gid] = mark
+                        by_top.setdefault(chain[p.leaf][0], []).append(mark)
                     continue
             if gid in recheck:
                 # The next member's turn (a full evaluation tries it here). With nothing
@@ -226,7 +232,7 @@ class CycleMixin(PreemptionMixin):
             else:
                 n_held = len(held)
                 if marks:
-                    checkpoint(key)
+                    checkpoint(key, p.leaf)
                 outcome, reason, per_flavor = self._consider(p, now, starving, res, held)
                 if (outcome == FAILED and len(held) > n_held
                         and g.pos + 1 < len(g.members)):

@@ -5,9 +5,6 @@ Part of `Engine` (a mixin); the choices are listed in `scheduling.engine.engine`
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterator
-
 from scheduling.engine.accounting import EPS, INF, fmt, key_name
 from scheduling.engine.state import (
     RC,
@@ -22,20 +19,6 @@ from scheduling.engine.types import (
     PreemptionKind,
     Reason,
 )
-
-
-def _in_order(cands: list[tuple[tuple[float, ...], Admitted, PreemptionKind]],
-              own: list[Admitted]) -> Iterator[tuple[tuple[float, ...], Admitted,
-                                                     PreemptionKind]]:
-    """Reclaim candidates by key, ties in list order (as a stable sort would give them; a
-    heap, as the search often stops after a few), then the priority candidates in order."""
-    heap = [(key, i, a, kind) for i, (key, a, kind) in enumerate(cands)]
-    heapq.heapify(heap)
-    while heap:
-        key, _, a, kind = heapq.heappop(heap)
-        yield key, a, kind
-    for a in own:
-        yield (0.0,), a, PreemptionKind.PRIORITY
 
 
 class PreemptionMixin(EngineBase):
@@ -152,19 +135,20 @@ class PreemptionMixin(EngineBase):
                     if a.spec.preemptible and a.grace_until is None:
                         cands.append(((-ratio, a.spec.priority, -a.admitted_at, -a.seq),
                                       a, PreemptionKind.RECLAIM))
-        own: list[Admitted] = []
+        cands.sort(key=lambda t: t[0])
         if p.spec.can_preempt:
             own = [a for a in self.by_leaf_flavor.get((p.leaf, f), {}).values()
                    if a.spec.preemptible and a.grace_until is None
                    and a.spec.priority < p.spec.priority]
             own.sort(key=lambda a: (a.spec.priority, -a.admitted_at, -a.seq))
-        if not cands and not own:
+            cands.extend(((0.0,), a, PreemptionKind.PRIORITY) for a in own)
+        if not cands:
             return self._grace_reason(p, f) or Reason(RC.NO_CAPACITY, "no preemptible victims")
         budgets = self._budget_state() if self.budgets else []
         removed: list[tuple[Admitted, PreemptionKind]] = []
         budget_block = ""
         fits = False
-        for _, a, kind in _in_order(cands, own):
+        for _, a, kind in cands:
             if kind == PreemptionKind.RECLAIM and not self._reclaim_valid(a, p.leaf, contested):
                 continue
             blocked = False
