@@ -73,3 +73,43 @@ def test_queue_usage_queries_do_not_grow_with_pending_work(org, priority_classes
     with CaptureQueriesContext(connection) as many:
         queue_usage()
     assert len(many.captured_queries) == len(few.captured_queries) == 3
+
+
+def test_waits_computed_in_the_database_equal_the_orm(org, priority_classes):
+    """The fleet page's waits (minutes from submission to the first admission): the one-float-
+    per-row SQL reads what the ORM path computes, with several admissions per workload, a
+    queue filter, and work submitted before the window left out."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.pages import selectors as page_selectors
+    from scheduling.models import Admission
+
+    now = timezone.now()
+    flavor = FlavorFactory(name="v100-32g", gpu_memory_gib=32)
+    for i, (user, queue) in enumerate([(org.alice, "rd/vision"), (org.carol, "rd/nlp")] * 3):
+        w = submit(user, name=f"w{i}", queue=queue)
+        Workload.objects.filter(pk=w.pk).update(submitted_at=now - timedelta(hours=i + 1))
+        n = i % 3 + 1
+        for k in range(n):  # the first admission counts, not the later (ended) ones
+            at = now - timedelta(minutes=37 * (i + 1) - k * 5)
+            Admission.objects.create(workload=w, cluster=org.cluster, flavor=flavor, gpus=1,
+                                     reserved_at=at,
+                                     ended_at=None if k == n - 1 else at + timedelta(minutes=1))
+    old = submit(org.alice, name="old")
+    Workload.objects.filter(pk=old.pk).update(submitted_at=now - timedelta(days=9))
+    Admission.objects.create(workload=old, cluster=org.cluster, flavor=flavor, gpus=1,
+                             reserved_at=now)
+    start = now - timedelta(days=7)
+    for queue_ids in (None, frozenset({org.nlp.pk})):
+        admitted = Workload.objects.filter(submitted_at__gte=start, admissions__isnull=False)
+        if queue_ids is not None:
+            admitted = admitted.filter(queue_id__in=queue_ids)
+        expected = sorted(
+            (w.queue.path, (min(a.reserved_at for a in w.admissions.all()) - w.submitted_at)
+             .total_seconds() / 60) for w in admitted.distinct())
+        got = sorted(page_selectors._admitted_waits(start, queue_ids, admitted))
+        assert [p for p, _ in got] == [p for p, _ in expected]
+        assert [m for _, m in got] == pytest.approx([m for _, m in expected])
+        assert len(got) == (6 if queue_ids is None else 3)
