@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Min, Q
+from django.db.models import Count, Min, Q
 
 from portal.pages.access import Scope
 from quotas.selectors import queue_rows
@@ -246,17 +246,20 @@ def queue_waits(*, start: datetime, now: datetime, queue_ids: frozenset[int] | N
     waits: dict[str, list[float]] = defaultdict(list)
     for path, minutes in _admitted_waits(start, queue_ids, admitted):
         waits[path].append(max(0.0, minutes))
-    pending: dict[str, list[float]] = defaultdict(list)
-    for path, submitted in pend.values_list("queue__path", "submitted_at"):
-        pending[path].append(max(0.0, (now - submitted).total_seconds() / 60))
+    # Pending work: its count and the oldest submission per queue are all the chart needs.
+    pending: dict[str, tuple[int, float]] = {
+        path: (n, max(0.0, (now - oldest).total_seconds() / 60))
+        for path, n, oldest in pend.values("queue__path").annotate(
+            n=Count("id"), oldest=Min("submitted_at")).values_list(
+            "queue__path", "n", "oldest")}
     out = []
     for path in sorted(set(waits) | set(pending)):
         w = sorted(waits.get(path, []))
-        p = pending.get(path, [])
+        n_pending, oldest_min = pending.get(path, (0, None))
         out.append({
             "queue": path, "admitted": len(w),
             "median_min": w[len(w) // 2] if w else None,
             "p90_min": w[min(len(w) - 1, int(len(w) * 0.9))] if w else None,
-            "pending": len(p), "pending_max_min": max(p) if p else None,
+            "pending": n_pending, "pending_max_min": oldest_min,
         })
     return out

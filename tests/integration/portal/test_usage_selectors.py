@@ -113,3 +113,26 @@ def test_waits_computed_in_the_database_equal_the_orm(org, priority_classes):
         assert [p for p, _ in got] == [p for p, _ in expected]
         assert [m for _, m in got] == pytest.approx([m for _, m in expected])
         assert len(got) == (6 if queue_ids is None else 3)
+
+
+def test_queue_waits_pending_count_and_oldest(org, priority_classes):
+    """Pending work per queue: how many, and how long the oldest has waited (minutes)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.pages import selectors as page_selectors
+
+    now = timezone.now()
+    for i, (user, queue) in enumerate([(org.alice, "rd/vision")] * 3 + [(org.carol, "rd/nlp")]):
+        w = submit(user, name=f"p{i}", queue=queue)
+        Workload.objects.filter(pk=w.pk).update(submitted_at=now - timedelta(minutes=10 * i))
+    future = submit(org.carol, name="clock-skew", queue="rd/nlp")
+    Workload.objects.filter(pk=future.pk).update(submitted_at=now + timedelta(minutes=5))
+    rows = {r["queue"]: r for r in page_selectors.queue_waits(
+        start=now - timedelta(days=7), now=now)}
+    assert (rows["rd/vision"]["pending"], rows["rd/vision"]["pending_max_min"]) == (3, 20.0)
+    assert (rows["rd/nlp"]["pending"], rows["rd/nlp"]["pending_max_min"]) == (2, 30.0)
+    only_nlp = page_selectors.queue_waits(start=now - timedelta(days=7), now=now,
+                                          queue_ids=frozenset({org.nlp.pk}))
+    assert [r["queue"] for r in only_nlp] == ["rd/nlp"]
