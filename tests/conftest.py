@@ -1,1 +1,5 @@
 """Shared fixtures."""
+
+from tests import flush
+
+flush.install()
