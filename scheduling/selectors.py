@@ -265,17 +265,41 @@ def _gpus(workload: Workload) -> int:
     return sum(ps.count * ps.gpus for ps in workload.pod_sets.all())
 
 
-_POSITION_SQL = """
-SELECT 0, COUNT(*), COALESCE(SUM((SELECT SUM(p.count * p.gpus) FROM scheduling_podset p
-                                  WHERE p.workload_id = w.id)), 0), NULL, NULL, NULL
-FROM scheduling_workload w JOIN scheduling_priorityclass c ON c.id = w.priority_class_id
-WHERE w.queue_id = %(queue)s AND w.state = %(pending)s AND w.id <> %(id)s
-  AND (c.value > %(value)s OR (c.value = %(value)s AND (w.submitted_at < %(at)s
-       OR (w.submitted_at = %(at)s AND w.id < %(id)s))))
+def position_sql(me: str) -> tuple[str, str]:
+    """The two reads of a queue position, as SQL: (the pending workloads of the queue ordered
+    before one workload, as one row of their count `n` and GPUs `g`; the queue's open
+    admissions, one row each: id, gpus, duration hint, progress, running_at, reserved_at).
+
+    The order is the engine's within one queue: higher priority first, then earlier
+    submission, then lower id. `me` is the SQL of the workload's id (`%s`, or a sub-select
+    when the workload is being inserted by the same statement). Parameters, in order:
+    `position_params`."""
+    ahead = f"""SELECT COUNT(*) AS n, COALESCE(SUM((SELECT SUM(p.count * p.gpus)
+       FROM scheduling_podset p WHERE p.workload_id = qw.id)), 0) AS g
+FROM scheduling_workload qw JOIN scheduling_priorityclass c ON c.id = qw.priority_class_id
+WHERE qw.queue_id = %s AND qw.state = %s AND qw.id <> {me}
+  AND (c.value > %s OR (c.value = %s AND (qw.submitted_at < %s
+       OR (qw.submitted_at = %s AND qw.id < {me}))))"""
+    admitted = """SELECT a.id, a.gpus, aw.duration_hint_s, aw.progress_s, a.running_at,
+       a.reserved_at
+FROM scheduling_admission a JOIN scheduling_workload aw ON aw.id = a.workload_id
+WHERE aw.queue_id = %s AND a.ended_at IS NULL AND aw.state = ANY(%s)"""
+    return ahead, admitted
+
+
+def position_params(workload: Workload, me: list[Any]) -> list[Any]:
+    """The parameters of `position_sql`'s two reads, in order (`me`: [the workload's id] when
+    `me` is `%s`, [] when it is a sub-select)."""
+    value, at = workload.priority_class.value, workload.submitted_at
+    return [workload.queue_id, str(WorkloadState.PENDING), *me, value, value, at, at, *me,
+            workload.queue_id, [str(s) for s in ACTIVE_STATES]]
+
+
+_AHEAD_SQL, _ADMITTED_SQL = position_sql("%s")
+_POSITION_SQL = f"""
+SELECT 0, n, g, NULL, NULL, NULL FROM ({_AHEAD_SQL}) ahead
 UNION ALL
-SELECT 1, a.gpus, w.duration_hint_s, w.progress_s, a.running_at, a.reserved_at
-FROM scheduling_admission a JOIN scheduling_workload w ON w.id = a.workload_id
-WHERE w.queue_id = %(queue)s AND a.ended_at IS NULL AND w.state = ANY(%(active)s)
+SELECT 1, gpus, duration_hint_s, progress_s, running_at, reserved_at FROM ({_ADMITTED_SQL}) adm
 """
 
 
@@ -291,11 +315,7 @@ def _position_rows(workload: Workload) -> PositionRows:
         return read_at_insert  # type: ignore[no-any-return]
     if connection.vendor == "postgresql":
         with hot_cursor() as cursor:
-            cursor.execute(_POSITION_SQL, {
-                "queue": workload.queue_id, "pending": str(WorkloadState.PENDING),
-                "id": workload.pk, "value": workload.priority_class.value,
-                "at": workload.submitted_at,
-                "active": [str(s) for s in ACTIVE_STATES]})
+            cursor.execute(_POSITION_SQL, position_params(workload, [workload.pk]))
             rows = cursor.fetchall()
         head = next(r for r in rows if r[0] == 0)
         # UNION ALL widens the columns (a duration hint may come back as a Decimal).

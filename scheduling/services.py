@@ -21,7 +21,6 @@ from quotas.models import Flavor, Queue, Team, TeamRole
 from quotas.policies import changes
 from scheduling import extensions
 from scheduling.models import (
-    ACTIVE_STATES,
     Admission,
     EndReason,
     EventType,
@@ -31,7 +30,7 @@ from scheduling.models import (
     WorkloadEvent,
     WorkloadState,
 )
-from scheduling.selectors import hot_cursor
+from scheduling.selectors import hot_cursor, position_params, position_sql
 
 logger = logging.getLogger(__name__)
 
@@ -528,16 +527,8 @@ def _row_sql(obj: Any, fields: list[Any], marks: list[str]) -> tuple[str, list[A
 # What `selectors.workload_queue_position` reads, for a workload being inserted by the same
 # statement (its row is not visible to the statement, and its id is `w`'s): the pending work of
 # its queue ordered before it, and the queue's open admissions, column by column.
-_POSITION_CTES = """
-h AS (SELECT COUNT(*) AS n, COALESCE(SUM((SELECT SUM(ps.count * ps.gpus)
-      FROM scheduling_podset ps WHERE ps.workload_id = hw.id)), 0) AS g
-      FROM scheduling_workload hw JOIN scheduling_priorityclass c ON c.id = hw.priority_class_id
-      WHERE hw.queue_id = %s AND hw.state = %s
-        AND (c.value > %s OR (c.value = %s AND (hw.submitted_at < %s
-             OR (hw.submitted_at = %s AND hw.id < (SELECT id FROM w)))))),
-a AS (SELECT ad.id, ad.gpus, aw.duration_hint_s, aw.progress_s, ad.running_at, ad.reserved_at
-      FROM scheduling_admission ad JOIN scheduling_workload aw ON aw.id = ad.workload_id
-      WHERE aw.queue_id = %s AND ad.ended_at IS NULL AND aw.state = ANY(%s))"""
+_AHEAD_SQL, _ADMITTED_SQL = position_sql("(SELECT id FROM w)")
+_POSITION_CTES = f"h AS ({_AHEAD_SQL}), a AS ({_ADMITTED_SQL})"
 _POSITION_COLUMNS = (
     ", (SELECT n FROM h), (SELECT g FROM h), ARRAY(SELECT gpus FROM a ORDER BY id),"
     " ARRAY(SELECT duration_hint_s FROM a ORDER BY id),"
@@ -574,9 +565,7 @@ def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[Workloa
     columns = ""
     if position:
         parts.append(_POSITION_CTES)
-        value, at, pending = workload.priority_class.value, workload.submitted_at, str(S.PENDING)
-        params += [workload.queue_id, pending, value, value, at, at, workload.queue_id,
-                   [str(s) for s in ACTIVE_STATES]]
+        params += position_params(workload, [])
         columns = _POSITION_COLUMNS
     sql = (f"WITH {', '.join(parts)} SELECT (SELECT id FROM w),"
            f" ARRAY(SELECT id FROM p ORDER BY id), ARRAY(SELECT id FROM e ORDER BY id){columns}")
