@@ -9,7 +9,7 @@ import bisect
 import heapq
 from dataclasses import replace
 
-from scheduling.engine.accounting import EPS, INF, Demand, fmt
+from scheduling.engine.accounting import EPS, INF, Demand, QuotaTree, fmt
 from scheduling.engine.placement import Pool
 from scheduling.engine.preemption import PreemptionMixin
 from scheduling.engine.state import (
@@ -415,35 +415,30 @@ class CycleMixin(PreemptionMixin):
     def _unheld_reason(self, p: Pending, now: float) -> Reason | None:
         """With every hold lifted: None when p would fit on some flavor, else its reason on
         its first flavor with real numbers (a phantom hold must not show up in a message).
-        The held nodes are only given back for the check when the quota fits somewhere."""
-        holds = list(self._holds)
-        tree = self.tree
-        for q, _, d, _ in holds:
-            tree.add(q.leaf, d, -1.0)
-        unmasked = False
-        try:
-            if any(tree.fits(p.leaf, p.demand[f]) for f in p.flavors):
-                unmasked = True
-                for _, _, _, masked in holds:
-                    for pool, i in masked:
-                        pool.set_ready(i, True)
-                cooling = self.cooldown.get(p.leaf, -INF) > now + EPS
-                for f in p.flavors:
-                    # (`_fits_without`, with the placement answer cached, below.)
-                    d = p.demand[f]
-                    if not tree.fits(p.leaf, d) or (
-                            not tree.within_guarantee(p.leaf, d)
-                            and (not p.spec.preemptible or cooling)):
-                        continue
-                    if self._unheld_place(p, f, False) is True:
-                        return None
-            return self._plain_reason(p, p.flavors[0], now)
-        finally:
-            for q, _, d, masked in holds:
-                tree.add(q.leaf, d)
-                if unmasked:
-                    for pool, i in masked:
-                        pool.set_ready(i, False)
+        Computed on `real` (the tree without the holds); the held nodes are only given back
+        for a placement that is not known yet for this state (`_unheld_place`)."""
+        real = self.real
+        leaf = p.leaf
+        demand = p.demand
+        if any(real.fits(leaf, demand[f]) for f in p.flavors):
+            cooling = self.cooldown.get(leaf, -INF) > now + EPS
+            for f in p.flavors:
+                # (`_fits_without`, with the placement answer cached, below.)
+                d = demand[f]
+                if not real.fits(leaf, d) or (
+                        not real.within_guarantee(leaf, d)
+                        and (not p.spec.preemptible or cooling)):
+                    continue
+                if self._unheld_place(p, f, False) is True:
+                    return None
+            return self._plain_reason(p, p.flavors[0], now, True)
+        return self._plain_reason(p, p.flavors[0], now, False)
+
+    def _unmask(self, ready: bool) -> None:
+        """Give the held nodes back (ready True) or take them again."""
+        for _, _, _, masked in self._holds:
+            for pool, i in masked:
+                pool.set_ready(i, ready)
 
     def _unheld_place(self, p: Pending, f: str, reason: bool) -> bool | Reason:
         """Whether p can be placed on flavor f with every hold lifted (True, else False or,
@@ -457,24 +452,37 @@ class CycleMixin(PreemptionMixin):
         got = cache.get(key)
         if got is True or isinstance(got, Reason) or (got is False and not reason):
             return got
-        if reason:
-            placed = self._place(p, f, commit=False)
-            cache[key] = got = placed if isinstance(placed, Reason) else True
-        else:
-            cache[key] = got = self._can_place(p, f)
+        self._unmask(True)
+        try:
+            if reason:
+                placed = self._place(p, f, commit=False)
+                cache[key] = got = placed if isinstance(placed, Reason) else True
+            else:
+                cache[key] = got = self._can_place(p, f)
+        finally:
+            self._unmask(False)
         return got
 
-    def _plain_reason(self, p: Pending, f: str, now: float) -> Reason:
-        """Why p does not fit on flavor f now, in the order the cycle checks."""
-        tree, d = self.tree, p.demand[f]
+    def _plain_reason(self, p: Pending, f: str, now: float, unmasked: bool) -> Reason:
+        """Why p does not fit on flavor f now, in the order the cycle checks, with the holds
+        lifted (`real`; `unmasked`: the held nodes count as ready, as they do when p's quota
+        fits on some flavor)."""
+        tree, d = self.real, p.demand[f]
         wg = tree.within_guarantee(p.leaf, d)
         if not wg and not p.spec.preemptible:
             r = tree.guarantee_reason(p.leaf, d)
             if r is not None:
                 return r
         if not tree.fits(p.leaf, d):
-            return (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
-                    or tree.quota_reason(p.leaf, d)
+            if unmasked and self._holds:
+                self._unmask(True)
+                try:
+                    problem = self.fleet.flavor_problem(f, p.spec.allowed_clusters)
+                finally:
+                    self._unmask(False)
+            else:
+                problem = self.fleet.flavor_problem(f, p.spec.allowed_clusters)
+            return (problem or tree.quota_reason(p.leaf, d)
                     or Reason(RC.QUOTA_BORROW_UNAVAILABLE, f"flavor {f}: no room"))
         placed = self._unheld_place(p, f, True)
         if isinstance(placed, Reason):
@@ -517,17 +525,10 @@ class CycleMixin(PreemptionMixin):
         if (p.spec.can_preempt or not p.spec.preemptible or not p.flavors
                 or p.name in self.waiting or p.group is None or p.group.unreported):
             return False
-        tree = self.tree
-        holds = self._holds
         # Its reason is the one it would get with every hold lifted (real numbers).
-        for q, _, d, _ in holds:
-            tree.add(q.leaf, d, -1.0)
-        try:
-            return (not any(tree.fits(p.leaf, p.demand[f]) for f in p.flavors)
-                    and str(tree.quota_code(p.leaf, p.demand[p.flavors[0]])) == code)
-        finally:
-            for q, _, d, _ in holds:
-                tree.add(q.leaf, d)
+        real = self.real
+        return (not any(real.fits(p.leaf, p.demand[f]) for f in p.flavors)
+                and str(real.quota_code(p.leaf, p.demand[p.flavors[0]])) == code)
 
     def _within(self, p: Pending) -> bool:
         tree = self.tree
@@ -622,20 +623,12 @@ class CycleMixin(PreemptionMixin):
 
     def _park(self, g: Group, p: Pending, now: float) -> None:
         """Park a group whose head p failed: what could change the outcome, seen from now.
-        Deficits are counted without the holds of this cycle (they end with it), except for a
-        group held back by a hold, which is tried again when its holders stop holding."""
-        lifted = [] if g.held_by else self._holds
-        tree = self.tree
-        for q, _, d, _ in lifted:
-            tree.add(q.leaf, d, -1.0)
-        try:
-            self._park_deficits(g, p, now)
-        finally:
-            for q, _, d, _ in lifted:
-                tree.add(q.leaf, d)
+        Deficits are counted without the holds of this cycle (they end with it: on `real`),
+        except for a group held back by a hold, which is tried again when its holders stop
+        holding."""
+        self._park_deficits(g, p, now, self.tree if g.held_by else self.real)
 
-    def _park_deficits(self, g: Group, p: Pending, now: float) -> None:
-        tree = self.tree
+    def _park_deficits(self, g: Group, p: Pending, now: float, tree: QuotaTree) -> None:
         g.park = {}
         g.preempts = {}
         g.retry_at = INF
@@ -873,6 +866,7 @@ class CycleMixin(PreemptionMixin):
             return got
         cluster, nodes = got
         self.tree.add(p.leaf, d)
+        self.real.add(p.leaf, d)
         self.changes += 1
         self.seq += 1
         pool = self.fleet.by_name[cluster].pools[f]

@@ -81,6 +81,10 @@ class Engine(CycleMixin):
         self.parking = parking
         self.fleet = Fleet(clusters, s.min_cluster_health, s.cpu_per_gpu_reserved)
         self.tree = QuotaTree(queues)
+        # The same tree with real usage only (admissions and ends; no starving workload's
+        # hold): what the reasons and wake conditions of a failure are computed on, without
+        # lifting the holds from `tree` and putting them back for each failure.
+        self.real = QuotaTree(queues)
         self.flavor_mem: dict[str, float | None] = {f.name: f.gpu_memory_gib for f in flavors}
         self.known_flavors = set(self.flavor_mem) | set(self.fleet.flavor_clusters)
         self.gpu_flavor = {
@@ -165,6 +169,7 @@ class Engine(CycleMixin):
             self.fleet.assign(adm.cluster, adm.flavor, idx, kept_pods)
         demand = self._demand(adm.flavor, pods)
         self.tree.add(leaf, demand)
+        self.real.add(leaf, demand)
         self.seq = max(self.seq, adm.admission_seq)
         a = Admitted(w, leaf, adm.flavor, adm.cluster, idx, tuple(adm.nodes), kept_pods, demand,
                      adm.borrowed, adm.admitted_at, adm.admission_seq)
@@ -196,7 +201,9 @@ class Engine(CycleMixin):
                 for k, amount in a.demand:
                     key = self.tree.keys[k]
                     used[key] = used.get(key, 0.0) + amount
-        self.tree.set_capacity(self.fleet.capacity(used))
+        cap = self.fleet.capacity(used)
+        self.tree.set_capacity(cap)
+        self.real.set_capacity(cap)
 
     # ---- requests --------------------------------------------------------------------
 
@@ -385,6 +392,7 @@ class Engine(CycleMixin):
         if a.grace_until is not None:
             self.in_grace.get(a.flavor, {}).pop(name, None)
         self.tree.add(a.leaf, a.demand, -1.0)
+        self.real.add(a.leaf, a.demand, -1.0)
         self.changes += 1
         top = self.tree.chain[a.leaf][0]
         self.top_ends[top] = self.top_ends.get(top, 0) + 1

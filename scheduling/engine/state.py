@@ -138,6 +138,7 @@ class EngineBase:
     parking: bool
     fleet: Fleet
     tree: QuotaTree
+    real: QuotaTree  # `tree` without the holds of this cycle (real usage only)
     weights: tuple[float, float, float, float]
     pending: dict[str, Pending]
     groups: dict[tuple[object, ...], Group]
