@@ -26,6 +26,8 @@ ROOT = 0
 
 Demand = list[tuple[int, float]]  # (key index, amount) over accounted keys, amount > 0
 
+_BRIEF: dict[tuple[ReasonCode, str], Reason] = {}  # `QuotaTree.quota_reason_brief`'s answers
+
 
 def fmt(value: float) -> str:
     """A number as people write it: 16, 0.5, unlimited."""
@@ -270,7 +272,8 @@ class QuotaTree:
 
     def quota_reason_brief(self, q: int, demand: Demand) -> Reason | None:
         """`quota_reason`'s code, with only the "(lowered by policy ...)" part of its message
-        (for a reason the cycle replaces before anyone sees it)."""
+        (for a reason the cycle replaces before anyone sees it); None when the demand fits.
+        Reasons are immutable: one instance per code and suffix is shared."""
         code = self.quota_code(q, demand)
         if code is None:
             return None
@@ -283,8 +286,12 @@ class QuotaTree:
                     if self.u[node][k] + amount > self.mx[node][k] + EPS:
                         policy = self.max_policy[node][k]
                         suffix = f"(lowered by policy {policy})" if policy else ""
-                        return Reason(code, suffix)
-        return Reason(code, suffix)
+                        break
+                break
+        got = _BRIEF.get((code, suffix))
+        if got is None:
+            got = _BRIEF[(code, suffix)] = Reason(code, suffix)
+        return got
 
     def guarantee_reason(self, q: int, demand: Demand) -> Reason | None:
         """Why the demand is beyond the guarantee (for a non-preemptible workload)."""

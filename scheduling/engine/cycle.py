@@ -61,6 +61,7 @@ class CycleMixin(PreemptionMixin):
         repay_cache: dict[int, float] = {}
         self._scores = {}
         self._unheld_cache = {}
+        self._holders_cache = {}
         heap: list[tuple[tuple[object, ...], int, Group]] = []
         # Start-of-cycle rank per group (what a full evaluation orders every member by).
         base: dict[int, tuple[int, float]] = {}
@@ -373,24 +374,40 @@ class CycleMixin(PreemptionMixin):
             clusters = [c for c in self.fleet.flavor_clusters.get(f, [])
                         if self.fleet.healthy(c) and (p.spec.allowed_clusters is None
                                                       or c.name in p.spec.allowed_clusters)]
-            best = max(clusters, key=lambda c: (sum(g for g, r in zip(
-                c.pools[f].gpus, c.pools[f].ready, strict=True) if r), c.pools[f].free_gpus(),
-                c.name), default=None)
-            if best is not None:
+            best = clusters[0] if len(clusters) == 1 else max(
+                clusters, key=lambda c: (sum(g for g, r in zip(
+                    c.pools[f].gpus, c.pools[f].ready, strict=True) if r),
+                    c.pools[f].free_gpus(), c.name), default=None)
+            if best is not None and p.spec.topology_same != "rack":
+                # The ready nodes by most free GPUs, then index: the free-GPU index's order.
+                pool = best.pools[f]
+                room = 0
+                take: list[int] = []
+                for bucket in reversed(pool.buckets):
+                    for i in bucket:
+                        if room >= need:
+                            break
+                        take.append(i)
+                        room += pool.gpus[i]
+                    if room >= need:
+                        break
+                for i in take:
+                    pool.set_ready(i, False)
+                    masked.append((pool, i))
+            elif best is not None:
+                # Its gang must land in one rack: hold nodes of one rack only (the one with
+                # the most free GPUs among those big enough), so that rack drains.
                 pool = best.pools[f]
                 ready = [i for i in range(len(pool.names)) if pool.ready[i]]
-                if p.spec.topology_same == "rack":
-                    # Its gang must land in one rack: hold nodes of one rack only (the one
-                    # with the most free GPUs among those big enough), so that rack drains.
-                    total: dict[str, int] = {}
-                    free: dict[str, int] = {}
-                    for i in ready:
-                        r = pool.rack[i]
-                        total[r] = total.get(r, 0) + pool.gpus[i]
-                        free[r] = free.get(r, 0) + pool.fg[i]
-                    racks = sorted((r for r in total if total[r] >= need),
-                                   key=lambda r: (-free[r], r))
-                    ready = [i for i in ready if racks and pool.rack[i] == racks[0]]
+                total: dict[str, int] = {}
+                free: dict[str, int] = {}
+                for i in ready:
+                    r = pool.rack[i]
+                    total[r] = total.get(r, 0) + pool.gpus[i]
+                    free[r] = free.get(r, 0) + pool.fg[i]
+                racks = sorted((r for r in total if total[r] >= need),
+                               key=lambda r: (-free[r], r))
+                ready = [i for i in ready if racks and pool.rack[i] == racks[0]]
                 order = sorted(ready, key=lambda i: (-pool.fg[i], i))
                 room = 0
                 for i in order:
@@ -420,13 +437,12 @@ class CycleMixin(PreemptionMixin):
         real = self.real
         leaf = p.leaf
         demand = p.demand
-        if any(real.fits(leaf, demand[f]) for f in p.flavors):
+        fitting = [f for f in p.flavors if real.fits(leaf, demand[f])]
+        if fitting:
             cooling = self.cooldown.get(leaf, -INF) > now + EPS
-            for f in p.flavors:
+            for f in fitting:
                 # (`_fits_without`, with the placement answer cached, below.)
-                d = demand[f]
-                if not real.fits(leaf, d) or (
-                        not real.within_guarantee(leaf, d)
+                if (not real.within_guarantee(leaf, demand[f])
                         and (not p.spec.preemptible or cooling)):
                     continue
                 if self._unheld_place(p, f, False) is True:
@@ -445,9 +461,12 @@ class CycleMixin(PreemptionMixin):
         with `reason`, why not). Within a cycle the fleet then changes only by admissions
         (`changes`), so the answer is kept per shape for the cycle: identical pods of other
         queues get it without a new placement."""
-        strategy = p.spec.strategy or self.tree.strategy[p.leaf] or self.settings.strategy
-        key = (self.changes, f, tuple(p.pods), strategy, p.spec.topology_same,
-               p.spec.allowed_clusters, p.spec.dataset)
+        shape = p.place_key
+        if shape is None:
+            strategy = p.spec.strategy or self.tree.strategy[p.leaf] or self.settings.strategy
+            shape = p.place_key = (tuple(p.pods), strategy, p.spec.topology_same,
+                                   p.spec.allowed_clusters, p.spec.dataset)
+        key = (self.changes, f, shape)
         cache = self._unheld_cache
         got = cache.get(key)
         if got is True or isinstance(got, Reason) or (got is False and not reason):
@@ -610,16 +629,14 @@ class CycleMixin(PreemptionMixin):
         if reason.code == RC.NO_CAPACITY and ": capacity held for starving" in reason.message:
             # Parked like any failure, and also tried again as soon as a holder does not
             # hold again (see `cycle`).
-            g.held_by = tuple(sorted({q.name for q, f, _, _ in self._holds
-                                      if f in p.flavors}))
+            g.held_by = self._held_by(p)
         self._park(g, p, now)
         if not g.held_by and self._holds and (p.spec.can_preempt or any(
                 not f.startswith("any:") for f in g.preempts)):
             # A preemptor: a hold on its flavors may be what kept its preemption from
             # making it fit (its reason only says why it does not fit without victims), so it
             # is held back by those holders too.
-            g.held_by = tuple(sorted({q.name for q, f, _, _ in self._holds
-                                      if f in p.flavors}))
+            g.held_by = self._held_by(p)
 
     def _park(self, g: Group, p: Pending, now: float) -> None:
         """Park a group whose head p failed: what could change the outcome, seen from now.
@@ -825,11 +842,11 @@ class CycleMixin(PreemptionMixin):
         r0 = reasons.get(flav[0], reason)
         if outcome == FAILED and self._holds:
             plain = self._unheld_reason(p, now)
-            holders = ", ".join(sorted({q.name for q, f, _, _ in self._holds if f in flav}))
+            holders, held_reason = self._holders(p)
             if plain is None:
-                reason = Reason(RC.NO_CAPACITY, (
+                reason = held_reason or Reason(RC.NO_CAPACITY, (
                     f"flavor {flav[0]}: capacity held for starving workload "
-                    f"{holders or next(iter(held.values()))}"))
+                    f"{next(iter(held.values()))}"))
             elif reason.code != RC.BUDGET_EXCEEDED:
                 reason = plain
                 if holders and plain.code in (RC.NO_CAPACITY, RC.QUOTA_BORROW_UNAVAILABLE):
@@ -843,6 +860,25 @@ class CycleMixin(PreemptionMixin):
             res.reasons[name] = reason
         return outcome, reason, reasons
 
+    def _holders(self, p: Pending) -> tuple[str, Reason | None]:
+        """The starving workloads holding p's flavors in this cycle ("a, b"), and the reason
+        that names them (None when none holds them); kept per flavors and number of holds."""
+        key = (len(self._holds), tuple(p.flavors))
+        got = self._holders_cache.get(key)
+        if got is None:
+            names = tuple(sorted({q.name for q, f, _, _ in self._holds if f in p.flavors}))
+            holders = ", ".join(names)
+            reason = Reason(RC.NO_CAPACITY, (
+                f"flavor {p.flavors[0]}: capacity held for starving workload {holders}"
+            )) if names else None
+            got = self._holders_cache[key] = (names, holders, reason)
+        return got[1], got[2]
+
+    def _held_by(self, p: Pending) -> tuple[str, ...]:
+        """The names of `_holders`, sorted."""
+        self._holders(p)
+        return self._holders_cache[(len(self._holds), tuple(p.flavors))][0]
+
     def _waiting_reason(self, name: str, now: float) -> Reason:
         victims = sorted(self.waiting.get(name, ()))
         until = max((self.admitted[v].grace_until or now for v in victims if v in self.admitted),
@@ -854,13 +890,16 @@ class CycleMixin(PreemptionMixin):
              res: CycleResult) -> Reason | None:
         """Quota, then placement on flavor f; admit on success (None), else the reason."""
         d = p.demand[f]
-        if not self.tree.fits(p.leaf, d):
-            # An absent or unhealthy flavor explains more than the quota numbers do. With
-            # holds in place a failure's reason is the one it has without them (`_consider`):
-            # this one only needs its code (and whether a policy lowered the max).
+        if self._holds:
+            # With holds in place a failure's reason is the one it has without them
+            # (`_consider`): this one only needs its code (and whether a policy lowered the
+            # max). An absent or unhealthy flavor explains more than the quota numbers do.
+            brief = self.tree.quota_reason_brief(p.leaf, d)
+            if brief is not None:
+                return self.fleet.flavor_problem(f, p.spec.allowed_clusters) or brief
+        elif not self.tree.fits(p.leaf, d):
             return (self.fleet.flavor_problem(f, p.spec.allowed_clusters)
-                    or (self.tree.quota_reason_brief(p.leaf, d) if self._holds
-                        else self.tree.quota_reason(p.leaf, d)))
+                    or self.tree.quota_reason(p.leaf, d))
         got = self._place(p, f, commit=True, brief=bool(self._holds))
         if isinstance(got, Reason):
             return got

@@ -123,6 +123,8 @@ class Engine(CycleMixin):
         self._promoted: set[str] = set()
         self._scores: dict[tuple[int, int | None], tuple[int, float]] = {}
         self._unheld_cache: dict[tuple[object, ...], bool | Reason] = {}
+        self._holders_cache: dict[tuple[int, tuple[str, ...]],
+                                  tuple[tuple[str, ...], str, Reason | None]] = {}
         self._holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]] = []
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}

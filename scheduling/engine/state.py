@@ -37,7 +37,7 @@ class Pending:
 
     __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
                  "sig", "gpu_key", "order_tail", "not_before", "group", "last_code", "wg",
-                 "wg_ver", "cpu_only")
+                 "wg_ver", "cpu_only", "place_key")
 
     def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
                  demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
@@ -61,6 +61,8 @@ class Pending:
         self.last_code = ""
         self.wg = False  # within guarantee, as of usage version wg_ver of its top-level queue
         self.wg_ver = -1
+        # What a placement of its pods depends on besides the fleet (`_unheld_place`).
+        self.place_key: tuple[object, ...] | None = None
 
 
 class Group:
@@ -166,6 +168,8 @@ class EngineBase:
     _promoted: set[str]  # this cycle: those oldest starving borrowers
     _scores: dict[tuple[int, int | None], tuple[int, float]]  # this cycle: borrow scores
     _unheld_cache: dict[tuple[object, ...], bool | Reason]  # this cycle: `_unheld_place`
+    # This cycle: per (number of holds, flavors) the holders' names, joined, and the reason.
+    _holders_cache: dict[tuple[int, tuple[str, ...]], tuple[tuple[str, ...], str, Reason | None]]
     _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
 
     def submit(self, w: WorkloadSpec) -> None:
