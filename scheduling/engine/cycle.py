@@ -782,8 +782,57 @@ class CycleMixin(PreemptionMixin):
         if not p.flavors:
             return FAILED, p.static_reason or Reason(
                 RC.FLAVOR_UNAVAILABLE, "no usable flavor"), reasons
-        flav = list(p.flavors)
+        flav = p.flavors
         waiting = name in self.waiting
+        tree = self.tree
+        leaf = p.leaf
+        demand = p.demand
+        if (self._holds and not waiting and p.spec.preemptible and not p.spec.can_preempt
+                and self.cooldown.get(leaf, -INF) <= now + EPS
+                and not any(tree.within_guarantee(leaf, demand[f]) or tree.fits(leaf, demand[f])
+                            for f in flav)):
+            # With holds in place: it would borrow on every flavor, fits the quota on none
+            # and has nothing to preempt, so the loops below would only collect quota
+            # failures, and of those only its first flavor's is used (here and `_fail`).
+            f0 = flav[0]
+            reason = (self.fleet.flavor_problem(f0, p.spec.allowed_clusters)
+                      or tree.quota_reason_brief(leaf, demand[f0]))
+            assert reason is not None
+            reasons[f0] = reason
+            outcome = FAILED
+            r0 = reason
+        else:
+            outcome, reason = self._evaluate(p, now, res, reasons, waiting)
+            if outcome in (ADMITTED, PREEMPTING):
+                return outcome, None, reasons
+            assert reason is not None
+            r0 = reasons.get(flav[0], reason)
+        if outcome == FAILED and self._holds:
+            plain = self._unheld_reason(p, now)
+            holders, held_reason = self._holders(p)
+            if plain is None:
+                reason = held_reason or Reason(RC.NO_CAPACITY, (
+                    f"flavor {flav[0]}: capacity held for starving workload "
+                    f"{next(iter(held.values()))}"))
+            elif reason.code != RC.BUDGET_EXCEEDED:
+                reason = plain
+                if holders and plain.code in (RC.NO_CAPACITY, RC.QUOTA_BORROW_UNAVAILABLE):
+                    reason = Reason(plain.code, (
+                        f"{plain.message}; capacity also held for starving workload {holders}"))
+        if starving and flav[0] not in held and r0.code != RC.COOLDOWN and not (
+                r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
+            held[flav[0]] = name
+            self._hold(p, flav[0])
+        if outcome == WAITING:
+            res.reasons[name] = reason
+        return outcome, reason, reasons
+
+    def _evaluate(self, p: Pending, now: float, res: CycleResult, reasons: dict[str, Reason],
+                  waiting: bool) -> tuple[int, Reason | None]:
+        """`_consider`'s tries: admit (ADMITTED), preempt (PREEMPTING), else the outcome and
+        its reason before the holds are taken into account (per flavor in `reasons`)."""
+        name = p.name
+        flav = p.flavors
         tree = self.tree
         leaf = p.leaf
         wg = {f: tree.within_guarantee(leaf, p.demand[f]) for f in flav}
@@ -791,7 +840,7 @@ class CycleMixin(PreemptionMixin):
             if wg[f]:
                 r = self._try(p, f, False, now, res)
                 if r is None:
-                    return ADMITTED, None, reasons
+                    return ADMITTED, None
                 reasons[f] = r
         cool = self.cooldown.get(leaf, -INF)
         for f in flav:
@@ -822,7 +871,7 @@ class CycleMixin(PreemptionMixin):
                 continue
             r = self._try(p, f, True, now, res)
             if r is None:
-                return ADMITTED, None, reasons
+                return ADMITTED, None
             reasons[f] = r
         outcome = FAILED
         if waiting:
@@ -835,35 +884,24 @@ class CycleMixin(PreemptionMixin):
                     got = self._preempt(p, f, wg[f], now, res)
                     if got is None:
                         res.reasons[name] = self._waiting_reason(name, now)
-                        return PREEMPTING, None, reasons
+                        return PREEMPTING, None
                     if got.code in (RC.BUDGET_EXCEEDED, RC.WAITING_FOR_PREEMPTION):
                         reason = got
                         break
-        r0 = reasons.get(flav[0], reason)
-        if outcome == FAILED and self._holds:
-            plain = self._unheld_reason(p, now)
-            holders, held_reason = self._holders(p)
-            if plain is None:
-                reason = held_reason or Reason(RC.NO_CAPACITY, (
-                    f"flavor {flav[0]}: capacity held for starving workload "
-                    f"{next(iter(held.values()))}"))
-            elif reason.code != RC.BUDGET_EXCEEDED:
-                reason = plain
-                if holders and plain.code in (RC.NO_CAPACITY, RC.QUOTA_BORROW_UNAVAILABLE):
-                    reason = Reason(plain.code, (
-                        f"{plain.message}; capacity also held for starving workload {holders}"))
-        if starving and flav[0] not in held and r0.code != RC.COOLDOWN and not (
-                r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
-            held[flav[0]] = name
-            self._hold(p, flav[0])
-        if outcome == WAITING:
-            res.reasons[name] = reason
-        return outcome, reason, reasons
+        return outcome, reason
 
     def _holders(self, p: Pending) -> tuple[str, Reason | None]:
         """The starving workloads holding p's flavors in this cycle ("a, b"), and the reason
         that names them (None when none holds them); kept per flavors and number of holds."""
-        key = (len(self._holds), tuple(p.flavors))
+        got = self._holders_of(p)
+        return got[1], got[2]
+
+    def _held_by(self, p: Pending) -> tuple[str, ...]:
+        """The names of `_holders`, sorted."""
+        return self._holders_of(p)[0]
+
+    def _holders_of(self, p: Pending) -> tuple[tuple[str, ...], str, Reason | None]:
+        key = (len(self._holds), p.flavor_key)
         got = self._holders_cache.get(key)
         if got is None:
             names = tuple(sorted({q.name for q, f, _, _ in self._holds if f in p.flavors}))
@@ -872,12 +910,7 @@ class CycleMixin(PreemptionMixin):
                 f"flavor {p.flavors[0]}: capacity held for starving workload {holders}"
             )) if names else None
             got = self._holders_cache[key] = (names, holders, reason)
-        return got[1], got[2]
-
-    def _held_by(self, p: Pending) -> tuple[str, ...]:
-        """The names of `_holders`, sorted."""
-        self._holders(p)
-        return self._holders_cache[(len(self._holds), tuple(p.flavors))][0]
+        return got
 
     def _waiting_reason(self, name: str, now: float) -> Reason:
         victims = sorted(self.waiting.get(name, ()))

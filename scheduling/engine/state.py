@@ -37,7 +37,7 @@ class Pending:
 
     __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
                  "sig", "gpu_key", "order_tail", "not_before", "group", "last_code", "wg",
-                 "wg_ver", "cpu_only", "place_key")
+                 "wg_ver", "cpu_only", "place_key", "flavor_key")
 
     def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
                  demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
@@ -49,6 +49,7 @@ class Pending:
         self.cpu_only = all(x[0] == 0 for x in pods)
         self.demand = demand
         self.flavors = flavors
+        self.flavor_key = tuple(flavors)
         self.static_reason = static_reason
         self.gpu_key = gpu_key
         self.not_before = spec.not_before
