@@ -112,6 +112,18 @@ class CycleMixin(PreemptionMixin):
         self._find_deferred(entries, parked + held_back, cutoff)
         for g, rank in entries:
             heap.append((self._order_key(g.members[0], rank, cutoff), id(g), g))
+        # Groups held back by a starving workload's hold in their last cycle take their place
+        # in the order; when their turn comes and the same holders hold again, they fail the
+        # same way and stay parked without being tried.
+        conditional: set[int] = set()
+        for g in held_back:
+            rank = self._rank(g.members[0], now, repay_cache)
+            base[id(g)] = rank
+            conditional.add(id(g))
+            heap.append((self._order_key(g.members[0], rank, cutoff), id(g), g))
+        if len(hold_only) == len(entries) and self._nothing_to_try(heap, hold_only):
+            # Every group stays parked: the holds would only last until the end of the cycle.
+            return res
         heapq.heapify(heap)
         # Parked groups that could preempt: an admission later in this cycle may give them
         # new victims, and then they are tried after it (with their start-of-cycle key).
@@ -121,15 +133,6 @@ class CycleMixin(PreemptionMixin):
                 head = g.members[0]
                 rank = base[id(g)] = self._rank(head, now, repay_cache)
                 preemptors.append((self._order_key(head, rank, cutoff), g))
-        # Groups held back by a starving workload's hold in their last cycle take their place
-        # in the order; when their turn comes and the same holders hold again, they fail the
-        # same way and stay parked without being tried.
-        conditional: set[int] = set()
-        for g in held_back:
-            rank = self._rank(g.members[0], now, repay_cache)
-            base[id(g)] = rank
-            conditional.add(id(g))
-            heapq.heappush(heap, (self._order_key(g.members[0], rank, cutoff), id(g), g))
         held: dict[str, str] = {}
         # Groups whose member failed in this cycle while the next one may not fail the same
         # way: gid -> (state stamp at that failure (`_stamp`), the failed one starved). The next
@@ -278,6 +281,31 @@ class CycleMixin(PreemptionMixin):
                 del self.groups[g.sig]
         self._release_holds()
         return res
+
+    @staticmethod
+    def _nothing_to_try(heap: list[tuple[tuple[object, ...], int, Group]],
+                        hold_only: set[int]) -> bool:
+        """With no group woken at the start of a cycle (every entry holds only, or waits for
+        its holders), is there nothing to try in it? Nothing is admitted, so a group that
+        only holds holds at its turn when it is the first on its flavor, and one held back
+        by holders is tried only if one of them does not hold before its turn: when each of
+        those finds its holders holding before it, the cycle only takes holds and gives them
+        back."""
+        first: dict[str, tuple[tuple[object, ...], str]] = {}
+        for key, gid, g in heap:
+            if gid in hold_only:
+                head = g.members[0]
+                if head.flavors:
+                    f = head.flavors[0]
+                    got = first.get(f)
+                    if got is None or key < got[0]:
+                        first[f] = (key, head.name)
+        for key, _, g in heap:
+            if g.held_by:
+                before = {name for k, name in first.values() if k < key}
+                if not before.issuperset(g.held_by):
+                    return False
+        return True
 
     def _stamp(self, res: CycleResult) -> tuple[int, int, int]:
         """What a preemptor's outcome can depend on that changes within a cycle: admissions,

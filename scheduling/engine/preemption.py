@@ -91,17 +91,19 @@ class PreemptionMixin(EngineBase):
         """Borrowing on k by real usage: a starving workload's hold is not usage."""
         return self.tree.u[q][k] - self.phantom.get((q, k), 0.0) > self.tree.mn[q][k] + EPS
 
-    def _reclaim_valid(self, a: Admitted, leaf: int, contested: list[int]) -> bool:
+    def _reclaim_valid(self, a: Admitted, mine: set[int], contested: list[int]) -> bool:
+        """On some contested key, a's leaf and every ancestor up to (not including) the lowest
+        common ancestor with the preemptor's leaf (`mine`: its chain) are above min."""
         tree = self.tree
-        mine = set(tree.chain[leaf])
+        u, mn, parent, phantom = tree.u, tree.mn, tree.parent, self.phantom
         for k in contested:
             node = a.leaf
             ok = True
             while node > 0 and node not in mine:
-                if tree.u[node][k] - self.phantom.get((node, k), 0.0) <= tree.mn[node][k] + EPS:
+                if u[node][k] - phantom.get((node, k), 0.0) <= mn[node][k] + EPS:
                     ok = False
                     break
-                node = tree.parent[node]
+                node = parent[node]
             if ok:
                 return True
         return False
@@ -148,8 +150,9 @@ class PreemptionMixin(EngineBase):
         removed: list[tuple[Admitted, PreemptionKind]] = []
         budget_block = ""
         fits = False
+        mine = set(tree.chain[p.leaf])
         for _, a, kind in cands:
-            if kind == PreemptionKind.RECLAIM and not self._reclaim_valid(a, p.leaf, contested):
+            if kind == PreemptionKind.RECLAIM and not self._reclaim_valid(a, mine, contested):
                 continue
             blocked = False
             for b, names, running in budgets:
