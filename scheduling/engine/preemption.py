@@ -151,6 +151,7 @@ class PreemptionMixin(EngineBase):
         budget_block = ""
         fits = False
         mine = set(tree.chain[p.leaf])
+        unplaced: list[Admitted] = []  # lifted from the quota, still on their nodes
         for _, a, kind in cands:
             if kind == PreemptionKind.RECLAIM and not self._reclaim_valid(a, mine, contested):
                 continue
@@ -169,14 +170,29 @@ class PreemptionMixin(EngineBase):
             for i, (b, names, running) in enumerate(budgets):
                 if a.name in names and a.running:
                     budgets[i] = (b, names, running - a.spec.pod_count)
-            self._lift(a)
+            # The quota is lifted at once; the nodes only when the quota fits, which is when
+            # `_fits_without` looks at them (a search that never fits the quota moves no pod).
+            tree.add(a.leaf, a.demand, -1.0)
             removed.append((a, kind))
+            unplaced.append(a)
+            if not tree.fits(p.leaf, d):
+                continue
+            for v in unplaced:
+                if v.nodes:
+                    self.fleet.unassign(v.cluster, v.flavor, v.nodes, v.pods)
+            unplaced.clear()
             if self._fits_without(p, f, now):
                 fits = True
                 break
         if not fits:
-            for a, _ in reversed(removed):
-                self._drop(a)
+            # (The victims still on their nodes are the last ones lifted.)
+            moved = len(removed) - len(unplaced)
+            for i in range(len(removed) - 1, -1, -1):
+                a = removed[i][0]
+                if i >= moved:
+                    tree.add(a.leaf, a.demand, 1.0)
+                else:
+                    self._drop(a)
             if budget_block:
                 return Reason(RC.BUDGET_EXCEEDED, budget_block)
             freeing = self._grace_reason(p, f)
@@ -229,21 +245,32 @@ class PreemptionMixin(EngineBase):
         f = p.flavors[0]
         contested = [k for k, _ in p.demand[f]]
         lifted: list[Admitted] = []
+        tree = self.tree
+        # The quota first; the nodes only if the quota then fits (`_fits_without` looks at
+        # them only then).
         for (leaf, fl), group in sorted(self.by_leaf_flavor.items()):
             if fl != f or leaf == p.leaf:
                 continue
             for a in sorted(group.values(), key=lambda a: (-a.admitted_at, -a.seq)):
                 if a.grace_until is not None:
-                    self._lift(a)
+                    tree.add(a.leaf, a.demand, -1.0)
                     lifted.append(a)
                     continue
                 if not a.spec.preemptible:
                     continue
                 if not any(self._real_borrowing(leaf, k) for k in contested):
                     break
-                self._lift(a)
+                tree.add(a.leaf, a.demand, -1.0)
                 lifted.append(a)
+        placed = tree.fits(p.leaf, p.demand[f])
+        if placed:
+            for a in lifted:
+                if a.nodes:
+                    self.fleet.unassign(a.cluster, a.flavor, a.nodes, a.pods)
         ok = self._fits_without(p, f, -INF)
         for a in reversed(lifted):
-            self._drop(a)
+            if placed:
+                self._drop(a)
+            else:
+                tree.add(a.leaf, a.demand, 1.0)
         return ok
