@@ -262,8 +262,7 @@ class CycleMixin(PreemptionMixin):
                     assert reason is not None
                     self._fail(g, reason, per_flavor, now, res, held)
                     if g.pos + 1 < len(g.members) and (
-                            p.spec.can_preempt or any(not f.startswith("any:")
-                                                      for f in g.preempts)
+                            p.spec.can_preempt or g.reclaims
                             or (not starving and g.members[g.pos + 1].spec.submitted_at
                                 < cutoff)):
                         # Within a cycle usage only grows, but the next identical member may
@@ -358,8 +357,13 @@ class CycleMixin(PreemptionMixin):
                 q: Pending | None = members[0]
                 if claims and members[0].name in claims:
                     q = next((m for m in members if m.name not in claims), None)
-                if q is not None and q.spec.submitted_at < cutoff:
-                    offer(q)
+                if q is not None:
+                    # (`offer`, inlined.)
+                    sub = q.spec.submitted_at
+                    if sub < cutoff:
+                        cur = best.get(q.leaf)
+                        if cur is None or (sub, q.order_tail) < cur:
+                            best[q.leaf] = (sub, q.order_tail)
         for g in parked:
             q = g.members[0]
             if q.spec.submitted_at < cutoff and (
@@ -659,8 +663,7 @@ class CycleMixin(PreemptionMixin):
             # hold again (see `cycle`).
             g.held_by = self._held_by(p)
         self._park(g, p, now)
-        if not g.held_by and self._holds and (p.spec.can_preempt or any(
-                not f.startswith("any:") for f in g.preempts)):
+        if not g.held_by and self._holds and (p.spec.can_preempt or g.reclaims):
             # A preemptor: a hold on its flavors may be what kept its preemption from
             # making it fit (its reason only says why it does not fit without victims), so it
             # is held back by those holders too.
@@ -676,6 +679,7 @@ class CycleMixin(PreemptionMixin):
     def _park_deficits(self, g: Group, p: Pending, now: float, tree: QuotaTree) -> None:
         g.park = {}
         g.preempts = {}
+        g.reclaims = False
         g.retry_at = INF
         cool = self.cooldown.get(p.leaf, -INF)
         if cool > now + EPS:
@@ -719,6 +723,7 @@ class CycleMixin(PreemptionMixin):
                          deficit)
             if within:
                 g.preempts[f] = self.admits.get(f, 0)
+                g.reclaims = True
         if can_preempt:
             g.preempts[""] = self.leaf_admits.get(leaf, 0)
         if p.cpu_only:

@@ -78,7 +78,7 @@ class Group:
 
     __slots__ = ("sig", "members", "code", "reason", "unreported", "parked", "park",
                  "retry_at", "preempts", "pos", "violating", "holds", "held_by", "shifted",
-                 "quiet", "top", "top_seen", "wg_watch")
+                 "quiet", "top", "top_seen", "wg_watch", "reclaims")
 
     def __init__(self, sig: tuple[object, ...]) -> None:
         self.sig = sig
@@ -92,6 +92,7 @@ class Group:
         self.park: dict[str, tuple[int, dict[int, float], Demand]] = {}
         self.retry_at = INF
         self.preempts: dict[str, int] = {}
+        self.reclaims = False  # within its guarantee on some flavor when parked (may reclaim)
         self.pos = 0
         self.violating = False
         self.held_by: tuple[str, ...] = ()  # holders that held it back in its last cycle
