@@ -291,7 +291,11 @@ class CycleMixin(PreemptionMixin):
         those finds its holders holding before it, the cycle only takes holds and gives them
         back."""
         first: dict[str, tuple[tuple[object, ...], str]] = {}
-        for key, gid, g in heap:
+        waiters = []
+        for entry in heap:
+            key, gid, g = entry
+            if g.held_by:
+                waiters.append(entry)
             if gid in hold_only:
                 head = g.members[0]
                 if head.flavors:
@@ -299,10 +303,13 @@ class CycleMixin(PreemptionMixin):
                     got = first.get(f)
                     if got is None or key < got[0]:
                         first[f] = (key, head.name)
-        for key, _, g in heap:
-            if g.held_by:
-                before = {name for k, name in first.values() if k < key}
-                if not before.issuperset(g.held_by):
+        if not waiters:
+            return True
+        holds_at = {name: k for k, name in first.values()}
+        for key, _, g in waiters:
+            for name in g.held_by:
+                at = holds_at.get(name)
+                if at is None or not at < key:
                     return False
         return True
 
