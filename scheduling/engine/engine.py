@@ -57,6 +57,7 @@ from scheduling.engine.types import (
     CycleResult,
     DisruptionBudget,
     FlavorSpec,
+    PodSetSpec,
     QueueSpec,
     Reason,
     Reject,
@@ -128,6 +129,10 @@ class Engine(CycleMixin):
         self._holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]] = []
         self.budgets = list(budgets)
         self._empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None] = {}
+        self._checked: set[tuple[object, ...]] = set()  # requests found valid, by shape
+        self._shapes: dict[tuple[str, tuple[PodSetSpec, ...]],
+                           tuple[int, list[Pod], dict[str, Demand], list[str], Reason | None,
+                                 int | None]] = {}
         self.refresh_capacity()
 
     # ---- building from a snapshot ----------------------------------------------------
@@ -211,6 +216,17 @@ class Engine(CycleMixin):
 
     def check(self, w: WorkloadSpec) -> list[Reason]:
         """Reasons to reject the request at submission (§4.7); empty when it may wait."""
+        # What it depends on is fixed for the engine's life (tree, flavors, nodes even when
+        # not ready): a request shaped like one that passed passes.
+        key = (w.queue, w.pod_sets, w.preemptible, w.topology_same, w.strategy)
+        if key in self._checked:
+            return []
+        found = self._check(w)
+        if not found:
+            self._checked.add(key)
+        return found
+
+    def _check(self, w: WorkloadSpec) -> list[Reason]:
         bad = self._invalid(w)
         if bad:
             return bad
@@ -313,6 +329,23 @@ class Engine(CycleMixin):
 
     def submit(self, w: WorkloadSpec) -> None:
         """Add a pending workload (checked by `check` beforehand if the caller wants)."""
+        shape = self._shapes.get((w.queue, w.pod_sets))
+        if shape is None:
+            shape = self._shapes[(w.queue, w.pod_sets)] = self._shape(w)
+        p = Pending(w, *shape)
+        if not self.parking:
+            p.sig = ("", w.name)
+        self.pending[w.name] = p
+        if p.not_before is not None:
+            heapq.heappush(self.backoff, (p.not_before, p.name))
+        else:
+            self._join(p)
+
+    def _shape(self, w: WorkloadSpec) -> tuple[int, list[Pod], dict[str, Demand], list[str],
+                                                Reason | None, int | None]:
+        """What a pending workload's queue and pod sets determine (shared by identical
+        requests; never modified): leaf, pods, demand per usable flavor, usable flavors in
+        the order they are tried, the reason when none is usable, the GPU key of the score."""
         leaf = self.tree.index[w.queue]
         pods = expand_pods(w)
         order = list(w.flavors)
@@ -329,14 +362,7 @@ class Engine(CycleMixin):
             usable.append(f)
             demand[f] = self._demand(f, pods)
         gpu_key = self.tree.kidx.get((w.flavors[0], "gpu")) if w.flavors else None
-        p = Pending(w, leaf, pods, demand, usable, static, gpu_key)
-        if not self.parking:
-            p.sig = ("", w.name)
-        self.pending[w.name] = p
-        if p.not_before is not None:
-            heapq.heappush(self.backoff, (p.not_before, p.name))
-        else:
-            self._join(p)
+        return leaf, pods, demand, usable, static, gpu_key
 
     def _join(self, p: Pending) -> None:
         g = self.groups.get(p.sig)
