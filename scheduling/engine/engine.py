@@ -373,7 +373,13 @@ class Engine(CycleMixin):
         if not members or members[-1].order_tail <= key:
             members.append(p)
         else:
-            members.insert(bisect.bisect_right(members, key, key=lambda m: m.order_tail), p)
+            # Behind the members whose victims are gone: they go first (`_claim`).
+            lo = 0
+            claims = self.claims
+            while lo < len(members) and members[lo].name in claims:
+                lo += 1
+            members.insert(bisect.bisect_right(members, key, lo=lo,
+                                               key=lambda m: m.order_tail), p)
         g.unreported.add(p.name)
         p.group = g
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -273,16 +272,14 @@ def test_preemptor_failing_behind_a_hold_is_tried_when_it_goes_first() -> None:
     assert log == _decisions(world, parking=False)
 
 
-@pytest.mark.xfail(strict=True, reason="known divergence: a resubmitted victim joins its group "
-                   "ahead of a member whose victims are gone (Engine._join)")
 def test_resubmitted_victim_does_not_pass_a_claimant_of_its_group() -> None:
     """Found by hypothesis (random seed, 3,000 examples; also at a9adece): at step 4 w4 (t0,
     2 x 4 GPUs) reclaims w1 on v100 while w5 (t1/c0) reclaims w3, identical to w4 and just
     admitted on a100 (grace 0). At step 5 both victims are back: w4's victims are gone, so a
     full evaluation tries w4 first (it takes v100). The parked engine moves w4 to the front of
-    its group when w1 ends, but w3, resubmitted right after, is inserted by submit time and
-    name ahead of it, and w3 takes v100 instead. Fix: `_join` should insert after the
-    group's leading claimants (not done here: it may change the replays' decisions)."""
+    its group when w1 ends; w3, resubmitted right after, was inserted by submit time and
+    name ahead of it and took v100 instead. `_join` now inserts behind the group's leading
+    claimants."""
     queues = [_q("t0", None, (0, 40), (8, 8)), _q("t1", None, (2, 2), (0, 8)),
               _q("t1/c0", "t1", (1, 2), (0, 8)), _q("t1/c1", "t1", (1, 2), (0, 8))]
 
