@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections.abc import Iterable
 from dataclasses import replace
 
 from scheduling.engine.accounting import EPS, INF, Demand, QuotaTree, fmt
@@ -417,44 +418,37 @@ class CycleMixin(PreemptionMixin):
                 clusters, key=lambda c: (sum(g for g, r in zip(
                     c.pools[f].gpus, c.pools[f].ready, strict=True) if r),
                     c.pools[f].free_gpus(), c.name), default=None)
-            if best is not None and p.spec.topology_same != "rack":
-                # The ready nodes by most free GPUs, then index: the free-GPU index's order.
+            if best is not None:
                 pool = best.pools[f]
-                room = 0
+                order: Iterable[int]
+                if p.spec.topology_same == "rack":
+                    # Its gang must land in one rack: hold nodes of one rack only (the one
+                    # with the most free GPUs among those big enough), so that rack drains.
+                    ready = [i for i in range(len(pool.names)) if pool.ready[i]]
+                    total: dict[str, int] = {}
+                    free: dict[str, int] = {}
+                    for i in ready:
+                        r = pool.rack[i]
+                        total[r] = total.get(r, 0) + pool.gpus[i]
+                        free[r] = free.get(r, 0) + pool.fg[i]
+                    racks = sorted((r for r in total if total[r] >= need),
+                                   key=lambda r: (-free[r], r))
+                    order = sorted((i for i in ready if racks and pool.rack[i] == racks[0]),
+                                   key=lambda i: (-pool.fg[i], i))
+                else:
+                    # The ready nodes by most free GPUs, then index: the free-GPU index's
+                    # order, walked only as far as the gang's GPUs.
+                    order = (i for bucket in reversed(pool.buckets) for i in bucket)
                 take: list[int] = []
-                for bucket in reversed(pool.buckets):
-                    for i in bucket:
-                        if room >= need:
-                            break
-                        take.append(i)
-                        room += pool.gpus[i]
-                    if room >= need:
-                        break
-                for i in take:
-                    pool.set_ready(i, False)
-                    masked.append((pool, i))
-            elif best is not None:
-                # Its gang must land in one rack: hold nodes of one rack only (the one with
-                # the most free GPUs among those big enough), so that rack drains.
-                pool = best.pools[f]
-                ready = [i for i in range(len(pool.names)) if pool.ready[i]]
-                total: dict[str, int] = {}
-                free: dict[str, int] = {}
-                for i in ready:
-                    r = pool.rack[i]
-                    total[r] = total.get(r, 0) + pool.gpus[i]
-                    free[r] = free.get(r, 0) + pool.fg[i]
-                racks = sorted((r for r in total if total[r] >= need),
-                               key=lambda r: (-free[r], r))
-                ready = [i for i in ready if racks and pool.rack[i] == racks[0]]
-                order = sorted(ready, key=lambda i: (-pool.fg[i], i))
                 room = 0
                 for i in order:
                     if room >= need:
                         break
+                    take.append(i)
+                    room += pool.gpus[i]
+                for i in take:  # (not while walking: taking a node moves it in the index)
                     pool.set_ready(i, False)
                     masked.append((pool, i))
-                    room += pool.gpus[i]
         self._holds.append((p, f, d, masked))
 
     def _release_holds(self) -> None:
