@@ -161,7 +161,7 @@ def main() -> None:
                          clock=time.process_time)
         # The whole check, interleaved with its one query alone (the change-log check): on a
         # loaded machine the wall-clock tail is the database round trip waiting for a core.
-        from quotas.policies import changes
+        from core import changes
 
         full, trip = [], []
         for _ in range(SUBMISSIONS):

@@ -29,7 +29,7 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from quotas.policies import changes
+from core import changes
 from scheduling import engine, extensions
 from scheduling.engine.engine import Engine as EngineCore
 from scheduling.engine.engine import schedule
@@ -710,7 +710,7 @@ class RequestChecker:
     The tree and the fleet are read once per checker (a submission batch) and kept, so a stream
     of submissions does not rebuild them each time; any change to those tables shows at once.
     On PostgreSQL they are kept per thread until the change log says a `config` table changed
-    (`quotas.policies.changes`); elsewhere per process for a few seconds, keyed by a one-query
+    (`core.changes`); elsewhere per process for a few seconds, keyed by a one-query
     stamp of the tables they come from.
     """
 

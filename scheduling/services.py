@@ -17,8 +17,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
+from core import changes
 from quotas.models import Flavor, Queue, Team, TeamRole
-from quotas.policies import changes
 from scheduling import extensions
 from scheduling.models import (
     Admission,
@@ -221,7 +221,7 @@ class SubmitLookups:
     the query); that gives whether the user may use a leaf and the team to account. Priority
     classes and flavors come in one query.
 
-    With a change-log view (PostgreSQL, `quotas.policies.changes`), both reads are cached per
+    With a change-log view (PostgreSQL, `core.changes`), both reads are cached per
     thread (topic `config`: queues, teams, memberships, grants, classes, flavors) until one of
     those tables changes in any process: a warm submission reads neither.
     """

@@ -200,7 +200,7 @@ def _any_firing_in_force(now: datetime) -> bool:
     submission's prepared-statement cursor: it runs on every submission). On PostgreSQL the
     periods are cached per thread until a budget table changes (the policies' change log): a
     warm submission reads nothing here."""
-    from quotas.policies import changes
+    from core import changes
     from scheduling.selectors import hot_cursor
 
     view = changes.validate()

@@ -496,7 +496,7 @@ def context_rows(
             out[key] = []
     if "team" in parts and team is not None:
         out["approvals"], out["department"] = [], ""
-    from .changes import fetch_prepared  # noqa: PLC0415
+    from core.changes import fetch_prepared  # noqa: PLC0415
 
     # Prepared: the few shapes of this query are planned once per connection.
     rows = fetch_prepared(" UNION ALL ".join(sql_parts), params)

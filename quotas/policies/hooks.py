@@ -16,9 +16,9 @@ from django.db import transaction
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from core import changes
 from quotas.models import Queue, Team
 
-from . import changes
 from .celexpr import fields_of, make_context, referenced_roots, set_variable
 from .context import (
     EMPTY_COST_CENTER,

@@ -4,7 +4,7 @@ Statement-level triggers on the tables that the policies and their context read 
 (topic, the writing transaction's id) per writing transaction and topic: an insert only, so no
 writer ever waits for another. A reader that cached something together with the snapshot it
 read it in asks "did a transaction not visible in that snapshot write this topic?" (see
-quotas/policies/changes.py): a change is seen by the next read in every process as soon as it
+core/changes.py): a change is seen by the next read in every process as soon as it
 commits, and a rolled-back change leaves no row.
 """
 
@@ -51,7 +51,7 @@ BEGIN
     RETURN NULL;
 END
 $$;
--- The check (quotas/policies/changes.py): the current snapshot, the topics written by
+-- The check (core/changes.py): the current snapshot, the topics written by
 -- transactions `since` did not see, and those the current transaction wrote. STABLE: one
 -- snapshot for all three; generic plans: no planning per call.
 CREATE OR REPLACE FUNCTION policies_changes_since(since pg_snapshot)

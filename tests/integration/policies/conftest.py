@@ -60,7 +60,7 @@ def org(db):
 @pytest.fixture
 def torg(transactional_db):
     """`org`, committed (each write is its own transaction), for cache and process tests."""
-    from quotas.policies import changes
+    from core import changes
 
     changes.reset()
     yield build_org()

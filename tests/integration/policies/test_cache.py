@@ -1,4 +1,4 @@
-"""The submission check's caches (quotas.policies.changes): a committed change to a policy,
+"""The submission check's caches (core.changes): a committed change to a policy,
 quota, cluster, node, approval, usage or budget is seen by the next submission, in this
 process and when another process made it; a rolled-back write is never cached; a warm check
 costs one query."""
@@ -13,8 +13,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from core import changes
 from quotas.models import QuotaEntry
-from quotas.policies import changes
 from quotas.policies.hooks import policy_submission_check
 from quotas.policies.models import Policy, TeamApproval
 from quotas.policies.services import policy_create, policy_update

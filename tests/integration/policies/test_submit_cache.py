@@ -1,4 +1,4 @@
-"""A submission's own reads cached on the change log (quotas.policies.changes): the queue
+"""A submission's own reads cached on the change log (core.changes): the queue
 lookups, the priority classes and flavors, the budgets in force and the engine's impossibility
 check. A warm submission reads only the change log; every committed change to what those come
 from is seen by the next submission, in this process and when another process made it."""
