@@ -15,9 +15,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import ProtectedError
 
+from core import db
 from quotas import selectors
 from quotas.models import Flavor, Queue, QuotaEntry, Resource, Strategy
 from quotas.tree_rules import QueueSpec, QuotaSpec, TreeReport, validate_tree
@@ -73,9 +74,7 @@ class TreeReplaceResult:
 
 def _lock_tree() -> None:
     """Serialise tree changes: two concurrent edits must not each pass validation alone."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_ID])
+    db.xact_lock_join(_LOCK_ID)
 
 
 def default_namespace(path: str) -> str:

@@ -13,7 +13,6 @@ Engine names are workload primary keys as strings; times are POSIX seconds.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import time
 from collections import defaultdict
@@ -29,7 +28,7 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from core import changes
+from core import changes, db
 from scheduling import engine, extensions
 from scheduling.engine.engine import Engine as EngineCore
 from scheduling.engine.engine import schedule
@@ -59,69 +58,12 @@ STATE_FIELDS = ["state", "state_changed_at", "finished_at"]
 def scheduling_lock(*, wait: bool) -> Iterator[bool]:
     """A transaction holding the scheduling lock; yields False (no transaction work should be
     done) when `wait` is False and another process holds it."""
-    if connection.vendor == "postgresql":
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                fn = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
-                cursor.execute(f"SELECT {fn}(%s)", [LOCK_KEY])
-                got = cursor.fetchone()[0] if not wait else True
-            yield bool(got)
-        return
-    # SQLite: one machine, several processes (web, worker, beat): a file lock serialises them.
-    path = settings.VAR_DIR / "scheduling.lock"
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            with transaction.atomic():
-                yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with db.xact_lock(LOCK_KEY, wait=wait, name="scheduling.lock") as got:
+        yield got
 
 
-def bulk_set(model: Any, objs: list[Any], fields: list[str]) -> None:
-    """Write `fields` of many rows by primary key.
-
-    Django's bulk_update builds one CASE WHEN per field and row, which costs seconds for a few
-    thousand rows; on PostgreSQL a prepared UPDATE sent with executemany (pipelined by
-    psycopg 3) costs milliseconds. Other databases use bulk_update.
-    """
-    if not objs:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_update(objs, fields, batch_size=500)
-        return
-    cols = [model._meta.get_field(f) for f in fields]
-    sql = (f'UPDATE "{model._meta.db_table}" SET '
-           + ", ".join(f'"{c.column}" = %s' for c in cols) + ' WHERE "id" = %s')
-    params = [[c.get_db_prep_save(getattr(o, c.attname), connection) for c in cols] + [o.pk]
-              for o in objs]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
-
-
-def insert_rows(model: Any, objs: list[Any]) -> None:
-    """Insert unsaved model instances (no ids come back).
-
-    bulk_create builds one INSERT with a parameter per field and row, which Django compiles
-    and psycopg quotes client-side: milliseconds per hundred rows. On PostgreSQL the rows go
-    through COPY instead; other databases use bulk_create.
-    """
-    if not objs:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create(objs, batch_size=1000)
-        return
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(f'"{f.column}"' for f in fields)
-    with connection.cursor() as cursor, cursor.cursor.copy(
-            f'COPY "{model._meta.db_table}" ({columns}) FROM STDIN') as copy:
-        for o in objs:
-            copy.write_row([f.get_db_prep_save(getattr(o, f.attname), connection)
-                            for f in fields])
+bulk_set = db.bulk_set
+insert_rows = db.insert_rows
 
 
 def ts(value: datetime | None) -> float | None:

@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Mod
 from django.utils import timezone
 
+from core import db
 from scheduling.backends.base import (
     BackendError,
     BatchDispatch,
@@ -159,51 +160,11 @@ def _lock_key(cluster_id: int, shard: int) -> int:
 @contextlib.contextmanager
 def cluster_locks(cluster_id: int, shards: list[int], *, wait: bool = False,
                   wait_s: float | None = None) -> Iterator[list[int]]:
-    """The shard locks of `cluster_lock` for several shards; yields the shards held.
-
-    All are tried in one round trip; with `wait` the missing ones are then waited for one at
-    a time in key order (so two waiters never deadlock), each for at most `wait_s` seconds
-    when given (a shard still busy then is left out)."""
-    if connection.vendor != "postgresql" or not shards:
-        yield list(shards)
-        return
-    keys = {s: _lock_key(cluster_id, s) for s in shards}
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join("pg_try_advisory_lock(%s)" for _ in shards),
-                       [keys[s] for s in shards])
-        held = [s for s, ok in zip(shards, cursor.fetchone(), strict=True) if ok]
-        if wait:
-            for s in sorted(set(shards) - set(held), key=keys.__getitem__):
-                if _lock_wait(cursor, keys[s], wait_s):
-                    held.append(s)
-    try:
-        yield held
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT " + ", ".join("pg_advisory_unlock(%s)" for _ in held),
-                               [keys[s] for s in held])
-
-
-def _lock_wait(cursor: Any, key: int, wait_s: float | None) -> bool:
-    """Wait for one session advisory lock (at most `wait_s` seconds when given)."""
-    from django.db import OperationalError
-
-    if wait_s is None:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
-        return True
-    if connection.in_atomic_block:
-        # A timed-out statement would abort the caller's transaction: try once instead.
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        return bool(cursor.fetchone()[0])
-    cursor.execute(f"SET lock_timeout = '{max(1, int(wait_s * 1000))}ms'")
-    try:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
-        return True
-    except OperationalError:
-        return False
-    finally:
-        cursor.execute("RESET lock_timeout")
+    """The shard locks of `cluster_lock` for several shards; yields the shards held (see
+    `core.db.session_locks` for waiting)."""
+    keys = {_lock_key(cluster_id, s): s for s in shards}
+    with db.session_locks(list(keys), wait=wait, wait_s=wait_s) as held:
+        yield [keys[k] for k in held]
 
 
 # The columns a dispatch pass reads, in one query (no model instances on the hot path).
@@ -838,21 +799,8 @@ def cluster_watch(*, cluster_id: int, seconds: float,
     return report
 
 
-@contextlib.contextmanager
-def _watch_lock(cluster_id: int) -> Iterator[bool]:
-    if connection.vendor != "postgresql":
-        yield True
-        return
-    key = WATCH_LOCK_BASE + int(cluster_id)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        got = bool(cursor.fetchone()[0])
-    try:
-        yield got
-    finally:
-        if got:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+def _watch_lock(cluster_id: int) -> contextlib.AbstractContextManager[bool]:
+    return db.session_lock(WATCH_LOCK_BASE + int(cluster_id))
 
 
 def _sync_nodes(cluster: Cluster, backend: object) -> int:

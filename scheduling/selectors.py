@@ -7,12 +7,11 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.backends.utils import CursorDebugWrapper
 from django.db.models import DecimalField, F, Prefetch, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
+from core import db
 from scheduling.models import (
     ACTIVE_STATES,
     Admission,
@@ -25,57 +24,6 @@ from scheduling.models import (
 
 Key = tuple[str, str]
 ZERO = Decimal(0)
-
-
-_PreparingCursor: Any = None
-
-
-def hot_cursor() -> Any:
-    """A cursor for the fixed plain-SQL statements of hot paths (submission, queue position).
-
-    On PostgreSQL with psycopg 3 it binds parameters on the server and prepares each
-    statement once per connection, so the server stops parsing and planning it on every
-    request (which cost more than running these small queries). Queries are logged and errors
-    wrapped as on any Django cursor; elsewhere it is a plain `connection.cursor()`.
-    """
-    global _PreparingCursor
-    db = connections[DEFAULT_DB_ALIAS]  # the proxy `connection` costs a lookup per use
-    if db.vendor != "postgresql":
-        return db.cursor()
-    if _PreparingCursor is None:
-        try:
-            from django.db.backends.postgresql.base import ServerBindingCursor
-        except ImportError:  # psycopg 2
-            return db.cursor()
-
-        class Preparing(ServerBindingCursor):  # type: ignore[misc, valid-type]
-            # Prepared at the first run, not the fifth (psycopg keeps the latest 100 per
-            # connection; with DATABASES' prepare_threshold unset, psycopg prepares nothing).
-            def execute(self, query: Any, params: Any = None, *, prepare: bool | None = True,
-                        binary: bool | None = None) -> Any:
-                return super().execute(  # type: ignore[misc]
-                    query, params, prepare=prepare, binary=binary)
-
-        _PreparingCursor = Preparing
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    cursor = _PreparingCursor(db.connection)
-    if db.queries_logged:
-        return _LoggedHotCursor(cursor, db)
-    return db.make_cursor(cursor)
-
-
-class _LoggedHotCursor(CursorDebugWrapper):
-    """Django's debug cursor, but a prepared statement is logged with its text (Django reads
-    the text back from psycopg, which has none for a prepared execution)."""
-
-    def execute(self, sql: Any, params: Any = None) -> Any:
-        try:
-            return super().execute(sql, params)  # type: ignore[misc]
-        finally:
-            log = self.db.queries_log
-            if log and log[-1]["sql"] is None:
-                log[-1]["sql"] = sql
 
 
 def workloads_visible(user: Any) -> QuerySet[Workload]:
@@ -313,8 +261,8 @@ def _position_rows(workload: Workload) -> PositionRows:
     read_at_insert = getattr(workload, "_position_rows", None)
     if read_at_insert is not None:
         return read_at_insert  # type: ignore[no-any-return]
-    if connection.vendor == "postgresql":
-        with hot_cursor() as cursor:
+    if db.postgres():
+        with db.hot_cursor() as cursor:
             cursor.execute(_POSITION_SQL, position_params(workload, [workload.pk]))
             rows = cursor.fetchall()
         head = next(r for r in rows if r[0] == 0)

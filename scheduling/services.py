@@ -18,6 +18,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from core import changes
+from core.db import hot_cursor
 from quotas.models import Flavor, Queue, Team, TeamRole
 from scheduling import extensions
 from scheduling.models import (
@@ -30,7 +31,7 @@ from scheduling.models import (
     WorkloadEvent,
     WorkloadState,
 )
-from scheduling.selectors import hot_cursor, position_params, position_sql
+from scheduling.selectors import position_params, position_sql
 
 logger = logging.getLogger(__name__)
 

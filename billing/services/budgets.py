@@ -201,7 +201,7 @@ def _any_firing_in_force(now: datetime) -> bool:
     periods are cached per thread until a budget table changes (the policies' change log): a
     warm submission reads nothing here."""
     from core import changes
-    from scheduling.selectors import hot_cursor
+    from core.db import hot_cursor
 
     view = changes.validate()
     if view is None:

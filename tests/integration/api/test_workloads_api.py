@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
+from core import db
 from quotas.models import Queue
 from scheduling import extensions, selectors, services
 from scheduling.api_workloads import WorkloadDetailSerializer, workload_detail_data
@@ -312,7 +313,7 @@ def test_hot_statements_are_prepared_once_per_connection(alice, org):
     assert any('FROM "quotas_queue" q' in s for s in prepared), prepared
     assert any("WITH w AS (INSERT INTO" in s for s in prepared), prepared
     assert any("scheduling_admission a" in s for s in prepared), prepared
-    with pytest.raises(DataError), selectors.hot_cursor() as cursor:
+    with pytest.raises(DataError), db.hot_cursor() as cursor:
         cursor.execute("SELECT 1 / %s", [0])
 
 

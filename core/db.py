@@ -1,0 +1,232 @@
+"""Every switch between the database vendors, in one module: locks, bulk writes and prepared
+statements.
+
+Production and the tests run on PostgreSQL; `make run` serves on SQLite. Where PostgreSQL has
+a feature the hot paths rely on (advisory locks, COPY, server-side prepared statements), the
+function here uses it, and elsewhere falls back to what one machine with SQLite can do: file
+locks instead of advisory locks, Django's portable bulk writes, plain cursors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pglock
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
+from django.db.backends.utils import CursorDebugWrapper
+
+
+def postgres(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """True when `using` is PostgreSQL (advisory locks, COPY, the change log are there)."""
+    return connections[using].vendor == "postgresql"
+
+
+# --- advisory locks ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def xact_lock(key: int, *, wait: bool, name: str) -> Iterator[bool]:
+    """A new transaction holding lock `key` until it ends; yields False (do no work) when
+    `wait` is False and another process holds it.
+
+    PostgreSQL: a transaction-level advisory lock. Elsewhere (SQLite: one machine, several
+    processes: web, worker, beat) an exclusive file lock `name` under VAR_DIR.
+    """
+    if postgres():
+        with transaction.atomic():
+            # No timeout when waiting: pglock then sends the bare pg_advisory_xact_lock (a
+            # timeout would add a SET, a savepoint and a RESET to every cycle).
+            lock = pglock.advisory(key, xact=True) if wait else pglock.advisory(
+                key, xact=True, timeout=0)
+            got = lock.acquire()
+            yield bool(got)
+        return
+    path = Path(settings.VAR_DIR) / name
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            with transaction.atomic():
+                yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def xact_lock_join(key: int) -> None:
+    """Wait for lock `key` inside the caller's open transaction, held until it ends
+    (PostgreSQL; elsewhere SQLite's one writer at a time already serialises)."""
+    if postgres():
+        pglock.advisory(key, xact=True).acquire()
+
+
+@contextlib.contextmanager
+def session_lock(key: int) -> Iterator[bool]:
+    """Try lock `key` for the session (no transaction stays open while it is held); yields
+    whether it was taken. Elsewhere than PostgreSQL, always taken (one machine)."""
+    if not postgres():
+        yield True
+        return
+    lock = pglock.advisory(key, timeout=0)
+    got = bool(lock.acquire())
+    try:
+        yield got
+    finally:
+        if got:
+            lock.release()
+
+
+@contextlib.contextmanager
+def session_locks(keys: Sequence[int], *, wait: bool = False,
+                  wait_s: float | None = None) -> Iterator[list[int]]:
+    """Session locks on several keys; yields the keys held.
+
+    All are tried in one round trip (a dispatch pass takes up to 64 of them, so one statement
+    each would cost a round trip each); with `wait`, the missing ones are then waited for one
+    at a time in key order (so two waiters never deadlock), each for at most `wait_s` seconds
+    when given (a key still busy then is left out). Elsewhere than PostgreSQL all are held.
+    """
+    if not postgres() or not keys:
+        yield list(keys)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join("pg_try_advisory_lock(%s)" for _ in keys),
+                       list(keys))
+        held = [k for k, ok in zip(keys, cursor.fetchone(), strict=True) if ok]
+        if wait:
+            for k in sorted(set(keys) - set(held)):
+                if _lock_wait(cursor, k, wait_s):
+                    held.append(k)
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT " + ", ".join("pg_advisory_unlock(%s)" for _ in held),
+                               held)
+
+
+def _lock_wait(cursor: Any, key: int, wait_s: float | None) -> bool:
+    """Wait for one session advisory lock (at most `wait_s` seconds when given)."""
+    if wait_s is None:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
+        return True
+    if connection.in_atomic_block:
+        # A timed-out statement would abort the caller's transaction: try once instead.
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        return bool(cursor.fetchone()[0])
+    cursor.execute(f"SET lock_timeout = '{max(1, int(wait_s * 1000))}ms'")
+    try:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
+        return True
+    except OperationalError:
+        return False
+    finally:
+        cursor.execute("RESET lock_timeout")
+
+
+# --- bulk writes -----------------------------------------------------------------------------
+
+
+def bulk_set(model: Any, objs: Sequence[Any], fields: list[str]) -> None:
+    """Write `fields` of many rows by primary key.
+
+    Django's bulk_update builds one CASE WHEN per field and row, which costs seconds for a few
+    thousand rows; on PostgreSQL a prepared UPDATE sent with executemany (pipelined by
+    psycopg 3) costs milliseconds. Other databases use bulk_update.
+    """
+    if not objs:
+        return
+    if not postgres():
+        model.objects.bulk_update(objs, fields, batch_size=500)
+        return
+    cols = [model._meta.get_field(f) for f in fields]
+    sql = (f'UPDATE "{model._meta.db_table}" SET '
+           + ", ".join(f'"{c.column}" = %s' for c in cols) + ' WHERE "id" = %s')
+    params = [[c.get_db_prep_save(getattr(o, c.attname), connection) for c in cols] + [o.pk]
+              for o in objs]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+def insert_rows(model: Any, objs: Sequence[Any]) -> None:
+    """Insert unsaved model instances (no ids come back).
+
+    bulk_create builds one INSERT with a parameter per field and row, which Django compiles
+    and psycopg quotes client-side: milliseconds per hundred rows. On PostgreSQL the rows go
+    through COPY instead; other databases use bulk_create.
+    """
+    if not objs:
+        return
+    if not postgres():
+        model.objects.bulk_create(objs, batch_size=1000)
+        return
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    with connection.cursor() as cursor, cursor.cursor.copy(
+            f'COPY "{model._meta.db_table}" ({columns}) FROM STDIN') as copy:
+        for o in objs:
+            copy.write_row([f.get_db_prep_save(getattr(o, f.attname), connection)
+                            for f in fields])
+
+
+# --- prepared statements -------------------------------------------------------------------
+
+_PreparingCursor: Any = None
+
+
+def hot_cursor() -> Any:
+    """A cursor for the fixed plain-SQL statements of hot paths (submission, queue position).
+
+    On PostgreSQL with psycopg 3 it binds parameters on the server and prepares each
+    statement once per connection, so the server stops parsing and planning it on every
+    request (which cost more than running these small queries). Queries are logged and errors
+    wrapped as on any Django cursor; elsewhere it is a plain `connection.cursor()`.
+    """
+    global _PreparingCursor
+    db = connections[DEFAULT_DB_ALIAS]  # the proxy `connection` costs a lookup per use
+    if db.vendor != "postgresql":
+        return db.cursor()
+    if _PreparingCursor is None:
+        try:
+            from django.db.backends.postgresql.base import ServerBindingCursor
+        except ImportError:  # psycopg 2
+            return db.cursor()
+
+        class Preparing(ServerBindingCursor):  # type: ignore[misc, valid-type]
+            # Prepared at the first run, not the fifth (psycopg keeps the latest 100 per
+            # connection; with DATABASES' prepare_threshold unset, psycopg prepares nothing).
+            def execute(self, query: Any, params: Any = None, *, prepare: bool | None = True,
+                        binary: bool | None = None) -> Any:
+                return super().execute(  # type: ignore[misc]
+                    query, params, prepare=prepare, binary=binary)
+
+        _PreparingCursor = Preparing
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    cursor = _PreparingCursor(db.connection)
+    if db.queries_logged:
+        return _LoggedHotCursor(cursor, db)
+    return db.make_cursor(cursor)
+
+
+class _LoggedHotCursor(CursorDebugWrapper):
+    """Django's debug cursor, but a prepared statement is logged with its text (Django reads
+    the text back from psycopg, which has none for a prepared execution)."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        try:
+            return super().execute(sql, params)  # type: ignore[misc]
+        finally:
+            log = self.db.queries_log
+            if log and log[-1]["sql"] is None:
+                log[-1]["sql"] = sql
+
+
