@@ -251,8 +251,9 @@ def play(data: dict[str, Any], user: Any, *, timeout_s: float) -> dict[str, Any]
     """Submit at the scenario's times; wait until every workload ended; sample usage."""
     from django.db.models import Sum
 
+    from scheduling.enqueue import cycle_nudge
     from scheduling.models import Admission, Workload
-    from scheduling.services import cycle_nudge, workloads_submit
+    from scheduling.services import workloads_submit
 
     paths = leaf_paths()
     todo = sorted(data["workloads"], key=lambda w: (float(w.get("submit_at", 0)), w["name"]))

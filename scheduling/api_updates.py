@@ -1,4 +1,5 @@
-"""The update path of a workload (scheduling.updates): restart an ended one, change a pending one.
+"""The update path of a workload (scheduling.request.updates): restart an ended one, change a
+pending one.
 
 - `POST /api/v1/workloads/{id}/resubmit` (body: optional changed submission fields): 201 with
   the new workload (it may be `rejected`, with its reasons, like any submission).
@@ -27,13 +28,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling import selectors, updates
+from scheduling import selectors
 from scheduling.api_workloads import (
     WorkloadDetailApi,
     WorkloadDetailSerializer,
     WorkloadInputSerializer,
 )
 from scheduling.models import Workload
+from scheduling.request import updates
 
 
 def _visible(request: Any, pk: int) -> Workload:

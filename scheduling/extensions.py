@@ -7,9 +7,9 @@ imports them:
   called by `workload_submit` inside its transaction, before anything is saved. A verdict may
   deny (one `(code, message)` per broken rule: the workload is recorded `rejected` with those
   reasons), override the priority class, and add audit lines (recorded as `policy` events).
-  Inside `submission_update(replaces=..., previous=...)` (scheduling.updates: a restart or an
-  update of an existing workload), checks see `is_update` true, the id of the workload it
-  replaces and its previous request, so rules can grandfather what does not grow.
+  Inside `submission_update(replaces=..., previous=...)` (scheduling.request.updates: a
+  restart or an update of an existing workload), checks see `is_update` true, the id of the
+  workload it replaces and its previous request, so rules can grandfather what does not grow.
 - `register_cycle_adjuster(fn)`: `fn(ctx: CycleContext) -> None`, called while the scheduling
   cycle builds the engine snapshot. It may lower a queue key's max (naming the policy, so a
   `QUOTA_MAX` reason names it) and restrict the clusters a pending workload may use.

@@ -98,7 +98,7 @@ class PodSetForm(forms.Form):
 
 
 POD_SETS_PREFIX = "pods"
-# As many pod sets as the service takes (scheduling.services.MAX_POD_SETS).
+# As many pod sets as the service takes (scheduling.request.validation.MAX_POD_SETS).
 MAX_FORM_POD_SETS = 8
 _PodSetFormSetBase = formset_factory(
     PodSetForm, extra=0, min_num=1, validate_min=True, max_num=MAX_FORM_POD_SETS,

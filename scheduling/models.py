@@ -115,7 +115,13 @@ class WorkloadState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
-ACTIVE_STATES = (WorkloadState.RESERVED, WorkloadState.RUNNING, WorkloadState.PREEMPTING)
+# State groups: every test of "which states" names one of these.
+# Placed on a cluster: a reservation until the backend confirms the pods run.
+PLACED_STATES = (WorkloadState.RESERVED, WorkloadState.RUNNING)
+# Holding capacity: placed, or preempted and inside its grace period.
+ACTIVE_STATES = (*PLACED_STATES, WorkloadState.PREEMPTING)
+# Not ended: waiting or holding capacity (what a cancel may still stop).
+OPEN_STATES = (WorkloadState.PENDING, *ACTIVE_STATES)
 TERMINAL_STATES = (
     WorkloadState.FINISHED, WorkloadState.CANCELLED, WorkloadState.REJECTED, WorkloadState.FAILED,
 )

@@ -257,7 +257,7 @@ PositionRows = tuple[int, int, list[tuple[int, Any, Any, Any, Any]]]
 def _position_rows(workload: Workload) -> PositionRows:
     """(pending workloads ahead, their GPUs, the queue's open admissions as (gpus, duration
     hint, progress, running_at, reserved_at)): one query on PostgreSQL, the ORM elsewhere;
-    none for a workload just submitted (its insert read them: `services._insert_one`)."""
+    none for a workload just submitted (its insert read them: `request.submission._insert_one`)."""
     read_at_insert = getattr(workload, "_position_rows", None)
     if read_at_insert is not None:
         return read_at_insert  # type: ignore[no-any-return]

@@ -1,6 +1,6 @@
 """Celery tasks: the scheduling cycle, dispatch, suspension, cleanup, sync, maintenance.
 
-Tasks hold no logic: they load ids, call `scheduling.cycle` / `scheduling.dispatch`, and retry
+Tasks hold no logic: they load ids, call the workers' and the fleet's services, and retry
 retryable backend errors. Every task is idempotent.
 """
 
@@ -15,6 +15,17 @@ from celery import shared_task
 from django.utils import timezone
 
 from scheduling.backends.base import BackendError
+from scheduling.fleet.dispatch import cluster_dispatch
+from scheduling.fleet.maintenance import workloads_maintain
+from scheduling.fleet.sync import cluster_sync
+from scheduling.fleet.teardown import (
+    admission_delete,
+    admissions_delete,
+    admissions_suspend,
+)
+from scheduling.fleet.watch import cluster_watch
+from scheduling.models import Admission, Cluster
+from scheduling.workers.cycle import cycle_run
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +46,6 @@ def cycle_and_dispatch(*, wait: bool = False) -> dict[str, int] | None:
     Dispatching here saves a trip through the broker between a reservation and its Jobs; a
     cluster whose dispatch pass is busy elsewhere gets a queued pass instead.
     """
-    from scheduling.cycle import cycle_run
-    from scheduling.dispatch import cluster_dispatch
-
     report = cycle_run(enqueue_dispatch=False, wait=wait)
     if not report.ran:
         return None
@@ -72,28 +80,15 @@ def scheduling_cycle(nudged: bool = False) -> dict[str, int] | None:
              max_retries=5, default_retry_delay=2)
 def dispatch_cluster(self, cluster_id: int) -> None:  # type: ignore[no-untyped-def]
     """Create and start the cluster's admitted workloads (phase two of dispatch)."""
-    from scheduling.dispatch import cluster_dispatch
-
     report = cluster_dispatch(cluster_id=cluster_id)
     if report.errors:
         raise self.retry()
-
-
-@shared_task(name="scheduling.backend_suspend", ignore_result=True, bind=True,
-             max_retries=5, default_retry_delay=2)
-def backend_suspend(self, admission_id: int) -> None:  # type: ignore[no-untyped-def]
-    """Suspend a preempted workload on its cluster."""
-    from scheduling.dispatch import admission_suspend
-
-    _retrying(self, admission_suspend, admission_id=admission_id)
 
 
 @shared_task(name="scheduling.backend_suspend_many", ignore_result=True, bind=True,
              max_retries=5, default_retry_delay=2)
 def backend_suspend_many(self, admission_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
     """Suspend the workloads one cycle preempted."""
-    from scheduling.dispatch import admissions_suspend
-
     _retrying(self, admissions_suspend, admission_ids=admission_ids)
 
 
@@ -101,8 +96,6 @@ def backend_suspend_many(self, admission_ids: list[int]) -> None:  # type: ignor
              max_retries=5, default_retry_delay=5)
 def backend_delete_many(self, admission_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
     """Delete the objects of the admissions one cycle ended."""
-    from scheduling.dispatch import admissions_delete
-
     _retrying(self, admissions_delete, admission_ids=admission_ids)
 
 
@@ -110,16 +103,12 @@ def backend_delete_many(self, admission_ids: list[int]) -> None:  # type: ignore
              max_retries=5, default_retry_delay=5)
 def backend_delete(self, admission_id: int) -> None:  # type: ignore[no-untyped-def]
     """Delete an ended admission's objects on its cluster."""
-    from scheduling.dispatch import admission_delete
-
     _retrying(self, admission_delete, admission_id=admission_id)
 
 
 @shared_task(name="scheduling.sync_cluster", ignore_result=True)
 def sync_cluster(cluster_id: int, nodes: bool = True) -> None:
     """Pod status and node inventory of one cluster."""
-    from scheduling.dispatch import cluster_sync
-
     cluster_sync(cluster_id=cluster_id, nodes=nodes)
 
 
@@ -130,9 +119,6 @@ def sync_all() -> None:
     Clusters are synced in this task, one after the other: a fan-out of one task per cluster
     per beat floods the queue on a busy worker; shard by running more workers instead.
     """
-    from scheduling.dispatch import cluster_dispatch, cluster_sync
-    from scheduling.models import Admission, Cluster
-
     freed = False
     for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
         try:
@@ -173,8 +159,6 @@ def watch_clusters(seconds: float | None = None) -> None:
     from django.conf import settings
     from django.db import connection
 
-    from scheduling.dispatch import cluster_watch
-    from scheduling.models import Cluster
 
     if not watch_enabled():
         return
@@ -224,6 +208,4 @@ def watch_clusters(seconds: float | None = None) -> None:
 @shared_task(name="scheduling.maintain", ignore_result=True)
 def maintain() -> None:
     """Clean up finished workloads' objects after the TTL; reclaim stuck workloads."""
-    from scheduling.dispatch import workloads_maintain
-
     workloads_maintain()

@@ -24,7 +24,7 @@ from scheduling.forms import (
     submission_errors_to_form,
 )
 from scheduling.models import TERMINAL_STATES, WorkloadState
-from scheduling.preview import workload_preview
+from scheduling.request.preview import workload_preview
 
 LIVE_POLL_S = 3
 

@@ -15,7 +15,7 @@ from portal.pages.access import user_scope
 from portal.pages.selectors import workloads_to_decide
 from quotas.capacity.api import CapacityRequestOutput, DecisionInput
 from quotas.capacity.selectors import capacity_requests_to_decide
-from scheduling import approvals
+from scheduling.request import approvals
 
 
 class HeldWorkloadOutput(serializers.Serializer):

@@ -22,7 +22,7 @@ from quotas import selectors as tree_selectors
 from quotas import services as tree_services
 from quotas.capacity.selectors import capacity_requests_to_decide
 from quotas.models import Queue, Team
-from scheduling import approvals
+from scheduling.request import approvals
 
 INBOX_ROWS = 50  # oldest first: decide these, the next ones follow
 

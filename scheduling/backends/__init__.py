@@ -18,11 +18,10 @@ from scheduling.backends.base import (
     WorkloadRef,
     WorkloadSpec,
     WorkloadStatus,
-    clear_backend_cache,
-    get_backend,
 )
 from scheduling.backends.flavors import priority_classes_from_db
 from scheduling.backends.naming import job_labels, job_name, pod_name, queue_label
+from scheduling.backends.registry import clear_backend_cache, get_backend
 
 __all__ = [
     "BackendError",

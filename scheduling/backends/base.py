@@ -1,8 +1,8 @@
 """The cluster backend protocol: what the workers ask of a cluster, and what comes back.
 
-Pure Python (no Django, no kubernetes import here). `get_backend(cluster)` takes the Cluster
-model instance (or any object with `name`, `backend` and `connection`) and returns a backend;
-the implementations import what they need lazily, so importing this module is cheap.
+Pure Python (no Django, no kubernetes import here). `registry.get_backend(cluster)` takes the
+Cluster model instance (or any object with `name`, `backend` and `connection`) and returns a
+backend.
 
 Error contract, which two-phase dispatch relies on:
 - `DispatchRefused(reason, message)`: the cluster said no to this workload for a local reason
@@ -19,11 +19,10 @@ suspended all succeed quietly, so a task may be retried after a crash at any poi
 from __future__ import annotations
 
 import enum
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from scheduling.backends.naming import job_name
 
@@ -331,53 +330,3 @@ class ClusterBackend(Protocol):
         ...
 
 
-_cache: dict[tuple[str, str, str], ClusterBackend] = {}
-_cache_lock = threading.Lock()
-
-
-def _cache_key(cluster: Any) -> tuple[str, str, str]:
-    import json
-
-    connection = json.dumps(getattr(cluster, "connection", None) or {}, sort_keys=True)
-    return (str(cluster.name), str(getattr(cluster, "backend", "simulated")), connection)
-
-
-def get_backend(cluster: Any) -> ClusterBackend:
-    """The backend for a Cluster (by `cluster.backend`: "simulated" or "kubernetes").
-
-    Backends are cached per (name, backend, connection), so a changed connection takes effect
-    at the next call and API clients are reused otherwise.
-    """
-    kind = str(getattr(cluster, "backend", "simulated") or "simulated")
-    key = _cache_key(cluster)
-    with _cache_lock:
-        backend = _cache.get(key)
-        if backend is not None:
-            return backend
-        if kind == "kubernetes":
-            from scheduling.backends.k8s import KubernetesBackend
-
-            backend = KubernetesBackend(
-                name=str(cluster.name), connection=dict(cluster.connection or {})
-            )
-        elif kind == "simulated":
-            from scheduling.backends.simulated.backend import SimulatedBackend
-
-            backend = SimulatedBackend(
-                name=str(cluster.name),
-                watch_overlap_s=float((cluster.connection or {}).get("watch_overlap_s", 1.0)),
-            )
-        else:
-            raise BackendError(
-                f"cluster {cluster.name}: unknown backend {kind!r} "
-                "(expected 'simulated' or 'kubernetes')",
-                retryable=False,
-            )
-        _cache[key] = backend
-        return backend
-
-
-def clear_backend_cache() -> None:
-    """Forget cached backends (tests, or after a kubeconfig file changed on disk)."""
-    with _cache_lock:
-        _cache.clear()

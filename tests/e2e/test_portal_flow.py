@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 
 from quotas.models import QuotaEntry
-from scheduling.cycle import cycle_run
 from scheduling.models import Workload
 from scheduling.services import workload_cancel
+from scheduling.workers.cycle import cycle_run
 from tests.factories import PASSWORD
 from tests.integration.portal.conftest import org, priority_classes, submission  # noqa: F401
 

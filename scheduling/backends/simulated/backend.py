@@ -23,6 +23,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core import db
 from scheduling.backends.base import (
     BackendError,
     DispatchOutcome,
@@ -39,13 +40,6 @@ from scheduling.backends.base import (
     WorkloadStatus,
 )
 from scheduling.backends.naming import parse_job_name
-
-
-def _insert(model: Any, rows: list[Any]) -> None:
-    """Insert many rows fast (COPY on PostgreSQL; see scheduling.cycle.insert_rows)."""
-    from scheduling.cycle import insert_rows
-
-    insert_rows(model, rows)
 
 
 class SimulatedBackend:
@@ -389,7 +383,7 @@ class SimulatedBackend:
             if controls is not None and fail_left != controls.fail_next:
                 controls.fail_next = fail_left
                 controls.save(update_fields=["fail_next", "updated_at"])
-            _insert(SimJob, rows)
+            db.insert_rows(SimJob, rows)
             if restart:
                 SimJob.objects.bulk_update(
                     restart, ["suspended", "started_at", "suspended_at", "touched_at",

@@ -8,6 +8,7 @@ from decimal import Decimal
 from unittest import mock
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -15,7 +16,7 @@ from rest_framework.renderers import JSONRenderer
 
 from core import db
 from quotas.models import Queue
-from scheduling import extensions, selectors, services
+from scheduling import enqueue, extensions, selectors, services
 from scheduling.api_workloads import WorkloadDetailSerializer, workload_detail_data
 from scheduling.models import Admission, Cluster, PriorityClass, Workload, WorkloadState
 from tests.integration.api.conftest import client_for
@@ -244,7 +245,7 @@ def test_team_and_permission_from_ancestor_grants(org, classes):
     w = services.workload_submit(user=org["alice"], data=body("a"), nudge=False)
     assert w.team.name == "vision"
     dave = org["alice"].__class__.objects.create(username="dave")
-    with pytest.raises(services.ValidationError, match="none of your teams may use"):
+    with pytest.raises(ValidationError, match="none of your teams may use"):
         services.workload_submit(user=dave, data=body("d"), nudge=False)
     w = services.workload_submit(user=org["admin"], data=body("x", queue="rd/nlp"),
                                  nudge=False)
@@ -253,15 +254,15 @@ def test_team_and_permission_from_ancestor_grants(org, classes):
 
 def test_nudges_are_debounced(org, classes, django_capture_on_commit_callbacks):
     """Many submissions in a row send one nudge to the broker, not one each."""
-    services._next_nudge_eta = 0.0
+    enqueue._next_nudge_eta = 0.0
     with mock.patch("scheduling.tasks.scheduling_cycle.apply_async") as send, \
-            mock.patch.object(services, "_NUDGE_WINDOW_S", 600.0):
+            mock.patch.object(enqueue, "_NUDGE_WINDOW_S", 600.0):
         for i in range(20):
             with django_capture_on_commit_callbacks(execute=True):
                 services.workload_submit(user=org["alice"], data=body(f"n{i}"))
     assert send.call_count == 1
     assert send.call_args.kwargs["kwargs"] == {"nudged": True}
-    services._next_nudge_eta = 0.0
+    enqueue._next_nudge_eta = 0.0
 
 
 def test_one_statement_insert_writes_what_bulk_create_writes(org, classes):

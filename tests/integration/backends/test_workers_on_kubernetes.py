@@ -3,11 +3,12 @@ whole path a workload takes, seen from the cluster's side."""
 
 import pytest
 
-from scheduling import dispatch
 from scheduling.backends import clear_backend_cache
-from scheduling.cycle import cycle_run
+from scheduling.fleet import dispatch, teardown
+from scheduling.fleet import sync as fleet_sync
 from scheduling.models import EventType, WorkloadState
 from scheduling.services import workload_submit
+from scheduling.workers.cycle import cycle_run
 from tests.integration.workers.world import make_world, request
 from tests.k8s_double import KubeDouble
 
@@ -54,12 +55,12 @@ def test_a_workload_lives_its_life_as_kubernetes_jobs(world, kube):
         set(adm.nodes))
     assert job["metadata"]["labels"]["allot.io/queue"] == "rd.vision"
 
-    report = dispatch.cluster_sync(cluster_id=world.bj.pk)
+    report = fleet_sync.cluster_sync(cluster_id=world.bj.pk)
     assert report.running == []  # pods still pending
     kube.state.set_pod_phases("rd-vision", f"allot-w{w.pk}-0", "Running")
-    assert dispatch.cluster_sync(cluster_id=world.bj.pk).running == [w.pk]
+    assert fleet_sync.cluster_sync(cluster_id=world.bj.pk).running == [w.pk]
     kube.state.set_pod_phases("rd-vision", f"allot-w{w.pk}-0", "Succeeded")
-    assert dispatch.cluster_sync(cluster_id=world.bj.pk).finished == [w.pk]
+    assert fleet_sync.cluster_sync(cluster_id=world.bj.pk).finished == [w.pk]
     w.refresh_from_db()
     assert w.state == WorkloadState.FINISHED
     assert list(w.events.values_list("type", flat=True)) == [
@@ -85,17 +86,17 @@ def test_preemption_suspends_the_jobs_and_says_why_on_them(world, kube):
     dispatch.cluster_dispatch(cluster_id=world.bj.pk)
     name = f"allot-w{w.pk}-0"
     kube.state.set_pod_phases("rd-vision", name, "Running")
-    dispatch.cluster_sync(cluster_id=world.bj.pk)
+    fleet_sync.cluster_sync(cluster_id=world.bj.pk)
     adm = w.admissions.get()
     w.events.create(at=adm.reserved_at, type=EventType.PREEMPTED,
                     message="preempted by workload 99 to reclaim 8 a100-80g GPUs")
 
-    dispatch.admission_suspend(admission_id=adm.pk)
+    teardown.admission_suspend(admission_id=adm.pk)
     assert kube.state.jobs[("rd-vision", name)]["spec"]["suspend"] is True
     assert kube.state.pods == {}
     described = kube.state.events_about("rd-vision", "Job", name)
     assert [(e["type"], e["reason"]) for e in described] == [("Warning", "Preempted")]
     assert described[0]["note"] == "preempted by workload 99 to reclaim 8 a100-80g GPUs"
 
-    dispatch.admission_delete(admission_id=adm.pk)
+    teardown.admission_delete(admission_id=adm.pk)
     assert kube.state.jobs == {}

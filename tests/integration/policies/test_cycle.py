@@ -120,7 +120,7 @@ def test_placement_off_does_nothing(org):
 
 def engine_cycle():
     """The workers' snapshot builder and the engine's cycle."""
-    cycle = pytest.importorskip("scheduling.cycle")
+    cycle = pytest.importorskip("scheduling.workers.snapshot")
     from scheduling import engine
 
     return cycle, engine

@@ -56,7 +56,7 @@ def test_serving_gets_inference_high_once_enforced(demo):
 
 
 def test_cycle_policies_on_the_demo_fleet(demo):
-    cycle = pytest.importorskip("scheduling.cycle")
+    cycle = pytest.importorskip("scheduling.workers.snapshot")
     from django.utils import timezone
 
     labelled = submit(labels={"kind": "data-labelling"})

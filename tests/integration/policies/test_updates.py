@@ -1,5 +1,5 @@
-"""The update path (scheduling.updates): resubmit an ended workload, PATCH a pending one, the
-workload page's Resubmit button; grandfathering under a newly tightened rule, growing judged as
+"""The update path (scheduling.request.updates): resubmit an ended workload, PATCH a pending one,
+the workload page's Resubmit button; grandfathering under a newly tightened rule, growing judged as
 new; bad input, foreign and unmanageable ids."""
 
 import pytest
@@ -227,7 +227,7 @@ def test_patch_raising_the_priority_class_is_judged_as_new(org, user_api):
 
 
 def test_patch_keeps_an_approval_unless_the_workload_grows(org, user_api, settings):
-    from scheduling.approvals import workload_approve
+    from scheduling.request.approvals import workload_approve
 
     settings.ALLOT_APPROVAL_MAX_GPUS = 16
     workload = submit(user_api, gpus=24)

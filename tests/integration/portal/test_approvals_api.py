@@ -6,8 +6,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from quotas.capacity.services import capacity_request_submit
-from scheduling.approvals import approval_reason
 from scheduling.models import Workload
+from scheduling.request.approvals import approval_reason
 from tests.integration.portal.conftest import api_for, submission, submit
 
 pytestmark = pytest.mark.django_db
@@ -148,7 +148,7 @@ def test_long_request_is_held_and_bulk_holds_only_the_big_one(org, priority_clas
 
 
 def test_held_is_not_admitted_until_approved(org, priority_classes):
-    from scheduling.cycle import cycle_run
+    from scheduling.workers.cycle import cycle_run
 
     big_org(org)
     w = submit(org.alice, name="big", pods=BIG_PODS)
@@ -169,7 +169,7 @@ def test_held_is_not_admitted_until_approved(org, priority_classes):
 
 
 def test_held_big_request_denied_ends_rejected(org, priority_classes):
-    from scheduling.cycle import cycle_run
+    from scheduling.workers.cycle import cycle_run
 
     big_org(org)
     w = submit(org.alice, name="big", pods=BIG_PODS)

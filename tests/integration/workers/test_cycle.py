@@ -9,8 +9,10 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from scheduling import dispatch
-from scheduling.cycle import LOCK_KEY, cycle_run
+from scheduling.backends import registry
+from scheduling.fleet import dispatch, maintenance
+from scheduling.fleet import sync as fleet_sync
+from scheduling.locks import LOCK_KEY
 from scheduling.models import (
     Admission,
     Cluster,
@@ -22,6 +24,7 @@ from scheduling.models import (
 )
 from scheduling.selectors import queue_usage
 from scheduling.services import workload_submit
+from scheduling.workers.cycle import cycle_run
 from tests.integration.workers.fakes import FakeBackend
 from tests.integration.workers.world import make_world, request
 
@@ -43,7 +46,7 @@ def backends(monkeypatch):
     def get(cluster):
         return fakes.setdefault(cluster.name, FakeBackend(cluster.name))
 
-    monkeypatch.setattr(dispatch, "get_backend", get)
+    monkeypatch.setattr(registry, "get_backend", get)
     return fakes
 
 
@@ -209,9 +212,9 @@ def test_dispatch_and_sync_follow_the_workload_to_the_end(world, backends):
     assert spec.namespace == "rd-vision" and spec.pod_sets[0].nodes == tuple(adm.nodes)
     assert spec.duration_s == 3600 and spec.priority_class == "training"
     fake.phase[w.pk] = "running"
-    assert dispatch.cluster_sync(cluster_id=adm.cluster_id, nodes=False).running == [w.pk]
+    assert fleet_sync.cluster_sync(cluster_id=adm.cluster_id, nodes=False).running == [w.pk]
     fake.phase[w.pk] = "succeeded"
-    assert dispatch.cluster_sync(cluster_id=adm.cluster_id, nodes=False).finished == [w.pk]
+    assert fleet_sync.cluster_sync(cluster_id=adm.cluster_id, nodes=False).finished == [w.pk]
     w.refresh_from_db()
     adm.refresh_from_db()
     assert w.state == S.FINISHED and adm.end_reason == EndReason.FINISHED
@@ -226,7 +229,7 @@ def test_failed_pods_fail_the_workload(world, backends):
     adm = w.admissions.get()
     dispatch.cluster_dispatch(cluster_id=adm.cluster_id)
     backends[adm.cluster.name].phase[w.pk] = "failed"
-    assert dispatch.cluster_sync(cluster_id=adm.cluster_id, nodes=False).failed == [w.pk]
+    assert fleet_sync.cluster_sync(cluster_id=adm.cluster_id, nodes=False).failed == [w.pk]
     w.refresh_from_db()
     assert w.state == S.FAILED
     assert "OOMKilled" in w.events.get(type=EventType.FAILED).message
@@ -236,7 +239,7 @@ def test_stuck_reserved_workload_is_reclaimed(world, backends):
     w = submit(world, "stuck")
     t0 = timezone.now() - timedelta(hours=1)
     cycle_run(wait=True, now=t0)
-    report = dispatch.workloads_maintain(now=timezone.now())
+    report = maintenance.workloads_maintain(now=timezone.now())
     w.refresh_from_db()
     assert report.reclaimed == [w.pk] and w.state == S.PENDING
     assert w.admissions.get().end_reason == EndReason.RECLAIMED_STUCK

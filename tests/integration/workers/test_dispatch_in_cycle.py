@@ -7,9 +7,9 @@ from django.utils import timezone
 
 from scheduling.backends.simulated.models import SimJob
 from scheduling.backends.simulated.services import sim_control_set
-from scheduling.cycle import cycle_run
 from scheduling.models import Admission, Cluster, EndReason, EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
+from scheduling.workers.cycle import cycle_run
 from tests.integration.workers.world import make_world, request
 
 S = WorkloadState
@@ -65,7 +65,7 @@ def test_a_refusal_in_the_cycle_releases_penalises_and_requeues(world):
 def test_a_crash_mid_cycle_leaves_no_reservation_and_no_job(world):
     submit(world, "a")
 
-    from scheduling import dispatch
+    from scheduling.fleet import dispatch
 
     real = dispatch.dispatch_in_cycle
 
@@ -93,7 +93,7 @@ def test_turned_off_the_cycle_only_reserves(world, settings):
 
 
 def test_a_pending_workload_changed_in_place_is_read_again(world):
-    from scheduling.updates import workload_update
+    from scheduling.request.updates import workload_update
 
     hog = workload_submit(user=world.carol, data=request("hog", queue="rd/nlp", count=2))
     workload_submit(user=world.carol, data=request("hog2", queue="rd/nlp", count=1))

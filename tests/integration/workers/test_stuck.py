@@ -7,10 +7,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling import dispatch
-from scheduling.cycle import cycle_run
+from scheduling.backends import registry
+from scheduling.fleet import dispatch, maintenance
+from scheduling.fleet import sync as fleet_sync
 from scheduling.models import EndReason, EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
+from scheduling.workers.cycle import cycle_run
 from tests.integration.workers.fakes import FakeBackend
 from tests.integration.workers.world import make_world, request
 
@@ -25,7 +27,7 @@ def world(db):
 @pytest.fixture
 def backends(monkeypatch):
     fakes: dict[str, FakeBackend] = {}
-    monkeypatch.setattr(dispatch, "get_backend",
+    monkeypatch.setattr(registry, "get_backend",
                         lambda cluster: fakes.setdefault(cluster.name, FakeBackend(cluster.name)))
     return fakes
 
@@ -44,27 +46,27 @@ def backdate(w: Workload, seconds: float) -> None:
 
 
 def test_each_state_has_its_limit_from_the_settings(limits, settings):
-    assert dispatch.stuck_limit_s(S.PENDING) == 3600
-    assert dispatch.stuck_limit_s(S.RESERVED) == 600
-    assert dispatch.stuck_limit_s(S.RUNNING) == 7200
-    assert dispatch.stuck_limit_s(S.PREEMPTING) == 900
-    assert dispatch.stuck_limit_s(S.FINISHED) == float("inf")
+    assert maintenance.stuck_limit_s(S.PENDING) == 3600
+    assert maintenance.stuck_limit_s(S.RESERVED) == 600
+    assert maintenance.stuck_limit_s(S.RUNNING) == 7200
+    assert maintenance.stuck_limit_s(S.PREEMPTING) == 900
+    assert maintenance.stuck_limit_s(S.FINISHED) == float("inf")
     settings.ALLOT_WORKERS = {**limits, "stuck_pending_s": 0}
-    assert dispatch.stuck_limit_s(S.PENDING) == float("inf")  # 0 turns it off
+    assert maintenance.stuck_limit_s(S.PENDING) == float("inf")  # 0 turns it off
     settings.ALLOT_WORKERS = {k: v for k, v in limits.items() if not k.startswith("stuck_")}
     settings.ALLOT_ENGINE = {**settings.ALLOT_ENGINE, "pods_ready_timeout_s": 100}
-    assert dispatch.stuck_limit_s(S.RESERVED) == 260  # unset: twice the timeout + 60 s
-    assert dispatch.stuck_limit_s(S.PENDING) == 7 * 86400
+    assert maintenance.stuck_limit_s(S.RESERVED) == 260  # unset: twice the timeout + 60 s
+    assert maintenance.stuck_limit_s(S.PENDING) == 7 * 86400
 
 
 def test_stuck_pending_fails_with_the_reason(world, backends, limits):
     w = workload_submit(user=world.alice, data=request("waits"))  # no cycle runs: it waits
     backdate(w, 3500)
-    assert dispatch.workloads_maintain().reclaimed == []
+    assert maintenance.workloads_maintain().reclaimed == []
     w.refresh_from_db()
     assert w.state == S.PENDING
     backdate(w, 3700)
-    report = dispatch.workloads_maintain()
+    report = maintenance.workloads_maintain()
     w.refresh_from_db()
     assert w.pk in report.failed and w.state == S.FAILED and w.finished_at is not None
     event = w.events.get(type=EventType.RECLAIMED)
@@ -86,10 +88,10 @@ def test_stuck_running_fails_reclaims_capacity_and_deletes_its_jobs(
     adm = w.admissions.get()
     dispatch.cluster_dispatch(cluster_id=adm.cluster_id)
     backends[adm.cluster.name].phase[w.pk] = "running"
-    dispatch.cluster_sync(cluster_id=adm.cluster_id, nodes=False)
+    fleet_sync.cluster_sync(cluster_id=adm.cluster_id, nodes=False)
     backdate(w, 7300)
     with django_capture_on_commit_callbacks(execute=True):
-        report = dispatch.workloads_maintain()
+        report = maintenance.workloads_maintain()
     w.refresh_from_db()
     adm.refresh_from_db()
     assert report.failed == [w.pk] and w.state == S.FAILED
@@ -105,7 +107,7 @@ def test_stuck_preempting_and_reserved_go_back_to_the_queue(world, backends, lim
     cycle_run(wait=True)
     Workload.objects.filter(pk=w.pk).update(state=S.PREEMPTING)
     backdate(w, 1000)
-    report = dispatch.workloads_maintain()
+    report = maintenance.workloads_maintain()
     w.refresh_from_db()
     assert report.requeued == [w.pk] and w.state == S.PENDING
     assert w.admissions.get().end_reason == EndReason.RECLAIMED_STUCK
@@ -117,5 +119,5 @@ def test_nothing_is_reclaimed_below_the_limits(world, backends, limits):
     w = workload_submit(user=world.alice, data=request("fine"))
     cycle_run(wait=True)
     backdate(w, 500)
-    assert dispatch.workloads_maintain().reclaimed == []
+    assert maintenance.workloads_maintain().reclaimed == []
     assert Workload.objects.get(pk=w.pk).state == S.RESERVED

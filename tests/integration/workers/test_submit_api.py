@@ -8,7 +8,8 @@ from rest_framework.test import APIClient
 
 from scheduling import extensions
 from scheduling.models import EventType, Workload, WorkloadEvent, WorkloadState
-from scheduling.services import ALLOWED_TRANSITIONS, workload_cancel, workload_submit
+from scheduling.services import workload_cancel, workload_submit
+from scheduling.transitions import ALLOWED_TRANSITIONS
 from tests.integration.workers.world import make_world, request
 
 pytestmark = pytest.mark.django_db

@@ -8,10 +8,12 @@ import threading
 import pytest
 from django.db import connection
 
-from scheduling import dispatch, tasks
-from scheduling.cycle import cycle_run
+from scheduling import locks, tasks
+from scheduling.fleet import dispatch
+from scheduling.fleet import watch as fleet_watch
 from scheduling.models import EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
+from scheduling.workers.cycle import cycle_run
 from tests.integration.workers.world import make_world, request
 
 S = WorkloadState
@@ -48,7 +50,7 @@ def test_a_watch_follows_the_cluster_and_frees_capacity_when_pods_end(settings):
     world = make_world(speedup=100, cluster_names=("bj",))
     w, cluster_id = running_workload(world, "short", duration_s=50)  # 0.5 s of wall time
     freed = []
-    report = dispatch.cluster_watch(cluster_id=cluster_id, seconds=2.0,
+    report = fleet_watch.cluster_watch(cluster_id=cluster_id, seconds=2.0,
                                     on_freed=lambda: freed.append(1))
     w.refresh_from_db()
     assert report.watched and report.resyncs == 1 and report.ended == 1
@@ -70,7 +72,7 @@ def test_a_quiet_cluster_costs_a_few_queries_per_look(settings, django_assert_ma
     world = make_world(speedup=1, cluster_names=("bj",), connection={"watch_overlap_s": 0})
     w, cluster_id = running_workload(world, "long", duration_s=3600)
     with django_assert_max_num_queries(60):  # ~1 s: a resync, then 3 queries per 0.1 s
-        report = dispatch.cluster_watch(cluster_id=cluster_id, seconds=1.0)
+        report = fleet_watch.cluster_watch(cluster_id=cluster_id, seconds=1.0)
     assert report.ended == 0 and Workload.objects.get(pk=w.pk).state == S.RUNNING
 
 
@@ -82,7 +84,7 @@ def test_one_watcher_per_cluster_across_processes(settings):
     inside, release = threading.Event(), threading.Event()
 
     def hold():
-        with dispatch._watch_lock(world.bj.pk) as got:
+        with locks.watch_lock(world.bj.pk) as got:
             assert got
             inside.set()
             release.wait(10)
@@ -92,11 +94,11 @@ def test_one_watcher_per_cluster_across_processes(settings):
     holder.start()
     assert inside.wait(10)
     try:
-        assert dispatch.cluster_watch(cluster_id=world.bj.pk, seconds=5).watched is False
+        assert fleet_watch.cluster_watch(cluster_id=world.bj.pk, seconds=5).watched is False
     finally:
         release.set()
         holder.join()
-    assert dispatch.cluster_watch(cluster_id=world.bj.pk, seconds=0.2).watched is True
+    assert fleet_watch.cluster_watch(cluster_id=world.bj.pk, seconds=0.2).watched is True
 
 
 @pytest.mark.django_db(transaction=True)
@@ -117,6 +119,6 @@ def test_the_watch_task_schedules_freed_capacity_and_hands_over(settings, sent):
 def test_watch_can_be_turned_off(settings, monkeypatch):
     settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "watch": False}
     called = []
-    monkeypatch.setattr(dispatch, "cluster_watch", lambda **kw: called.append(kw))
+    monkeypatch.setattr(tasks, "cluster_watch", lambda **kw: called.append(kw))
     tasks.watch_clusters(seconds=1)
     assert called == []

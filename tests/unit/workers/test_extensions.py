@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from scheduling import extensions
-from scheduling.services import ALLOWED_TRANSITIONS, backoff_delay_s
+from scheduling.transitions import ALLOWED_TRANSITIONS, backoff_delay_s
 
 NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 

@@ -27,7 +27,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling import extensions, services
+from scheduling import enqueue, extensions
+from scheduling.locks import scheduling_lock
 from scheduling.models import (
     TERMINAL_STATES,
     EventType,
@@ -36,6 +37,12 @@ from scheduling.models import (
     WorkloadEvent,
     WorkloadState,
 )
+from scheduling.request.approvals import approval_reason
+from scheduling.request.cancel import user_may_manage
+from scheduling.request.check import RequestChecker
+from scheduling.request.lookups import SubmitLookups, policy_priority_class
+from scheduling.request.submission import workload_submit
+from scheduling.request.validation import _validate
 
 S = WorkloadState
 
@@ -115,7 +122,7 @@ def _locked(user: Any, workload: Workload) -> Workload:
     workload = (Workload.objects.select_for_update(of=("self",))
                 .select_related("queue", "team", "owner", "priority_class")
                 .prefetch_related("pod_sets").get(pk=workload.pk))
-    if not services.user_may_manage(user, workload):
+    if not user_may_manage(user, workload):
         raise PermissionDenied("only the owner, a lead of its team or an admin may change or "
                                f"resubmit workload {workload.name}")
     return workload
@@ -147,7 +154,7 @@ def workload_resubmit(
     update = (extensions.submission_update(replaces=old.pk, previous=previous)
               if old.state in GRANDFATHERED_STATES else contextlib.nullcontext())
     with update:
-        new = services.workload_submit(user=user, data=data, now=now)
+        new = workload_submit(user=user, data=data, now=now)
     who = user.get_username()
     changed = _changed(changes, previous)
     what = f" with {', '.join(changed)} changed" if changed else ""
@@ -186,9 +193,6 @@ def workload_update(
     event with the violations. Runs under the scheduling lock, so no cycle admits the old
     request meanwhile.
     """
-    from scheduling.approvals import approval_reason  # noqa: PLC0415 (imports services)
-    from scheduling.cycle import RequestChecker, scheduling_lock  # noqa: PLC0415
-
     _check_fields(changes, UPDATE_FIELDS, "an update")
     now = now or timezone.now()
     with scheduling_lock(wait=True):
@@ -199,15 +203,15 @@ def workload_update(
                 "resubmit it (POST .../resubmit) once it has ended"]})
         previous = workload_input(w)
         data = {**previous, **changes}
-        lookups = services.SubmitLookups(user)
-        clean = services._validate(user, data, lookups)
+        lookups = SubmitLookups(user)
+        clean = _validate(user, data, lookups)
         changed = _changed(changes, previous)
         if not changed:
             return UpdateOutcome(w)
         verdict = extensions.run_submission_checks(extensions.SubmissionContext(
             user=user, queue=w.queue, team=w.team, request=data, is_update=True,
             replaces=w.pk, previous=previous))
-        priority_class = services.policy_priority_class(verdict, clean["priority_class"],
+        priority_class = policy_priority_class(verdict, clean["priority_class"],
                                                         lookups.classes)
         for name in ("name", "preemptible", "checkpoint", "strategy", "dataset", "image",
                      "command", "duration_hint_s", "termination_grace_s", "topology", "labels"):
@@ -263,7 +267,7 @@ def workload_update(
                                         code="NEEDS_APPROVAL", message=held))
         WorkloadEvent.objects.bulk_create(events)
     if not w.needs_approval:
-        transaction.on_commit(services.cycle_nudge)
+        transaction.on_commit(enqueue.cycle_nudge)
     return UpdateOutcome(
         Workload.objects.select_related("queue", "team", "owner", "priority_class")
         .prefetch_related("pod_sets").get(pk=w.pk), [], changed)

@@ -56,7 +56,7 @@ def _ancestors(path: str) -> list[str]:
 def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime) -> Preview:
     """Feedback for a submission dict as `workload_submit` takes it (already form-cleaned)."""
     from quotas.selectors import tree_specs
-    from scheduling.cycle import request_check
+    from scheduling.request.check import request_check
     from scheduling.selectors import fleet_usage, queue_usage
 
     pods = submission["pods"]

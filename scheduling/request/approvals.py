@@ -19,8 +19,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.pages.access import user_scope
+from scheduling import enqueue
 from scheduling.models import EventType, Workload, WorkloadEvent, WorkloadState
-from scheduling.services import cycle_nudge, workload_transition
+from scheduling.transitions import workload_transition
 
 
 def approval_thresholds() -> tuple[int, float]:
@@ -78,7 +79,7 @@ def workload_approve(*, user: Any, workload: Workload, comment: str = "",
         workload=workload, at=now, type=EventType.POLICY, actor=user, code="APPROVED",
         message=f"approved by {user.get_username()}" + (f": {comment}" if comment else ""),
     )
-    transaction.on_commit(cycle_nudge)
+    transaction.on_commit(enqueue.cycle_nudge)
     _notify(workload, f"Workload {workload.name} approved",
             f"{workload.name} in {workload.queue.path} was approved by "
             f"{user.get_username()}. {comment}")

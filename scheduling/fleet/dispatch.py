@@ -1,0 +1,420 @@
+"""Phase two of dispatch: create the admitted workloads' Jobs (suspended) and start them.
+
+A local refusal (DispatchRefused) releases the reservation, lowers the cluster's health for a
+while and records both steps; the next cycle places the workload elsewhere. Clusters whose
+state lives in this database are dispatched inside the cycle's transaction
+(`dispatch_in_cycle`); others after it commits (`cluster_dispatch`).
+
+Backend calls happen outside the scheduling lock (they may be slow); the state changes they
+cause are written under it, after re-reading the rows, so a concurrent cycle never sees half.
+The other fleet stages (sync, watch, teardown, maintenance) follow the same rule.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
+from django.db.models.functions import Mod
+from django.utils import timezone
+
+from core import db
+from scheduling import enqueue
+from scheduling.backends import registry
+from scheduling.backends.base import (
+    BackendError,
+    BatchDispatch,
+    DispatchOutcome,
+    DispatchRefused,
+    PodSetSpec,
+    WorkloadSpec,
+)
+from scheduling.fleet.refs import (
+    penalty,
+    penalty_s,
+)
+from scheduling.locks import (
+    DISPATCH_SHARDS,
+    cluster_locks,
+    scheduling_lock,
+)
+from scheduling.models import (
+    Admission,
+    Cluster,
+    EndReason,
+    EventType,
+    PodSet,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+from scheduling.transitions import (
+    event_new,
+    workload_transition,
+)
+
+logger = logging.getLogger(__name__)
+S = WorkloadState
+
+
+@dataclass
+class DispatchReport:
+    """What one dispatch pass did."""
+
+    started: list[int] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    errors_ids: set[int] = field(default_factory=set)
+    skipped: bool = False  # another pass held the cluster
+
+
+# The columns a dispatch pass reads, in one query (no model instances on the hot path).
+DISPATCH_FIELDS = (
+    "pk", "workload_id", "nodes", "flavor__name", "flavor__node_selector", "cluster__name",
+    "workload__name", "workload__queue__path", "workload__queue__namespace",
+    "workload__image", "workload__command", "workload__priority_class__name",
+    "workload__termination_grace_s", "workload__duration_hint_s", "workload__progress_s",
+)
+
+
+def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
+                     batch: int = 500, shard: int | None = None,
+                     wait_s: float | None = None) -> DispatchReport:
+    """Create and start every reserved, undispatched workload of a cluster (or of one shard);
+    shards another pass holds are left to it (`skipped`), after waiting up to `wait_s` for
+    them when given.
+
+    A pass costs a few queries per batch, not per workload: one to read the batch, one for its
+    pod sets, the backend's (one batch call on a backend with `dispatch_many`), and one
+    transaction under the scheduling lock recording what started (and what already runs).
+    """
+    report = DispatchReport()
+    shards = [shard] if shard is not None else list(range(DISPATCH_SHARDS))
+    with cluster_locks(cluster_id, shards, wait=wait_s is not None, wait_s=wait_s) as held:
+        if len(held) < len(shards):
+            report.skipped = True
+        if not held:
+            return report
+        cluster = Cluster.objects.get(pk=cluster_id)
+        previous = Admission.objects.filter(
+            workload_id=OuterRef("workload_id"), cluster_id=cluster_id,
+            cleaned_at__isnull=True, ended_at__isnull=False)
+        while True:
+            qs = (Admission.objects.filter(cluster_id=cluster_id, ended_at__isnull=True,
+                                           dispatched_at__isnull=True,
+                                           workload__state=S.RESERVED)
+                  .exclude(workload_id__in=report.errors_ids))
+            if len(held) < DISPATCH_SHARDS:
+                qs = qs.annotate(shard=Mod("workload_id", DISPATCH_SHARDS)).filter(
+                    shard__in=held)
+            rows = list(qs.annotate(previous=Exists(previous)).order_by("pk")
+                        .values(*DISPATCH_FIELDS, "previous")[:batch])
+            if not rows:
+                break
+            _dispatch_batch(cluster, rows, now, report)
+            if len(rows) < batch:
+                break
+    return report
+
+
+def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpec:
+    """The backend's view of one admission row (see DISPATCH_FIELDS)."""
+    sets, k = [], 0
+    for ps in pod_sets:
+        sets.append(PodSetSpec(
+            index=ps["index"], count=ps["count"], flavor=row["flavor__name"], gpus=ps["gpus"],
+            cpu=ps["cpu"], memory_gib=ps["memory_gib"],
+            node_selector=dict(row["flavor__node_selector"] or {}),
+            nodes=tuple(row["nodes"][k:k + ps["count"]])))
+        k += ps["count"]
+    hint = row["workload__duration_hint_s"]
+    path = row["workload__queue__path"]
+    return WorkloadSpec(
+        workload_id=row["workload_id"], name=row["workload__name"],
+        namespace=row["workload__queue__namespace"] or path.replace("/", "-"), queue_path=path,
+        pod_sets=tuple(sets), image=row["workload__image"],
+        command=tuple(row["workload__command"] or ()),
+        priority_class=row["workload__priority_class__name"],
+        termination_grace_s=row["workload__termination_grace_s"],
+        duration_s=None if hint is None else max(0.0, float(hint) - row["workload__progress_s"]),
+        labels={})
+
+
+def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime | None,
+                    report: DispatchReport) -> None:
+    backend = registry.get_backend(cluster)
+    pod_sets: dict[int, list[Any]] = {}
+    for ps in PodSet.objects.filter(workload_id__in=[r["workload_id"] for r in rows]).order_by(
+            "workload_id", "index").values("workload_id", "index", "count", "gpus", "cpu",
+                                           "memory_gib"):
+        pod_sets.setdefault(ps["workload_id"], []).append(ps)
+    specs = [_spec_of(r, pod_sets.get(r["workload_id"], [])) for r in rows]
+    previous = frozenset(r["workload_id"] for r in rows if r["previous"])
+    if isinstance(backend, BatchDispatch):
+        try:
+            outcomes = backend.dispatch_many(specs, replace=previous)
+        except BackendError as exc:
+            outcomes = [DispatchOutcome(ref=spec.ref, error=exc) for spec in specs]
+    else:
+        # One database transaction around the batch: a database-backed cluster then commits
+        # once per batch instead of once per call; a remote cluster is unaffected.
+        with transaction.atomic():
+            outcomes = [_create_and_start(backend, cluster, spec, spec.workload_id in previous)
+                        for spec in specs]
+    started: list[tuple[dict[str, Any], bool]] = []
+    refused: list[tuple[dict[str, Any], DispatchRefused]] = []
+    for row, outcome in zip(rows, outcomes, strict=True):
+        if outcome.refused is not None:
+            refused.append((row, outcome.refused))
+        elif outcome.error is not None:
+            # Retryable: the task retries; the pods-ready timeout bounds how long.
+            report.errors.append(f"{row['workload_id']}: {outcome.error}")
+            report.errors_ids.add(row["workload_id"])
+            logger.warning("cluster %s: dispatch of workload %s failed: %s", cluster.name,
+                           row["workload_id"], outcome.error)
+        else:
+            started.append((row, outcome.running))
+    now = now or timezone.now()
+    _dispatched(cluster, started, now, report)
+    if refused:
+        with scheduling_lock(wait=True):
+            for row, refusal in refused:
+                if _refused(row, refusal, now):
+                    report.refused.append(row["workload_id"])
+        enqueue.cycle_nudge()
+
+
+def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
+                      events: list[WorkloadEvent], report: Any) -> None:
+    """Phase two inside the cycle's transaction, for clusters whose state lives in this
+    database (`joins_transaction`: the simulated backend).
+
+    The cycle's new admissions (unsaved) on such clusters are created and started with one
+    `dispatch_many`; started ones are saved dispatched (and running, when their pods run at
+    once), a refusal ends the reservation, lowers the cluster's health and requeues the
+    workload as `_refused` does, all with their events, in the cycle's transaction: a crash
+    leaves neither a reservation nor a Job behind. Backend errors leave the admission to the
+    usual dispatch pass after commit. Other clusters are dispatched after commit as before.
+    On unless ALLOT_WORKERS["dispatch_in_cycle"] is false (ALLOT_DISPATCH_IN_CYCLE=0).
+    """
+    if not getattr(settings, "ALLOT_WORKERS", {}).get("dispatch_in_cycle", True):
+        return
+    by_cluster: dict[int, list[Admission]] = {}
+    for adm in admissions:
+        by_cluster.setdefault(adm.cluster_id, []).append(adm)
+    clusters = {c.pk: c for c in parts.clusters.values()}
+    for cluster_id, adms in by_cluster.items():
+        cluster = clusters[cluster_id]
+        backend = registry.get_backend(cluster)
+        if not (isinstance(backend, BatchDispatch)
+                and getattr(backend, "joins_transaction", False)):
+            continue
+        workloads = [parts.workloads[str(a.workload_id)] for a in adms]
+        previous = frozenset(Admission.objects.filter(
+            workload_id__in=[w.pk for w in workloads], cluster_id=cluster_id,
+            cleaned_at__isnull=True, ended_at__isnull=False).values_list(
+            "workload_id", flat=True))
+        flavor_names = {v: k for k, v in parts.flavors.items()}
+        specs = []
+        for adm, w in zip(adms, workloads, strict=True):
+            row = parts.rows[str(w.pk)]
+            flavor = flavor_names[adm.flavor_id]
+            specs.append(_spec_of({
+                "workload_id": w.pk, "nodes": adm.nodes, "flavor__name": flavor,
+                "flavor__node_selector": parts.node_selectors.get(flavor, {}),
+                "workload__name": w.name, "workload__queue__path": row["queue__path"],
+                "workload__queue__namespace": row["queue__namespace"],
+                "workload__image": w.image, "workload__command": w.command,
+                "workload__priority_class__name": parts.priority_names.get(
+                    w.priority_class_id, ""),
+                "workload__termination_grace_s": w.termination_grace_s,
+                "workload__duration_hint_s": w.duration_hint_s,
+                "workload__progress_s": w.progress_s,
+            }, parts.pod_sets.get(w.pk, [])))
+        try:
+            outcomes = backend.dispatch_many(specs, replace=previous)
+        except BackendError as exc:
+            logger.warning("cluster %s: dispatch in the cycle failed, left to the dispatch "
+                           "pass: %s", cluster.name, exc)
+            continue
+        handled = 0
+        for adm, w, outcome in zip(adms, workloads, outcomes, strict=True):
+            pods = len(adm.nodes)
+            if outcome.refused is not None:
+                _refused_in_cycle(cluster, adm, w, outcome.refused, now, events)
+                report.refused.append(w.pk)
+                handled += 1
+                continue
+            if outcome.error is not None:
+                continue
+            adm.dispatched_at = now
+            events.append(event_new(
+                w, EventType.DISPATCHED, at=now, payload={"cluster": cluster.name},
+                message=f"created on {cluster.name} and started "
+                f"({pods} pods on {len(set(adm.nodes))} nodes)"))
+            if outcome.running:
+                adm.running_at = now
+                events.append(workload_transition(
+                    w, S.RUNNING, at=now, event_type=EventType.RUNNING,
+                    message=f"all {pods} pods running on {cluster.name}"))
+            handled += 1
+        if handled == len(adms):
+            report.dispatch_clusters.discard(cluster_id)
+
+
+def _refused_in_cycle(cluster: Cluster, adm: Admission, w: Workload, refusal: DispatchRefused,
+                      now: datetime, events: list[WorkloadEvent]) -> None:
+    """`_refused` for an admission the cycle has not saved yet."""
+    adm.ended_at, adm.end_reason, adm.cleaned_at = now, EndReason.REFUSED, now
+    until = now + timedelta(seconds=penalty_s())
+    Cluster.objects.filter(pk=cluster.pk).update(health_penalty=penalty(),
+                                                 health_penalty_until=until)
+    cluster.health_penalty, cluster.health_penalty_until = penalty(), until
+    message = (f"cluster {cluster.name} refused the dispatch ({refusal.reason}: "
+               f"{refusal.message}); reservation released, cluster health "
+               f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
+               f"{penalty_s():.0f}s; will be placed again")
+    events.append(event_new(w, EventType.REFUSED, at=now, code="DISPATCH_REFUSED",
+                            message=message,
+                            payload={"cluster": cluster.name, "reason": str(refusal.reason)}))
+    events.append(workload_transition(
+        w, S.PENDING, at=now, event_type=EventType.REQUEUED,
+        message=f"back in the queue after the refusal by {cluster.name}"))
+    w.reason_code, w.reason_message = "DISPATCH_REFUSED", message
+    logger.warning("workload %s refused by %s: %s", w.pk, cluster.name, refusal)
+
+
+def _create_and_start(backend: Any, cluster: Cluster, spec: WorkloadSpec,
+                      previous: bool) -> DispatchOutcome:
+    """Dispatch one workload on a backend without `dispatch_many`."""
+    try:
+        if previous:
+            # A previous interval's Jobs carry the same names: remove them first, or the
+            # create would find them and resume the old placement.
+            backend.delete_workload(spec.ref)
+        ref = backend.create_workload(spec)
+        backend.start_workload(ref)
+    except DispatchRefused as refusal:
+        try:
+            backend.delete_workload(spec.ref)
+        except BackendError:
+            logger.warning("cluster %s: could not clean up refused workload %s",
+                           cluster.name, spec.workload_id, exc_info=True)
+        return DispatchOutcome(ref=spec.ref, refused=refusal)
+    except BackendError as exc:
+        return DispatchOutcome(ref=spec.ref, error=exc)
+    return DispatchOutcome(ref=ref)
+
+
+def _dispatched(cluster: Cluster, started: list[tuple[dict[str, Any], bool]], now: datetime,
+                report: DispatchReport) -> None:
+    """Record the started ones whose admission is still open, and move those whose pods
+    already run to `running`, in one transaction.
+
+    No scheduling lock: on PostgreSQL both writes are conditional UPDATEs (`... AND ended_at
+    IS NULL AND dispatched_at IS NULL`, `... AND state = 'reserved'`) returning the rows they
+    changed, so a cycle that ended the admission or preempted the workload meanwhile wins, and
+    the dispatch never waits behind a cycle. Elsewhere the scheduling lock serialises it.
+    """
+    if not started:
+        return
+    if connection.vendor != "postgresql":
+        with scheduling_lock(wait=True):
+            _dispatched_locked(cluster, started, now, report)
+        return
+    pks = [r["pk"] for r, _ in started]
+    running_pks = [r["pk"] for r, running in started if running]
+    adm_table, w_table = Admission._meta.db_table, Workload._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{adm_table}" SET "dispatched_at" = %s, "running_at" = CASE WHEN '
+            f'"id" = ANY(%s) THEN %s ELSE "running_at" END WHERE "id" = ANY(%s) AND '
+            f'"ended_at" IS NULL AND "dispatched_at" IS NULL RETURNING "id"',
+            [now, running_pks, now, pks])
+        recorded = {row[0] for row in cursor.fetchall()}
+        runs = [r["workload_id"] for r, running in started if running and r["pk"] in recorded]
+        ran: set[int] = set()
+        if runs:
+            cursor.execute(
+                f'UPDATE "{w_table}" SET "state" = %s, "state_changed_at" = %s '
+                f'WHERE "id" = ANY(%s) AND "state" = %s RETURNING "id"',
+                [S.RUNNING, now, runs, S.RESERVED])
+            ran = {row[0] for row in cursor.fetchall()}
+        _dispatch_events(cluster, [(r, r["workload_id"] in ran) for r, _ in started
+                                   if r["pk"] in recorded], now, report)
+
+
+def _dispatched_locked(cluster: Cluster, started: list[tuple[dict[str, Any], bool]],
+                       now: datetime, report: DispatchReport) -> None:
+    fresh = dict(Admission.objects.filter(
+        pk__in=[r["pk"] for r, _ in started], ended_at__isnull=True,
+        dispatched_at__isnull=True).values_list("pk", "workload__state"))
+    done = [(r, running and fresh[r["pk"]] == S.RESERVED) for r, running in started
+            if r["pk"] in fresh]
+    if not done:
+        return
+    admissions = [Admission(pk=r["pk"], dispatched_at=now, running_at=now if running else None)
+                  for r, running in done]
+    db.bulk_set(Admission, admissions, ["dispatched_at", "running_at"])
+    runs = [r["workload_id"] for r, running in done if running]
+    if runs:
+        Workload.objects.filter(pk__in=runs, state=S.RESERVED).update(
+            state=S.RUNNING, state_changed_at=now)
+    _dispatch_events(cluster, done, now, report)
+
+
+def _dispatch_events(cluster: Cluster, done: list[tuple[dict[str, Any], bool]], now: datetime,
+                     report: DispatchReport) -> None:
+    events = []
+    for r, running in done:
+        pods = len(r["nodes"])
+        events.append(WorkloadEvent(
+            workload_id=r["workload_id"], at=now, type=EventType.DISPATCHED,
+            message=f"created on {cluster.name} and started "
+            f"({pods} pods on {len(set(r['nodes']))} nodes)",
+            payload={"cluster": cluster.name}))
+        if running:
+            events.append(WorkloadEvent(
+                workload_id=r["workload_id"], at=now, type=EventType.RUNNING,
+                message=f"all {pods} pods running on {cluster.name}"))
+    db.insert_rows(WorkloadEvent, events)
+    report.started.extend(r["workload_id"] for r, _ in done)
+
+
+def _refused(row: dict[str, Any], refusal: DispatchRefused, now: datetime) -> bool:
+    """Release the reservation and lower the cluster's health for a while (both recorded).
+
+    Runs under the scheduling lock; False when the admission had already ended."""
+    w = Workload.objects.select_for_update().get(pk=row["workload_id"])
+    fresh = Admission.objects.select_for_update().get(pk=row["pk"])
+    if fresh.ended_at is not None or w.state != S.RESERVED:
+        return False
+    fresh.ended_at, fresh.end_reason = now, EndReason.REFUSED
+    fresh.cleaned_at = now
+    fresh.save(update_fields=["ended_at", "end_reason", "cleaned_at"])
+    cluster = Cluster.objects.select_for_update().get(pk=fresh.cluster_id)
+    cluster.health_penalty = penalty()
+    cluster.health_penalty_until = now + timedelta(seconds=penalty_s())
+    cluster.save(update_fields=["health_penalty", "health_penalty_until"])
+    message = (f"cluster {cluster.name} refused the dispatch ({refusal.reason}: "
+               f"{refusal.message}); reservation released, cluster health "
+               f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
+               f"{penalty_s():.0f}s; will be placed again")
+    events = [
+        event_new(w, EventType.REFUSED, at=now, code="DISPATCH_REFUSED", message=message,
+                  payload={"cluster": cluster.name, "reason": str(refusal.reason)}),
+        workload_transition(w, S.PENDING, at=now, event_type=EventType.REQUEUED,
+                            message=f"back in the queue after the refusal by {cluster.name}"),
+    ]
+    w.reason_code, w.reason_message = "DISPATCH_REFUSED", message
+    w.save(update_fields=["state", "state_changed_at", "reason_code", "reason_message"])
+    WorkloadEvent.objects.bulk_create(events)
+    logger.warning("workload %s refused by %s: %s", w.pk, cluster.name, refusal)
+    return True
+
+

@@ -1,0 +1,215 @@
+"""Following workloads on their clusters by polling: pod status moves a workload from
+reserved to running to finished or failed, and releases what a cluster lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.utils import timezone
+
+from core import db
+from quotas.models import Flavor
+from scheduling import enqueue
+from scheduling.backends import registry
+from scheduling.backends.base import (
+    BackendError,
+    FlavorMatch,
+    Phase,
+    WorkloadRef,
+)
+from scheduling.locks import (
+    scheduling_lock,
+)
+from scheduling.models import (
+    Admission,
+    Cluster,
+    EndReason,
+    EventType,
+    Node,
+    PodSet,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+from scheduling.transitions import (
+    workload_transition,
+)
+
+logger = logging.getLogger(__name__)
+S = WorkloadState
+
+
+@dataclass
+class SyncReport:
+    """What one sync pass saw and changed."""
+
+    running: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+    nodes_changed: int = 0
+
+
+def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = True,
+                 nudge: bool = True, workload_ids: frozenset[int] | set[int] | None = None
+                 ) -> SyncReport:
+    """Follow pods of the cluster's dispatched workloads (only `workload_ids`, when a watch
+    said which changed); refresh its node inventory.
+
+    Reads are plain rows; the scheduling lock is taken only when a state must change, and
+    only those workloads are written.
+    """
+    report = SyncReport()
+    cluster = Cluster.objects.get(pk=cluster_id)
+    backend = registry.get_backend(cluster)
+    if nodes:
+        report.nodes_changed = sync_nodes(cluster, backend)
+    if workload_ids is not None and not workload_ids:
+        return report
+    qs = Admission.objects.filter(cluster_id=cluster_id, ended_at__isnull=True,
+                                  dispatched_at__isnull=False,
+                                  workload__state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING])
+    if workload_ids is not None:
+        qs = qs.filter(workload_id__in=list(workload_ids))
+    rows = list(qs.order_by("pk").values(
+        "pk", "workload_id", "workload__state", "workload__queue__path",
+        "workload__queue__namespace"))
+    if not rows:
+        return report
+    indexes: dict[int, list[int]] = {}
+    for wid, index in PodSet.objects.filter(
+            workload_id__in=[r["workload_id"] for r in rows]).order_by(
+            "workload_id", "index").values_list("workload_id", "index"):
+        indexes.setdefault(wid, []).append(index)
+    refs = [WorkloadRef.for_workload(
+        namespace=r["workload__queue__namespace"] or r["workload__queue__path"].replace("/", "-"),
+        workload_id=r["workload_id"], pod_set_indexes=indexes.get(r["workload_id"], []))
+        for r in rows]
+    try:
+        statuses = backend.workload_statuses(refs)
+    except BackendError as exc:
+        logger.warning("cluster %s: workload status failed: %s", cluster.name, exc)
+        return report
+    observed = [(r["pk"], r["workload_id"], status.phase, status.message)
+                for r, status in zip(rows, statuses, strict=True)
+                if _moves(r["workload__state"], status.phase)]
+    if not observed:
+        return report
+    now = now or timezone.now()
+    with scheduling_lock(wait=True):
+        _apply_status(cluster.name, observed, now, report)
+    if nudge and (report.finished or report.failed or report.lost):
+        enqueue.cycle_nudge()
+    return report
+
+
+def _moves(state: str, phase: Phase) -> bool:
+    """Whether a workload in `state` whose pods are in `phase` changes state."""
+    if phase == Phase.RUNNING:
+        return state == S.RESERVED
+    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return state in (S.RESERVED, S.RUNNING, S.PREEMPTING)
+    if phase == Phase.MISSING:
+        return state in (S.RUNNING, S.RESERVED)
+    return False
+
+
+def _apply_status(cluster_name: str, observed: list[tuple[int, int, Phase, str]],
+                  now: datetime, report: SyncReport) -> None:
+    ids = [wid for _, wid, _, _ in observed]
+    fresh = {w.pk: w for w in Workload.objects.select_for_update().filter(pk__in=ids)
+             .only("id", "name", "state", "state_changed_at", "finished_at", "progress_s",
+                   "preempt_deadline").order_by("pk")}
+    open_adm = {a.pk: a for a in Admission.objects.select_for_update().filter(
+        pk__in=[pk for pk, _, _, _ in observed], ended_at__isnull=True)
+        .only("id", "workload_id", "nodes", "borrowed", "running_at", "ended_at",
+              "end_reason", "forced")}
+    events: list[WorkloadEvent] = []
+    changed_w: dict[int, Workload] = {}
+    changed_a: dict[int, Admission] = {}
+    for adm_pk, wid, phase, message in observed:
+        w, a = fresh.get(wid), open_adm.get(adm_pk)
+        if w is None or a is None:
+            continue
+        if phase == Phase.RUNNING and w.state == S.RESERVED:
+            a.running_at = now
+            changed_a[a.pk] = a
+            events.append(workload_transition(
+                w, S.RUNNING, at=now, event_type=EventType.RUNNING,
+                message=f"all {len(a.nodes)} pods running on {cluster_name}"))
+            changed_w[w.pk] = w
+            report.running.append(w.pk)
+        elif phase == Phase.SUCCEEDED and w.state in (S.RESERVED, S.RUNNING, S.PREEMPTING):
+            if a.running_at is None:
+                a.running_at = now
+            a.ended_at, a.end_reason = now, EndReason.FINISHED
+            changed_a[a.pk] = a
+            ran = (now - a.running_at).total_seconds()
+            w.progress_s += ran
+            w.preempt_deadline = None
+            events.append(workload_transition(
+                w, S.FINISHED, at=now, event_type=EventType.FINISHED,
+                message=f"all pods succeeded on {cluster_name}"))
+            changed_w[w.pk] = w
+            report.finished.append(w.pk)
+        elif phase == Phase.FAILED and w.state in (S.RESERVED, S.RUNNING, S.PREEMPTING):
+            a.ended_at, a.end_reason = now, EndReason.FAILED
+            changed_a[a.pk] = a
+            w.preempt_deadline = None
+            events.append(workload_transition(
+                w, S.FAILED, at=now, event_type=EventType.FAILED,
+                message=f"failed on {cluster_name}: {message or 'a pod failed'}"))
+            changed_w[w.pk] = w
+            report.failed.append(w.pk)
+        elif phase == Phase.MISSING and w.state in (S.RUNNING, S.RESERVED):
+            # Its Jobs vanished (deleted by hand, cluster rebuilt): back to the queue.
+            a.ended_at, a.end_reason, a.forced = now, EndReason.FAILED, a.borrowed
+            changed_a[a.pk] = a
+            events.append(workload_transition(
+                w, S.PENDING, at=now, event_type=EventType.REQUEUED,
+                message=f"its Jobs disappeared from {cluster_name}; back in the queue"))
+            changed_w[w.pk] = w
+            report.lost.append(w.pk)
+    if changed_a:
+        db.bulk_set(Admission, list(changed_a.values()),
+                 ["running_at", "ended_at", "end_reason", "forced"])
+    if changed_w:
+        db.bulk_set(Workload, list(changed_w.values()),
+                 ["state", "state_changed_at", "finished_at", "progress_s", "preempt_deadline"])
+    db.insert_rows(WorkloadEvent, events)
+
+
+def sync_nodes(cluster: Cluster, backend: object) -> int:
+    """Update readiness and allocatable resources of known nodes (new nodes are added)."""
+    flavors = {f.name: f for f in Flavor.objects.all()}
+    matches = [FlavorMatch(name=f.name, node_selector=dict(f.node_selector or {}),
+                           interconnect_label=f.interconnect_label) for f in flavors.values()]
+    try:
+        infos = backend.list_nodes(matches)  # type: ignore[attr-defined]
+    except BackendError as exc:
+        logger.warning("cluster %s: node inventory failed: %s", cluster.name, exc)
+        return 0
+    known = {n.name: n for n in Node.objects.filter(cluster=cluster)}
+    changed = 0
+    for info in infos:
+        node = known.get(info.name)
+        if info.flavor is None or info.flavor not in flavors:
+            continue
+        values = {"gpus": info.gpus, "cpu": info.cpu, "memory_gib": info.memory_gib,
+                  "ready": info.ready, "rack": info.rack or (node.rack if node else "")}
+        if node is None:
+            Node.objects.create(cluster=cluster, name=info.name, flavor=flavors[info.flavor],
+                                labels=dict(info.labels), **values)
+            changed += 1
+        elif any(getattr(node, k) != v for k, v in values.items()):
+            Node.objects.filter(pk=node.pk).update(**values)
+            changed += 1
+    seen = {i.name for i in infos}
+    gone = [n.pk for name, n in known.items() if name not in seen and n.ready]
+    if gone:
+        Node.objects.filter(pk__in=gone).update(ready=False)
+        changed += len(gone)
+    return changed

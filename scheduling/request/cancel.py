@@ -1,0 +1,58 @@
+"""Cancellation: who may stop a workload, and stopping it (its capacity is released at once)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.models import TeamRole
+from scheduling import enqueue
+from scheduling.models import (
+    OPEN_STATES,
+    EndReason,
+    EventType,
+    Workload,
+    WorkloadState,
+)
+from scheduling.transitions import (
+    admission_close,
+    workload_transition,
+)
+
+
+def user_may_manage(user: Any, workload: Workload) -> bool:
+    """The owner, a lead of the workload's team, or an admin may cancel it."""
+    if user.is_staff or user.is_superuser or workload.owner_id == user.pk:
+        return True
+    return workload.team is not None and workload.team.memberships.filter(
+        user=user, role=TeamRole.LEAD).exists()
+
+
+@transaction.atomic
+def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = None) -> Workload:
+    """Cancel a workload that has not ended; its capacity is released at once."""
+    now = now or timezone.now()
+    workload = Workload.objects.select_for_update().get(pk=workload.pk)
+    if not user_may_manage(user, workload):
+        raise PermissionDenied("only the owner, a lead of its team or an admin may cancel "
+                               f"workload {workload.name}")
+    if workload.state not in OPEN_STATES:
+        raise ValidationError(f"workload {workload.name} is already {workload.state}: "
+                              "nothing to cancel")
+    was = workload.state
+    event = workload_transition(
+        workload, WorkloadState.CANCELLED, at=now, event_type=EventType.CANCELLED, actor=user,
+        message=f"cancelled by {user.get_username()} (was {was})")
+    workload.preempt_deadline = None
+    workload.save(update_fields=["state", "state_changed_at", "finished_at",
+                                 "preempt_deadline"])
+    event.save()
+    admission = admission_close(workload=workload, at=now, reason=EndReason.CANCELLED)
+    if admission is not None:
+        transaction.on_commit(lambda: enqueue.admission_delete(admission.pk))
+    transaction.on_commit(enqueue.cycle_nudge)
+    return workload

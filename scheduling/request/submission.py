@@ -1,0 +1,282 @@
+"""Submission: a validated request stored `pending` with its pod sets and first events, in one
+statement on PostgreSQL, with its place in the queue read by the same statement.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.utils import timezone
+
+from core import changes
+from core.db import hot_cursor
+from quotas.models import Queue
+from scheduling import enqueue, extensions
+from scheduling.models import (
+    EventType,
+    PodSet,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+from scheduling.request.approvals import approval_reason, approval_thresholds
+from scheduling.request.check import RequestChecker
+from scheduling.request.lookups import SubmitLookups, policy_priority_class
+from scheduling.request.validation import (
+    _validate,
+)
+from scheduling.selectors import position_params, position_sql
+from scheduling.transitions import (
+    event_new,
+)
+
+logger = logging.getLogger(__name__)
+
+S = WorkloadState
+
+
+# --- submission -------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def workload_submit(*, user: Any, data: Mapping[str, Any], now: datetime | None = None,
+                    nudge: bool = True) -> Workload:
+    """Validate and record a submission: `pending`, or `rejected` with reasons if impossible.
+
+    Malformed input raises ValidationError (nothing saved). Registered submission checks
+    (policies, budgets) and the engine's request check may reject it: it is then saved
+    `rejected` with one reason event per reason, so the user sees why.
+    """
+    return _submit(user=user, items=[data], now=now, nudge=nudge)[0]
+
+
+@transaction.atomic
+def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
+                     now: datetime | None = None, nudge: bool = True) -> list[Workload]:
+    """Submit several workloads at once, all or nothing (bulk inserts; same rules as
+    `workload_submit`). A malformed item raises ValidationError naming it (`[3] name: ...`
+    when there are several)."""
+    return _submit(user=user, items=items, now=now, nudge=nudge)
+
+
+def _prime(instance: Any, name: str, rows: list[Any]) -> None:
+    """Set what `instance.<name>.all()` returns to `rows` (as `prefetch_related` would), so
+    the caller reads back what was just written without a query. The queryset is the
+    manager's own (filtered on the instance), so `instance.<name>.filter(...)` still reads
+    only the instance's rows."""
+    manager = getattr(instance, name)
+    qs = manager.get_queryset()
+    qs._result_cache = rows
+    qs._prefetch_done = True
+    if not hasattr(instance, "_prefetched_objects_cache"):
+        instance._prefetched_objects_cache = {}
+    instance._prefetched_objects_cache[manager.field.remote_field.cache_name] = qs
+
+
+_INSERT_COLUMNS: dict[tuple[type, str], tuple[list[Any], list[str], list[str]]] = {}
+
+
+def _insert_columns(model: Any, skip: str = "") -> tuple[list[Any], list[str], list[str]]:
+    """The fields a row of `model` is inserted with (all but the primary key and `skip`),
+    their quoted column names and their `%s::type` placeholders (worked out once)."""
+    key = (model, skip)
+    if key not in _INSERT_COLUMNS:
+        fields = [f for f in model._meta.concrete_fields
+                  if not f.primary_key and f.attname != skip]
+        qn = connection.ops.quote_name
+        _INSERT_COLUMNS[key] = (fields, [qn(str(f.column)) for f in fields],
+                                [f"%s::{f.db_type(connection)}" for f in fields])
+    return _INSERT_COLUMNS[key]
+
+
+def _row_sql(obj: Any, fields: list[Any], marks: list[str]) -> tuple[str, list[Any]]:
+    """`(%s::type, ...)` and its parameters for one row (values prepared as Django's INSERT
+    prepares them)."""
+    db = connections[DEFAULT_DB_ALIAS]  # not the proxy: it costs a lookup per field
+    return ("(" + ", ".join(marks) + ")",
+            [f.get_db_prep_save(f.pre_save(obj, True), db) for f in fields])
+
+
+# What `selectors.workload_queue_position` reads, for a workload being inserted by the same
+# statement (its row is not visible to the statement, and its id is `w`'s): the pending work of
+# its queue ordered before it, and the queue's open admissions, column by column.
+_AHEAD_SQL, _ADMITTED_SQL = position_sql("(SELECT id FROM w)")
+_POSITION_CTES = f"h AS ({_AHEAD_SQL}), a AS ({_ADMITTED_SQL})"
+_POSITION_COLUMNS = (
+    ", (SELECT n FROM h), (SELECT g FROM h), ARRAY(SELECT gpus FROM a ORDER BY id),"
+    " ARRAY(SELECT duration_hint_s FROM a ORDER BY id),"
+    " ARRAY(SELECT progress_s FROM a ORDER BY id),"
+    " ARRAY(SELECT running_at FROM a ORDER BY id), ARRAY(SELECT reserved_at FROM a ORDER BY id)")
+
+
+def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[WorkloadEvent],
+                *, position: bool = False) -> None:
+    """Insert one workload with its pod sets and events in one statement (PostgreSQL: data-
+    modifying CTEs), where bulk_create takes three; sets the ids as bulk_create does.
+
+    With `position` (a pending workload), the same statement reads what its queue position
+    needs (`selectors.workload_queue_position`), kept on the workload: the 201 answer costs no
+    other query."""
+    qn = connection.ops.quote_name
+    parts, params = [], []
+    wfields, wcols, wmarks = _insert_columns(Workload)
+    row, row_params = _row_sql(workload, wfields, wmarks)
+    parts.append(f"w AS (INSERT INTO {qn(Workload._meta.db_table)} ({', '.join(wcols)})"
+                 f" VALUES {row} RETURNING id)")
+    params += row_params
+    for name, model, rows in (("p", PodSet, pod_sets), ("e", WorkloadEvent, events)):
+        fields, cols, marks = _insert_columns(model, skip="workload_id")
+        values = []
+        for obj in rows:
+            row, row_params = _row_sql(obj, fields, marks)
+            values.append(row)
+            params += row_params
+        parts.append(
+            f"{name} AS (INSERT INTO {qn(model._meta.db_table)} (workload_id, {', '.join(cols)})"
+            f" SELECT w.id, v.* FROM w, (VALUES {', '.join(values)}) AS v({', '.join(cols)})"
+            " RETURNING id)")
+    columns = ""
+    if position:
+        parts.append(_POSITION_CTES)
+        params += position_params(workload, [])
+        columns = _POSITION_COLUMNS
+    sql = (f"WITH {', '.join(parts)} SELECT (SELECT id FROM w),"
+           f" ARRAY(SELECT id FROM p ORDER BY id), ARRAY(SELECT id FROM e ORDER BY id){columns}")
+    with hot_cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    workload_id, pod_set_ids, event_ids = row[:3]
+    if position:
+        n_ahead, ahead_gpus, gpus, hints, progress, running, reserved = row[3:]
+        workload._position_rows = (  # type: ignore[attr-defined]
+            int(n_ahead), int(ahead_gpus),
+            [(int(g), None if h is None else int(h), float(pr), r, rs)
+             for g, h, pr, r, rs in zip(gpus, hints, progress, running, reserved, strict=True)])
+    # Rows take their ids in the order of VALUES (as bulk_create's RETURNING relies on too).
+    workload.pk = workload_id
+    saved_ids: list[tuple[Any, int]] = [*zip(pod_sets, pod_set_ids, strict=True),
+                                        *zip(events, event_ids, strict=True)]
+    for child, pk in saved_ids:
+        child.pk = pk
+        child.workload = workload
+    for saved in (workload, *pod_sets, *events):
+        saved._state.adding = False
+        saved._state.db = connection.alias
+
+
+def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
+            nudge: bool) -> list[Workload]:
+    """The body of `workloads_submit`, inside the caller's transaction.
+
+    The returned workloads come with their pod sets, events and (no) admissions in the
+    prefetch cache: what the API answers with, without reading it back.
+    """
+
+    now = now or timezone.now()
+    max_gpus, max_hours = approval_thresholds()
+    # Everything before the insert only reads: one change-log check serves the lookups, the
+    # policies, the budgets and the impossibility check (PostgreSQL; elsewhere None).
+    with changes.pinned() as view:
+        lk = SubmitLookups(user, view)
+        lk.prefetch_queues({str(d["queue"]) for d in items if isinstance(d, Mapping)
+                            and isinstance(d.get("queue"), str)})
+        cleans = []
+        for n, data in enumerate(items):
+            try:
+                cleans.append(_validate(user, data, lk))
+            except ValidationError as exc:
+                if len(items) == 1:
+                    raise
+                raise ValidationError({f"[{n}] {k}": v for k, v in exc.message_dict.items()}
+                                      ) from exc
+        checker = RequestChecker(now)
+        plans = []
+        for data, clean in zip(items, cleans, strict=True):
+            queue: Queue = clean["queue"]
+            team = lk.team(queue)
+            verdict = extensions.run_submission_checks(extensions.SubmissionContext(
+                user=user, queue=queue, team=team, request=dict(data), is_update=False))
+            priority_class = policy_priority_class(verdict, clean["priority_class"], lk.classes)
+            workload = Workload(
+                name=clean["name"], queue=queue, team=team, owner=user, state=S.PENDING,
+                priority_class=priority_class, preemptible=clean["preemptible"],
+                checkpoint=clean["checkpoint"], strategy=clean["strategy"],
+                dataset=clean["dataset"], image=clean["image"], command=clean["command"],
+                duration_hint_s=clean["duration_hint_s"],
+                termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
+                labels=clean["labels"], submitted_at=now, state_changed_at=now,
+            )
+            pod_sets = [
+                PodSet(index=p["index"], count=p["count"], flavors=p["flavors"], gpus=p["gpus"],
+                       cpu=p["cpu"], memory_gib=p["memory_gib"], gpu_memory_gib=p["gpu_memory_gib"])
+                for p in clean["pods"]
+            ]
+            reasons = list(verdict.deny) or checker.check(workload, pod_sets)
+            if reasons:
+                workload.state = S.REJECTED
+                workload.finished_at = now
+                workload.reason_code, workload.reason_message = reasons[0]
+            else:
+                # Above the thresholds it waits for a lead or an admin; the cycle skips it.
+                held = approval_reason(clean)
+                if held:
+                    workload.needs_approval = True
+                    workload.reason_code, workload.reason_message = "NEEDS_APPROVAL", held
+            plans.append((workload, pod_sets, verdict, reasons))
+
+    events_of: dict[int, list[WorkloadEvent]] = {}
+    for workload, pod_sets, verdict, reasons in plans:
+        gpus = sum(p.count * p.gpus for p in pod_sets)
+        events = [event_new(
+            workload, EventType.SUBMITTED, at=now, actor=user,
+            message=f"submitted to {workload.queue.path} by {user.get_username()}: "
+            f"{gpus} GPUs in {sum(p.count for p in pod_sets)} pods",
+            payload={"priority_class": workload.priority_class.name})]
+        events += [event_new(workload, EventType.POLICY, at=now, actor=user, message=line)
+                   for line in verdict.audit]
+        if workload.needs_approval:
+            events.append(event_new(
+                workload, EventType.POLICY, at=now, actor=user, code="NEEDS_APPROVAL",
+                message=workload.reason_message,
+                payload={"gpus": gpus, "max_gpus": max_gpus,
+                         "duration_hint_s": workload.duration_hint_s, "max_hours": max_hours}))
+        if reasons:
+            # The rejection is a state change of its own, recorded after the submission.
+            events.append(event_new(workload, EventType.REJECTED, at=now, actor=user,
+                                    code=reasons[0][0],
+                                    message=f"rejected: {len(reasons)} reason(s)"))
+            events += [event_new(workload, EventType.REASON, at=now, code=code,
+                                 message=message) for code, message in reasons]
+        events_of[id(workload)] = events
+
+    workloads = [p[0] for p in plans]
+    if len(plans) == 1 and connection.vendor == "postgresql":
+        _insert_one(workloads[0], plans[0][1], events_of[id(workloads[0])],
+                    position=workloads[0].state == S.PENDING)
+    else:
+        Workload.objects.bulk_create(workloads)
+        for workload, pod_sets, _, _ in plans:
+            for ps in pod_sets:
+                ps.workload = workload
+        PodSet.objects.bulk_create([ps for p in plans for ps in p[1]])
+        WorkloadEvent.objects.bulk_create([e for w in workloads for e in events_of[id(w)]])
+    for workload, pod_sets, _, _ in plans:
+        _prime(workload, "pod_sets", pod_sets)
+        _prime(workload, "events", events_of[id(workload)])
+        _prime(workload, "admissions", [])
+    if nudge and any(w.state == S.PENDING and not w.needs_approval for w in workloads):
+        transaction.on_commit(enqueue.cycle_nudge)
+    return workloads
+
+
+# --- cancellation -----------------------------------------------------------------------------
+
+
+# --- nudging the cycle ------------------------------------------------------------------------
+
+

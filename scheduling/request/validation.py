@@ -1,0 +1,196 @@
+"""A submission's input checked field by field: names, numbers, pod sets, labels, with every
+problem named (the API and the form show them per field).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from scheduling.request.lookups import SubmitLookups
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+MAX_POD_SETS = 8
+
+
+MAX_GRACE_S = 3600
+
+
+STRATEGIES = ("", "binpack", "spread")
+
+
+def _decimal(value: Any, field: str, errors: dict[str, list[str]]) -> Decimal | None:
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        errors.setdefault(field, []).append(f"{value!r} is not a number")
+        return None
+    if not number.is_finite():
+        errors.setdefault(field, []).append(f"{value!r} is not a finite number")
+        return None
+    return number
+
+
+def _int(value: Any, field: str, errors: dict[str, list[str]], *, minimum: int = 0,
+         maximum: int | None = None) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        errors.setdefault(field, []).append(f"{value!r} is not a whole number")
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        errors.setdefault(field, []).append(f"{value!r} is not a whole number")
+        return None
+    if number < minimum:
+        errors.setdefault(field, []).append(f"{number} < {minimum}: must be at least {minimum}")
+        return None
+    if maximum is not None and number > maximum:
+        errors.setdefault(field, []).append(f"{number} > {maximum}: must be at most {maximum}")
+        return None
+    return number
+
+
+def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str, Any]:
+    """Check a submission's fields; raise ValidationError naming every bad field at once."""
+    errors: dict[str, list[str]] = {}
+    if not isinstance(data, Mapping):
+        raise ValidationError({"non_field_errors": ["expected a JSON object"]})
+    clean: dict[str, Any] = {}
+
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        errors["name"] = ["required: a DNS-safe name (lowercase letters, digits, '-')"]
+    elif not DNS_LABEL.match(name):
+        errors["name"] = [f"{name!r} is not DNS-safe: use at most 63 lowercase letters, digits "
+                          "and '-', starting and ending with a letter or digit"]
+    clean["name"] = name
+
+    queue_path = data.get("queue")
+    queue = None
+    if not isinstance(queue_path, str) or not queue_path:
+        errors["queue"] = ["required: the path of a leaf queue, e.g. rd/vision"]
+    else:
+        queue = lk.queue(queue_path)
+        if queue is None:
+            errors["queue"] = [f"unknown queue {queue_path!r}"]
+        elif not lk.is_leaf(queue):
+            errors["queue"] = [f"{queue_path} is not a leaf queue: submit to one of its leaves"]
+        elif not lk.may_use(queue):
+            errors["queue"] = [f"none of your teams may use queue {queue_path}"]
+    clean["queue"] = queue
+
+    pc_name = data.get("priority_class") or "training"
+    pc = lk.classes.get(pc_name) if isinstance(pc_name, str) else None
+    if pc is None:
+        known = ", ".join(sorted(lk.classes, key=lambda n: -lk.classes[n].value))
+        errors["priority_class"] = [f"unknown priority class {pc_name!r} (one of {known})"]
+    clean["priority_class"] = pc
+
+    for flag, default in (("preemptible", True), ("checkpoint", True)):
+        value = data.get(flag, default)
+        if not isinstance(value, bool):
+            errors[flag] = [f"{value!r} is not true or false"]
+        clean[flag] = value
+
+    strategy = data.get("strategy") or ""
+    if strategy not in STRATEGIES:
+        errors["strategy"] = [f"{strategy!r} is not a strategy (binpack or spread)"]
+    clean["strategy"] = strategy
+
+    for text_field, limit in (("image", 500), ("dataset", 200)):
+        value = data.get(text_field) or ""
+        if not isinstance(value, str) or len(value) > limit:
+            errors[text_field] = [f"must be text of at most {limit} characters"]
+        clean[text_field] = value
+
+    command = data.get("command") or []
+    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+        errors["command"] = ["must be a list of strings"]
+    clean["command"] = command
+
+    clean["duration_hint_s"] = None
+    if data.get("duration_hint_s") is not None:
+        clean["duration_hint_s"] = _int(data["duration_hint_s"], "duration_hint_s", errors,
+                                        minimum=1)
+    clean["termination_grace_s"] = 30
+    if data.get("termination_grace_s") is not None:
+        clean["termination_grace_s"] = _int(data["termination_grace_s"], "termination_grace_s",
+                                            errors, minimum=0, maximum=MAX_GRACE_S)
+
+    topology = data.get("topology") or {}
+    if not isinstance(topology, Mapping) or set(topology) - {"same"} or (
+        topology and topology.get("same") != "rack"
+    ):
+        errors["topology"] = [f"{topology!r}: only {{\"same\": \"rack\"}} is supported"]
+    clean["topology"] = dict(topology) if isinstance(topology, Mapping) else {}
+
+    labels = data.get("labels") or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and LABEL_KEY.match(k) and isinstance(v, str) and len(v) <= 63
+        for k, v in labels.items()
+    ):
+        errors["labels"] = ["must map label keys to strings of at most 63 characters"]
+    clean["labels"] = dict(labels) if isinstance(labels, Mapping) else {}
+
+    pods = data.get("pods")
+    clean_pods: list[dict[str, Any]] = []
+    known_flavors = lk.flavors
+    if not isinstance(pods, list) or not pods:
+        errors["pods"] = ["required: a list of pod sets, e.g. [{\"count\": 1, \"flavors\": "
+                          "[\"a100-80g\"], \"gpus\": 8}]"]
+    elif len(pods) > MAX_POD_SETS:
+        errors["pods"] = [f"{len(pods)} pod sets > {MAX_POD_SETS}"]
+    else:
+        for i, pod in enumerate(pods):
+            where = f"pods[{i}]"
+            if not isinstance(pod, Mapping):
+                errors.setdefault("pods", []).append(f"{where}: expected an object")
+                continue
+            count = _int(pod.get("count", 1), f"{where}.count", errors, minimum=1,
+                         maximum=10000)
+            gpus = _int(pod.get("gpus", 0), f"{where}.gpus", errors, minimum=0, maximum=64)
+            cpu = _decimal(pod.get("cpu", 0), f"{where}.cpu", errors)
+            mem = _decimal(pod.get("memory_gib", 0), f"{where}.memory_gib", errors)
+            for label, value in ((f"{where}.cpu", cpu), (f"{where}.memory_gib", mem)):
+                if value is not None and value < 0:
+                    errors.setdefault(label, []).append(f"{value} < 0: must not be negative")
+            gmem = None
+            if pod.get("gpu_memory_gib") is not None:
+                gmem = _int(pod["gpu_memory_gib"], f"{where}.gpu_memory_gib", errors, minimum=1)
+            if gpus == 0 and cpu is not None and mem is not None and cpu <= 0 and mem <= 0:
+                errors.setdefault(where, []).append(
+                    "asks for nothing: set gpus, cpu or memory_gib above 0")
+            flavors = pod.get("flavors")
+            if not isinstance(flavors, list) or not flavors or not all(
+                isinstance(f, str) for f in flavors
+            ):
+                errors.setdefault(f"{where}.flavors", []).append(
+                    "required: acceptable flavors in order of preference")
+                flavors = []
+            else:
+                unknown = [f for f in flavors if f not in known_flavors]
+                if unknown:
+                    errors.setdefault(f"{where}.flavors", []).append(
+                        f"unknown flavor(s) {', '.join(unknown)} (known: "
+                        f"{', '.join(sorted(known_flavors))})")
+                if len(set(flavors)) != len(flavors):
+                    errors.setdefault(f"{where}.flavors", []).append("lists a flavor twice")
+                if clean_pods and flavors != clean_pods[0]["flavors"]:
+                    errors.setdefault(f"{where}.flavors", []).append(
+                        f"{flavors} differs from pods[0].flavors {clean_pods[0]['flavors']}: "
+                        "a workload runs on one flavor, so every pod set lists the same ones")
+            clean_pods.append({"index": i, "count": count, "flavors": flavors, "gpus": gpus,
+                               "cpu": cpu, "memory_gib": mem, "gpu_memory_gib": gmem})
+    clean["pods"] = clean_pods
+    if errors:
+        raise ValidationError(errors)
+    return clean

@@ -1,0 +1,267 @@
+"""The scheduling cycle on the database: lock, snapshot, engine, decisions written in bulk.
+
+One cycle at a time across every worker and machine (`scheduling.locks.scheduling_lock`).
+Everything a cycle writes happens in the lock's transaction, so a crash anywhere leaves the
+database as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core import db
+from scheduling import engine, enqueue
+from scheduling.engine.engine import schedule
+from scheduling.fleet import dispatch as fleet_dispatch
+from scheduling.locks import scheduling_lock
+from scheduling.models import (
+    Admission,
+    EndReason,
+    EventType,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+from scheduling.transitions import (
+    STATE_FIELDS,
+    event_new,
+    workload_transition,
+)
+from scheduling.workers.snapshot import SnapshotParts, build_snapshot, dt
+
+logger = logging.getLogger(__name__)
+S = WorkloadState
+
+@dataclass
+class CycleReport:
+    """What a cycle did (for logs, tests and the benchmark)."""
+
+    ran: bool
+    admitted: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    rejected: list[int] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)  # refused by a cluster joining the cycle
+    pending: int = 0
+    seconds: float = 0.0
+    dispatch_clusters: set[int] = field(default_factory=set)
+    suspend_admissions: list[int] = field(default_factory=list)
+    delete_admissions: list[int] = field(default_factory=list)
+
+
+def cycle_run(*, now: datetime | None = None, wait: bool = False,
+              after_snapshot: Any = None, enqueue_dispatch: bool = True) -> CycleReport:
+    """Run one scheduling cycle under the lock; skip (ran=False) if another cycle runs.
+
+    `after_snapshot` is a test hook called between the engine and the writes (to inject a
+    crash); the whole cycle is one transaction, so a crash leaves nothing half-written.
+    """
+    started = time.monotonic()
+    with scheduling_lock(wait=wait) as got:
+        if not got:
+            return CycleReport(ran=False)
+        now = now or timezone.now()
+        report = CycleReport(ran=True)
+        _requeue_expired_grace(now, report)
+        snapshot, parts = build_snapshot(now)
+        result = schedule(snapshot)
+        if after_snapshot is not None:
+            after_snapshot(snapshot, result)
+        _apply(now, result, parts, report)
+        report.pending = len(snapshot.pending) - len(report.admitted) - len(report.rejected)
+        transaction.on_commit(lambda: _after_commit(report, enqueue_dispatch))
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _after_commit(report: CycleReport, enqueue_dispatch: bool) -> None:
+    if report.refused:
+        enqueue.cycle_nudge()  # placed elsewhere by the next cycle
+    # Expiring: a dispatch that waited this long is done by the beat's sync pass anyway.
+    for cluster_id in sorted(report.dispatch_clusters) if enqueue_dispatch else ():
+        enqueue.dispatch_cluster(cluster_id, expires=30)
+    if report.suspend_admissions:
+        enqueue.admissions_suspend(report.suspend_admissions)
+    if report.delete_admissions:
+        enqueue.admissions_delete(report.delete_admissions)
+
+
+def _requeue_expired_grace(now: datetime, report: CycleReport) -> None:
+    """Victims whose grace period ended go back to the queue, keeping their submit time."""
+    victims = list(Workload.objects.filter(state=S.PREEMPTING, preempt_deadline__lte=now)
+                   .select_for_update().order_by("pk"))
+    if not victims:
+        return
+    admissions = {a.workload_id: a for a in Admission.objects.filter(
+        workload__in=victims, ended_at__isnull=True)}
+    events, closed = [], []
+    for w in victims:
+        adm = admissions.get(w.pk)
+        ran = 0.0
+        if adm is not None:
+            adm.ended_at, adm.end_reason = now, EndReason.PREEMPTED
+            closed.append(adm)
+            report.delete_admissions.append(adm.pk)
+            if adm.running_at is not None and w.checkpoint:
+                # Progress counts up to the preemption decision; the grace is for saving.
+                decided = (w.preempt_deadline or now) - timedelta(seconds=w.termination_grace_s)
+                ran = max(0.0, (decided - adm.running_at).total_seconds())
+        if w.checkpoint:
+            w.progress_s += ran
+        else:
+            w.progress_s = 0.0
+        events.append(workload_transition(
+            w, S.PENDING, at=now, event_type=EventType.REQUEUED,
+            message=f"requeued after preemption (grace {w.termination_grace_s}s over); "
+            f"progress kept {w.progress_s:.0f}s" if w.checkpoint else
+            "requeued after preemption; no checkpoint, restarts from the beginning",
+            payload={"progress_s": w.progress_s}))
+        w.preempt_deadline = None
+        report.requeued.append(w.pk)
+    db.bulk_set(Admission, closed, ["ended_at", "end_reason"])
+    db.bulk_set(Workload, victims, [*STATE_FIELDS, "progress_s", "preempt_deadline"])
+    db.insert_rows(WorkloadEvent, events)
+
+
+# Per process: when a waiting workload's reason message (same code, numbers moved) was last
+# written. Its numbers move with every admission around it; rewriting every head of every
+# queue each cycle costs more than the cycle, so the message is refreshed at most every
+# `reason_refresh_s` (a new code is always written, with its event).
+_reason_written: dict[int, float] = {}
+
+
+def _reason_refresh_due(workload_id: int) -> bool:
+    now = time.monotonic()
+    every = float(getattr(settings, "ALLOT_WORKERS", {}).get("reason_refresh_s", 5.0))
+    if now - _reason_written.get(workload_id, -every) < every:
+        return False
+    if len(_reason_written) > 100_000:
+        _reason_written.clear()
+    _reason_written[workload_id] = now
+    return True
+
+
+def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
+           report: CycleReport) -> None:
+    """Write the engine's decisions: bulk inserts and updates, in the caller's transaction."""
+    events: list[WorkloadEvent] = []
+    changed: dict[int, Workload] = {}
+    new_admissions: list[Admission] = []
+    closed: list[Admission] = []
+
+    for adm in result.admitted:
+        w = parts.known(adm.workload)
+        cluster = parts.clusters[adm.cluster]
+        events.append(workload_transition(
+            w, S.RESERVED, at=now, event_type=EventType.ADMITTED,
+            message=f"admitted on {adm.cluster} ({adm.flavor}, {len(adm.nodes)} pods"
+            f"{', borrowed' if adm.borrowed else ''}): reserving",
+            payload={"cluster": adm.cluster, "flavor": adm.flavor, "borrowed": adm.borrowed,
+                     "nodes": list(adm.nodes)}))
+        w.reason_code, w.reason_message = "", ""
+        changed[w.pk] = w
+        new_admissions.append(Admission(
+            workload=w, cluster=cluster, flavor_id=parts.flavors[adm.flavor],
+            nodes=list(adm.nodes), borrowed=adm.borrowed, gpus=int(adm.gpus),
+            cpu=Decimal(str(adm.cpu)), memory_gib=Decimal(str(adm.memory_gib)),
+            reserved_at=now))
+        report.admitted.append(w.pk)
+        report.dispatch_clusters.add(cluster.pk)
+    if new_admissions:
+        # Clusters whose state lives in this database start their workloads in this
+        # transaction (phase two without a trip through the broker).
+        fleet_dispatch.dispatch_in_cycle(now=now, admissions=new_admissions, parts=parts,
+                                         events=events, report=report)
+
+    for pre in result.preempted:
+        w = parts.known(pre.workload)
+        by = parts.workload(pre.by)
+        events.append(workload_transition(
+            w, S.PREEMPTING, at=now, event_type=EventType.PREEMPTED, code=str(pre.reason.code),
+            message=pre.reason.message,
+            payload={"kind": str(pre.kind), "by": int(pre.by) if pre.by.isdigit() else pre.by,
+                     "by_name": by.name if by else "", "grace_until": pre.grace_until}))
+        w.preempt_deadline = dt(pre.grace_until)
+        w.preempt_kind = str(pre.kind)
+        w.preempted_by = by
+        changed[w.pk] = w
+        report.preempted.append(w.pk)
+        adm_row = parts.admissions.get(pre.workload)
+        if adm_row is not None:
+            report.suspend_admissions.append(adm_row.pk)
+
+    for rej in result.rejected:
+        w = parts.known(rej.workload)
+        events.append(workload_transition(
+            w, S.REJECTED, at=now, event_type=EventType.REJECTED,
+            code=str(rej.reasons[0].code) if rej.reasons else "",
+            message=f"rejected: {len(rej.reasons)} reason(s)"))
+        events += [event_new(w, EventType.REASON, at=now, code=str(r.code), message=r.message)
+                   for r in rej.reasons]
+        if rej.reasons:
+            w.reason_code, w.reason_message = str(rej.reasons[0].code), rej.reasons[0].message
+        changed[w.pk] = w
+        report.rejected.append(w.pk)
+
+    for rel in result.released:
+        w = parts.known(rel.workload)
+        adm_row = parts.admissions.get(rel.workload)
+        if adm_row is not None:
+            adm_row.ended_at, adm_row.end_reason = now, EndReason.PODS_READY_TIMEOUT
+            closed.append(adm_row)
+            report.delete_admissions.append(adm_row.pk)
+        events.append(workload_transition(
+            w, S.PENDING, at=now, event_type=EventType.TIMEOUT, code=str(rel.reason.code),
+            message=rel.reason.message,
+            payload={"backoff_count": rel.backoff_count, "not_before": rel.not_before}))
+        w.not_before = dt(rel.not_before)
+        w.backoff_count = rel.backoff_count
+        w.reason_code, w.reason_message = str(rel.reason.code), rel.reason.message
+        changed[w.pk] = w
+        report.released.append(w.pk)
+
+    moved = set(changed)  # rows whose state changed; the rest only get a new reason
+    for name, reason in result.reasons.items():
+        row = parts.rows.get(name)
+        if row is None or row["state"] != S.PENDING or name in parts.workloads and \
+                parts.workloads[name].state != S.PENDING:
+            continue
+        code = str(reason.code)
+        if code == row["reason_code"] and (
+                reason.message == row["reason_message"]
+                or not _reason_refresh_due(row["id"])):
+            continue
+        w = parts.known(name)
+        if code != w.reason_code:
+            # The same code in consecutive cycles is recorded once (its numbers may move).
+            events.append(event_new(w, EventType.REASON, at=now, code=code,
+                                    message=reason.message))
+        if code != w.reason_code or reason.message != w.reason_message:
+            w.reason_code, w.reason_message = code, reason.message
+            changed[w.pk] = w
+
+    if closed:
+        db.bulk_set(Admission, closed, ["ended_at", "end_reason"])
+    db.insert_rows(Admission, new_admissions)
+    reasons_only = [w for pk, w in changed.items() if pk not in moved]
+    moved_rows = [w for pk, w in changed.items() if pk in moved]
+    db.bulk_set(Workload, reasons_only, ["reason_code", "reason_message"])
+    db.bulk_set(Workload, moved_rows,
+             [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
+              "preempt_kind", "preempted_by", "not_before", "backoff_count"])
+    db.insert_rows(WorkloadEvent, events)
+
+
+# --- submission check -------------------------------------------------------------------------
+
+
