@@ -132,6 +132,15 @@ def _lock_wait(cursor: Any, key: int, wait_s: float | None) -> bool:
         cursor.execute("RESET lock_timeout")
 
 
+def any_of(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """`column` is one of `values`, as SQL and its parameters: one array parameter on
+    PostgreSQL (one statement text whatever the count, so it is prepared once), an IN list
+    elsewhere. `values` must not be empty."""
+    if postgres():
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+
 # --- bulk writes -----------------------------------------------------------------------------
 
 

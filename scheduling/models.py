@@ -1,5 +1,6 @@
 """Clusters and their nodes, workloads with their pod sets, admissions and events."""
 
+import enum
 from decimal import Decimal
 
 from django.conf import settings
@@ -285,6 +286,22 @@ class EventType(models.TextChoices):
     TIMEOUT = "timeout", "Timeout"
     RECLAIMED = "reclaimed", "Reclaimed (stuck)"
     POLICY = "policy", "Policy"
+
+
+class EventCode(enum.StrEnum):
+    """The codes the portal and the workers give reasons and events (the engine's own are
+    `engine.ReasonCode`)."""
+
+    NEEDS_APPROVAL = "NEEDS_APPROVAL"
+    APPROVED = "APPROVED"
+    APPROVAL_DENIED = "APPROVAL_DENIED"
+    DISPATCH_REFUSED = "DISPATCH_REFUSED"
+    RESUBMITTED = "RESUBMITTED"
+    UPDATED = "UPDATED"
+    STUCK_PENDING = "STUCK_PENDING"
+    STUCK_RESERVED = "STUCK_RESERVED"
+    STUCK_RUNNING = "STUCK_RUNNING"
+    STUCK_PREEMPTING = "STUCK_PREEMPTING"
 
 
 class WorkloadEvent(models.Model):

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+from django.db import connection
+from django.db.models import Field
+
+from core import db
 from scheduling.models import (
     TERMINAL_STATES,
     Admission,
@@ -98,12 +102,23 @@ def backoff_delay_s(n: int) -> float:
     return float(min(3600, 60 * 2 ** max(0, n - 1)))
 
 
-def workloads_move(ids: list[int], frm: str, to: str, *, at: datetime) -> int:
-    """Move the workloads `ids` that are still in state `frm` to `to` in one UPDATE; returns
-    how many moved (a workload whose state changed meanwhile is left as it is)."""
+def workloads_move(ids: list[int], frm: str, to: str, *, at: datetime) -> set[int]:
+    """Move the workloads `ids` that are still in state `frm` to `to` in one conditional
+    UPDATE, and return the ids it moved: a workload whose state changed meanwhile (a cycle
+    preempted it, a user cancelled it) is left as it is, without waiting for a lock."""
     if to not in ALLOWED_TRANSITIONS[frm]:
         raise TransitionError(f"{frm} -> {to} is not an allowed transition")
-    fields: dict[str, Any] = {"state": to, "state_changed_at": at}
+    if not ids:
+        return set()
+    values: dict[str, Any] = {"state": to, "state_changed_at": at}
     if to in TERMINAL_STATES:
-        fields["finished_at"] = at
-    return Workload.objects.filter(pk__in=ids, state=frm).update(**fields)
+        values["finished_at"] = at
+    meta = Workload._meta
+    fields = {c: cast(Field, meta.get_field(c)) for c in values}
+    where, params = db.any_of('"id"', ids)
+    sets = ", ".join(f'"{fields[c].column}" = %s' for c in values)
+    prepared = [fields[c].get_db_prep_save(v, connection) for c, v in values.items()]
+    with connection.cursor() as cursor:
+        cursor.execute(f'UPDATE "{meta.db_table}" SET {sets} WHERE {where} AND "state" = %s '
+                       'RETURNING "id"', [*prepared, *params, frm])
+        return {row[0] for row in cursor.fetchall()}

@@ -63,7 +63,7 @@ class DispatchRefused(Exception):
         self.message = message
 
 
-class EventType(enum.StrEnum):
+class ClusterEventType(enum.StrEnum):
     """Kubernetes Event types."""
 
     NORMAL = "Normal"
@@ -158,7 +158,7 @@ class WorkloadRef:
         )
 
 
-class Phase(enum.StrEnum):
+class RunPhase(enum.StrEnum):
     """The overall phase of a workload on a cluster, derived from its pod sets."""
 
     MISSING = "missing"  # no Job of it exists (never created, or deleted)
@@ -193,20 +193,20 @@ class WorkloadStatus:
     pod_sets: tuple[PodSetStatus, ...]
 
     @property
-    def phase(self) -> Phase:
+    def phase(self) -> RunPhase:
         """One phase for the whole gang; any failure fails it, all must run to be running."""
         sets = self.pod_sets
         if not sets or not all(p.exists for p in sets):
-            return Phase.MISSING
+            return RunPhase.MISSING
         if any(p.job_failed for p in sets):
-            return Phase.FAILED
+            return RunPhase.FAILED
         if all(p.count > 0 and p.succeeded >= p.count for p in sets):
-            return Phase.SUCCEEDED
+            return RunPhase.SUCCEEDED
         if any(p.suspended for p in sets):
-            return Phase.SUSPENDED
+            return RunPhase.SUSPENDED
         if all(p.running + p.succeeded >= p.count for p in sets):
-            return Phase.RUNNING
-        return Phase.PENDING
+            return RunPhase.RUNNING
+        return RunPhase.PENDING
 
     @property
     def message(self) -> str:
@@ -320,7 +320,7 @@ class ClusterBackend(Protocol):
         ...
 
     def post_event(
-        self, ref: WorkloadRef, type: EventType | str, reason: str, message: str
+        self, ref: WorkloadRef, type: ClusterEventType | str, reason: str, message: str
     ) -> None:
         """Record a reason on the cluster, regarding each Job (`kubectl describe job`)."""
         ...

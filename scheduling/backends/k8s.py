@@ -35,8 +35,8 @@ from kubernetes.utils.quantity import parse_quantity
 
 from scheduling.backends.base import (
     BackendError,
+    ClusterEventType,
     DispatchRefused,
-    EventType,
     FlavorMatch,
     NodeInfo,
     PodSetSpec,
@@ -729,10 +729,10 @@ class KubernetesBackend:
 
     # -------------------------------------------------------------- events
     def post_event(
-        self, ref: WorkloadRef, type: EventType | str, reason: str, message: str
+        self, ref: WorkloadRef, type: ClusterEventType | str, reason: str, message: str
     ) -> None:
         """An events.k8s.io/v1 Event regarding each existing Job of the workload."""
-        event_type = EventType(type)
+        event_type = ClusterEventType(type)
         now = datetime.now(UTC)
         instance = str(self.connection.get("instance") or f"allot-{socket.gethostname()}")[:128]
         for name in ref.job_names:

@@ -47,6 +47,7 @@ from scheduling.models import (
     Admission,
     Cluster,
     EndReason,
+    EventCode,
     EventType,
     PodSet,
     Workload,
@@ -56,6 +57,7 @@ from scheduling.models import (
 from scheduling.transitions import (
     event_new,
     workload_transition,
+    workloads_move,
 )
 
 logger = logging.getLogger(__name__)
@@ -279,13 +281,13 @@ def _refused_in_cycle(cluster: Cluster, adm: Admission, w: Workload, refusal: Di
                f"{refusal.message}); reservation released, cluster health "
                f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
                f"{penalty_s():.0f}s; will be placed again")
-    events.append(event_new(w, EventType.REFUSED, at=now, code="DISPATCH_REFUSED",
+    events.append(event_new(w, EventType.REFUSED, at=now, code=EventCode.DISPATCH_REFUSED,
                             message=message,
                             payload={"cluster": cluster.name, "reason": str(refusal.reason)}))
     events.append(workload_transition(
         w, S.PENDING, at=now, event_type=EventType.REQUEUED,
         message=f"back in the queue after the refusal by {cluster.name}"))
-    w.reason_code, w.reason_message = "DISPATCH_REFUSED", message
+    w.reason_code, w.reason_message = EventCode.DISPATCH_REFUSED, message
     logger.warning("workload %s refused by %s: %s", w.pk, cluster.name, refusal)
 
 
@@ -316,56 +318,33 @@ def _dispatched(cluster: Cluster, started: list[tuple[dict[str, Any], bool]], no
     """Record the started ones whose admission is still open, and move those whose pods
     already run to `running`, in one transaction.
 
-    No scheduling lock: on PostgreSQL both writes are conditional UPDATEs (`... AND ended_at
-    IS NULL AND dispatched_at IS NULL`, `... AND state = 'reserved'`) returning the rows they
-    changed, so a cycle that ended the admission or preempted the workload meanwhile wins, and
-    the dispatch never waits behind a cycle. Elsewhere the scheduling lock serialises it.
+    No scheduling lock: both writes are conditional UPDATEs (the admission still open and not
+    yet dispatched; the workload still reserved) returning the rows they changed, so a cycle
+    that ended the admission or preempted the workload meanwhile wins, and the dispatch never
+    waits behind a cycle.
     """
     if not started:
         return
-    if connection.vendor != "postgresql":
-        with scheduling_lock(wait=True):
-            _dispatched_locked(cluster, started, now, report)
-        return
     pks = [r["pk"] for r, _ in started]
     running_pks = [r["pk"] for r, running in started if running]
-    adm_table, w_table = Admission._meta.db_table, Workload._meta.db_table
+    at = Admission._meta.get_field("dispatched_at").get_db_prep_save(now, connection)
+    where, params = db.any_of('"id"', pks)
+    sets, set_params = '"dispatched_at" = %s', [at]
+    if running_pks:
+        when, when_params = db.any_of('"id"', running_pks)
+        sets += f', "running_at" = CASE WHEN {when} THEN %s ELSE "running_at" END'
+        set_params += [*when_params, at]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            f'UPDATE "{adm_table}" SET "dispatched_at" = %s, "running_at" = CASE WHEN '
-            f'"id" = ANY(%s) THEN %s ELSE "running_at" END WHERE "id" = ANY(%s) AND '
-            f'"ended_at" IS NULL AND "dispatched_at" IS NULL RETURNING "id"',
-            [now, running_pks, now, pks])
+            f'UPDATE "{Admission._meta.db_table}" SET {sets} WHERE {where} AND '
+            '"ended_at" IS NULL AND "dispatched_at" IS NULL RETURNING "id"',
+            [*set_params, *params])
         recorded = {row[0] for row in cursor.fetchall()}
-        runs = [r["workload_id"] for r, running in started if running and r["pk"] in recorded]
-        ran: set[int] = set()
-        if runs:
-            cursor.execute(
-                f'UPDATE "{w_table}" SET "state" = %s, "state_changed_at" = %s '
-                f'WHERE "id" = ANY(%s) AND "state" = %s RETURNING "id"',
-                [S.RUNNING, now, runs, S.RESERVED])
-            ran = {row[0] for row in cursor.fetchall()}
+        ran = workloads_move([r["workload_id"] for r, running in started
+                              if running and r["pk"] in recorded],
+                             S.RESERVED, S.RUNNING, at=now)
         _dispatch_events(cluster, [(r, r["workload_id"] in ran) for r, _ in started
                                    if r["pk"] in recorded], now, report)
-
-
-def _dispatched_locked(cluster: Cluster, started: list[tuple[dict[str, Any], bool]],
-                       now: datetime, report: DispatchReport) -> None:
-    fresh = dict(Admission.objects.filter(
-        pk__in=[r["pk"] for r, _ in started], ended_at__isnull=True,
-        dispatched_at__isnull=True).values_list("pk", "workload__state"))
-    done = [(r, running and fresh[r["pk"]] == S.RESERVED) for r, running in started
-            if r["pk"] in fresh]
-    if not done:
-        return
-    admissions = [Admission(pk=r["pk"], dispatched_at=now, running_at=now if running else None)
-                  for r, running in done]
-    db.bulk_set(Admission, admissions, ["dispatched_at", "running_at"])
-    runs = [r["workload_id"] for r, running in done if running]
-    if runs:
-        Workload.objects.filter(pk__in=runs, state=S.RESERVED).update(
-            state=S.RUNNING, state_changed_at=now)
-    _dispatch_events(cluster, done, now, report)
 
 
 def _dispatch_events(cluster: Cluster, done: list[tuple[dict[str, Any], bool]], now: datetime,
@@ -406,12 +385,12 @@ def _refused(row: dict[str, Any], refusal: DispatchRefused, now: datetime) -> bo
                f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
                f"{penalty_s():.0f}s; will be placed again")
     events = [
-        event_new(w, EventType.REFUSED, at=now, code="DISPATCH_REFUSED", message=message,
+        event_new(w, EventType.REFUSED, at=now, code=EventCode.DISPATCH_REFUSED, message=message,
                   payload={"cluster": cluster.name, "reason": str(refusal.reason)}),
         workload_transition(w, S.PENDING, at=now, event_type=EventType.REQUEUED,
                             message=f"back in the queue after the refusal by {cluster.name}"),
     ]
-    w.reason_code, w.reason_message = "DISPATCH_REFUSED", message
+    w.reason_code, w.reason_message = EventCode.DISPATCH_REFUSED, message
     w.save(update_fields=["state", "state_changed_at", "reason_code", "reason_message"])
     WorkloadEvent.objects.bulk_create(events)
     logger.warning("workload %s refused by %s: %s", w.pk, cluster.name, refusal)

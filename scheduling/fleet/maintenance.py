@@ -27,6 +27,7 @@ from scheduling.locks import (
 from scheduling.models import (
     Admission,
     EndReason,
+    EventCode,
     EventType,
     Workload,
     WorkloadEvent,
@@ -137,7 +138,7 @@ def _reclaim_stuck(state: str, candidates: list[int], limit_s: float, now: datet
     admissions = {a.workload_id: a for a in Admission.objects.select_for_update().filter(
         workload__in=stuck, ended_at__isnull=True)}
     closed, events = [], []
-    code = f"STUCK_{state.upper()}"
+    code = EventCode(f"STUCK_{state.upper()}")
     for w in stuck:
         adm = admissions.get(w.pk)
         if adm is not None:

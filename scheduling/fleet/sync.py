@@ -17,7 +17,7 @@ from scheduling.backends import registry
 from scheduling.backends.base import (
     BackendError,
     FlavorMatch,
-    Phase,
+    RunPhase,
     WorkloadRef,
 )
 from scheduling.locks import (
@@ -106,18 +106,18 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
     return report
 
 
-def _moves(state: str, phase: Phase) -> bool:
+def _moves(state: str, phase: RunPhase) -> bool:
     """Whether a workload in `state` whose pods are in `phase` changes state."""
-    if phase == Phase.RUNNING:
+    if phase == RunPhase.RUNNING:
         return state == S.RESERVED
-    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+    if phase in (RunPhase.SUCCEEDED, RunPhase.FAILED):
         return state in (S.RESERVED, S.RUNNING, S.PREEMPTING)
-    if phase == Phase.MISSING:
+    if phase == RunPhase.MISSING:
         return state in (S.RUNNING, S.RESERVED)
     return False
 
 
-def _apply_status(cluster_name: str, observed: list[tuple[int, int, Phase, str]],
+def _apply_status(cluster_name: str, observed: list[tuple[int, int, RunPhase, str]],
                   now: datetime, report: SyncReport) -> None:
     ids = [wid for _, wid, _, _ in observed]
     fresh = {w.pk: w for w in Workload.objects.select_for_update().filter(pk__in=ids)
@@ -134,7 +134,7 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, Phase, str]]
         w, a = fresh.get(wid), open_adm.get(adm_pk)
         if w is None or a is None:
             continue
-        if phase == Phase.RUNNING and w.state == S.RESERVED:
+        if phase == RunPhase.RUNNING and w.state == S.RESERVED:
             a.running_at = now
             changed_a[a.pk] = a
             events.append(workload_transition(
@@ -142,7 +142,7 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, Phase, str]]
                 message=f"all {len(a.nodes)} pods running on {cluster_name}"))
             changed_w[w.pk] = w
             report.running.append(w.pk)
-        elif phase == Phase.SUCCEEDED and w.state in (S.RESERVED, S.RUNNING, S.PREEMPTING):
+        elif phase == RunPhase.SUCCEEDED and w.state in (S.RESERVED, S.RUNNING, S.PREEMPTING):
             if a.running_at is None:
                 a.running_at = now
             a.ended_at, a.end_reason = now, EndReason.FINISHED
@@ -155,7 +155,7 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, Phase, str]]
                 message=f"all pods succeeded on {cluster_name}"))
             changed_w[w.pk] = w
             report.finished.append(w.pk)
-        elif phase == Phase.FAILED and w.state in (S.RESERVED, S.RUNNING, S.PREEMPTING):
+        elif phase == RunPhase.FAILED and w.state in (S.RESERVED, S.RUNNING, S.PREEMPTING):
             a.ended_at, a.end_reason = now, EndReason.FAILED
             changed_a[a.pk] = a
             w.preempt_deadline = None
@@ -164,7 +164,7 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, Phase, str]]
                 message=f"failed on {cluster_name}: {message or 'a pod failed'}"))
             changed_w[w.pk] = w
             report.failed.append(w.pk)
-        elif phase == Phase.MISSING and w.state in (S.RUNNING, S.RESERVED):
+        elif phase == RunPhase.MISSING and w.state in (S.RUNNING, S.RESERVED):
             # Its Jobs vanished (deleted by hand, cluster rebuilt): back to the queue.
             a.ended_at, a.end_reason, a.forced = now, EndReason.FAILED, a.borrowed
             changed_a[a.pk] = a

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from scheduling.backends import registry
 from scheduling.backends.base import (
-    EventType as K8sEventType,
+    ClusterEventType,
 )
 from scheduling.fleet.refs import (
     _admissions,
@@ -55,7 +55,7 @@ def admissions_suspend(*, admission_ids: list[int]) -> None:
                 ref = workload_ref(adm)
                 backend.suspend_workload(ref, adm.workload.termination_grace_s)
                 if adm.workload_id in messages:
-                    backend.post_event(ref, K8sEventType.WARNING, "Preempted",
+                    backend.post_event(ref, ClusterEventType.WARNING, "Preempted",
                                        messages[adm.workload_id][:1000])
 
 

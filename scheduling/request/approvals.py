@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from portal.pages.access import user_scope
 from scheduling import enqueue
-from scheduling.models import EventType, Workload, WorkloadEvent, WorkloadState
+from scheduling.models import EventCode, EventType, Workload, WorkloadEvent, WorkloadState
 from scheduling.transitions import workload_transition
 
 
@@ -71,12 +71,12 @@ def workload_approve(*, user: Any, workload: Workload, comment: str = "",
     now = now or timezone.now()
     workload = _check(user, workload)
     workload.needs_approval = False
-    if workload.reason_code == "NEEDS_APPROVAL":
+    if workload.reason_code == EventCode.NEEDS_APPROVAL:
         # The next cycle gives it its scheduling reason (or admits it).
         workload.reason_code, workload.reason_message = "", ""
     workload.save(update_fields=["needs_approval", "reason_code", "reason_message"])
     WorkloadEvent.objects.create(
-        workload=workload, at=now, type=EventType.POLICY, actor=user, code="APPROVED",
+        workload=workload, at=now, type=EventType.POLICY, actor=user, code=EventCode.APPROVED,
         message=f"approved by {user.get_username()}" + (f": {comment}" if comment else ""),
     )
     transaction.on_commit(enqueue.cycle_nudge)
@@ -97,9 +97,9 @@ def workload_deny(*, user: Any, workload: Workload, comment: str,
     message = f"denied by {user.get_username()}: {comment.strip()}"
     event = workload_transition(workload, WorkloadState.REJECTED, at=now,
                                 event_type=EventType.REJECTED, actor=user,
-                                code="APPROVAL_DENIED", message=message)
+                                code=EventCode.APPROVAL_DENIED, message=message)
     workload.needs_approval = False
-    workload.reason_code, workload.reason_message = "APPROVAL_DENIED", message
+    workload.reason_code, workload.reason_message = EventCode.APPROVAL_DENIED, message
     workload.save(update_fields=["state", "state_changed_at", "finished_at", "needs_approval",
                                  "reason_code", "reason_message"])
     event.save()

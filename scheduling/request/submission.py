@@ -18,6 +18,7 @@ from core.db import hot_cursor
 from quotas.models import Queue
 from scheduling import enqueue, extensions
 from scheduling.models import (
+    EventCode,
     EventType,
     PodSet,
     Workload,
@@ -226,7 +227,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                 held = approval_reason(clean)
                 if held:
                     workload.needs_approval = True
-                    workload.reason_code, workload.reason_message = "NEEDS_APPROVAL", held
+                    workload.reason_code, workload.reason_message = EventCode.NEEDS_APPROVAL, held
             plans.append((workload, pod_sets, verdict, reasons))
 
     events_of: dict[int, list[WorkloadEvent]] = {}
@@ -241,7 +242,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                    for line in verdict.audit]
         if workload.needs_approval:
             events.append(event_new(
-                workload, EventType.POLICY, at=now, actor=user, code="NEEDS_APPROVAL",
+                workload, EventType.POLICY, at=now, actor=user, code=EventCode.NEEDS_APPROVAL,
                 message=workload.reason_message,
                 payload={"gpus": gpus, "max_gpus": max_gpus,
                          "duration_hint_s": workload.duration_hint_s, "max_hours": max_hours}))

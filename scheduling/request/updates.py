@@ -31,6 +31,7 @@ from scheduling import enqueue, extensions
 from scheduling.locks import scheduling_lock
 from scheduling.models import (
     TERMINAL_STATES,
+    EventCode,
     EventType,
     PodSet,
     Workload,
@@ -160,11 +161,11 @@ def workload_resubmit(
     what = f" with {', '.join(changed)} changed" if changed else ""
     WorkloadEvent.objects.bulk_create([
         WorkloadEvent(workload=new, at=now, type=EventType.SUBMITTED, actor=user,
-                      code="RESUBMITTED",
+                      code=EventCode.RESUBMITTED,
                       message=f"resubmission of #{old.pk} ({old.state}) by {who}{what}",
                       payload={"replaces": old.pk, "changed": changed}),
         WorkloadEvent(workload=old, at=now, type=EventType.SUBMITTED, actor=user,
-                      code="RESUBMITTED",
+                      code=EventCode.RESUBMITTED,
                       message=f"resubmitted as #{new.pk} by {who}{what}",
                       payload={"replaced_by": new.pk, "changed": changed}),
     ])
@@ -249,7 +250,7 @@ def workload_update(
                   "priority_class", "needs_approval", "reason_code", "reason_message"]
         if held:
             w.needs_approval = True
-            w.reason_code, w.reason_message = "NEEDS_APPROVAL", held
+            w.reason_code, w.reason_message = EventCode.NEEDS_APPROVAL, held
         elif w.needs_approval:
             w.needs_approval = False
             w.reason_code, w.reason_message = "", ""
@@ -258,13 +259,13 @@ def workload_update(
         PodSet.objects.bulk_create(pod_sets)
         gpus = sum(p.count * p.gpus for p in pod_sets)
         events.insert(0, WorkloadEvent(
-            workload=w, at=now, type=EventType.SUBMITTED, actor=user, code="UPDATED",
+            workload=w, at=now, type=EventType.SUBMITTED, actor=user, code=EventCode.UPDATED,
             message=f"updated by {who} ({', '.join(changed)}): {gpus} GPUs in "
                     f"{sum(p.count for p in pod_sets)} pods",
             payload={"changed": changed, "priority_class": priority_class.name}))
         if held:
             events.append(WorkloadEvent(workload=w, at=now, type=EventType.POLICY, actor=user,
-                                        code="NEEDS_APPROVAL", message=held))
+                                        code=EventCode.NEEDS_APPROVAL, message=held))
         WorkloadEvent.objects.bulk_create(events)
     if not w.needs_approval:
         transaction.on_commit(enqueue.cycle_nudge)

@@ -26,9 +26,9 @@ from django.utils import timezone
 from core import db
 from scheduling.backends.base import (
     BackendError,
+    ClusterEventType,
     DispatchOutcome,
     DispatchRefused,
-    EventType,
     FlavorMatch,
     NodeInfo,
     PodSetStatus,
@@ -517,12 +517,12 @@ class SimulatedBackend:
 
     # -------------------------------------------------------------- events
     def post_event(
-        self, ref: WorkloadRef, type: EventType | str, reason: str, message: str
+        self, ref: WorkloadRef, type: ClusterEventType | str, reason: str, message: str
     ) -> None:
         """Store an Event about each existing Job of the workload."""
         from scheduling.backends.simulated.models import SimEvent
 
-        event_type = EventType(type)
+        event_type = ClusterEventType(type)
         jobs = self._jobs(ref)
         now = self.clock()
         SimEvent.objects.bulk_create([

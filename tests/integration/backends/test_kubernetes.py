@@ -11,13 +11,13 @@ import pytest
 
 from scheduling.backends import (
     BackendError,
+    ClusterEventType,
     DispatchRefused,
-    EventType,
     FlavorMatch,
-    Phase,
     PodSetSpec,
     PriorityClassSpec,
     RefusalReason,
+    RunPhase,
     WorkloadRef,
     WorkloadSpec,
     clear_backend_cache,
@@ -169,7 +169,7 @@ def test_create_makes_namespace_and_a_suspended_job_per_pod_set(kube, backend):
     }
     assert "tolerations" not in small
     # Suspended Jobs hold no pods.
-    assert backend.workload_status(ref).phase is Phase.SUSPENDED
+    assert backend.workload_status(ref).phase is RunPhase.SUSPENDED
     assert kube.state.pods == {}
 
 
@@ -223,20 +223,20 @@ def test_start_run_finish(kube, backend):
     assert patch["body"] == {"spec": {"suspend": False}}
 
     status = backend.workload_status(ref)
-    assert status.phase is Phase.PENDING
+    assert status.phase is RunPhase.PENDING
     assert status.pod_sets[0].pending == 2 and status.pod_sets[0].count == 2
 
     kube.state.set_pod_phases(NS, "allot-w7-0", "Running", 1)
     status = backend.workload_status(ref)
     assert (status.pod_sets[0].pending, status.pod_sets[0].running) == (1, 1)
-    assert status.phase is Phase.PENDING
+    assert status.phase is RunPhase.PENDING
 
     kube.state.set_pod_phases(NS, "allot-w7-0", "Running")
-    assert backend.workload_status(ref).phase is Phase.RUNNING
+    assert backend.workload_status(ref).phase is RunPhase.RUNNING
 
     kube.state.set_pod_phases(NS, "allot-w7-0", "Succeeded")
     status = backend.workload_status(ref)
-    assert status.phase is Phase.SUCCEEDED
+    assert status.phase is RunPhase.SUCCEEDED
     assert status.totals() == {"pending": 0, "running": 0, "succeeded": 2, "failed": 0}
 
 
@@ -246,7 +246,7 @@ def test_failed_pod_fails_the_gang_with_the_job_message(kube, backend):
     kube.state.set_pod_phases(NS, "allot-w7-0", "Running")
     kube.state.set_pod_phases(NS, "allot-w7-0", "Failed", 1)
     status = backend.workload_status(ref)
-    assert status.phase is Phase.FAILED
+    assert status.phase is RunPhase.FAILED
     assert status.pod_sets[0].failed == 1
     assert status.message == (
         "BackoffLimitExceeded: Job has reached the specified backoff limit"
@@ -260,7 +260,7 @@ def test_suspend_on_preemption_stops_pods_and_resume_restarts_them(kube, backend
     backend.suspend_workload(ref, grace_s=45)
     assert kube.state.jobs[(NS, "allot-w7-0")]["spec"]["suspend"] is True
     assert kube.state.pods == {}
-    assert backend.workload_status(ref).phase is Phase.SUSPENDED
+    assert backend.workload_status(ref).phase is RunPhase.SUSPENDED
     backend.suspend_workload(ref, grace_s=45)  # idempotent
     backend.start_workload(ref)
     assert backend.workload_status(ref).pod_sets[0].pending == 2
@@ -274,7 +274,7 @@ def test_delete_removes_jobs_and_pods_and_is_idempotent(kube, backend):
     delete = kube.requests("DELETE")[-1]
     assert delete["query"]["propagationPolicy"] == "Background"
     backend.delete_workload(ref)  # 404 is fine
-    assert backend.workload_status(ref).phase is Phase.MISSING
+    assert backend.workload_status(ref).phase is RunPhase.MISSING
     backend.suspend_workload(ref, grace_s=5)  # a gone Job is as stopped as suspended
 
 
@@ -299,7 +299,7 @@ def test_list_workloads_groups_jobs_by_workload(kube, backend):
 
 def test_reasons_are_events_regarding_the_job(kube, backend):
     ref = backend.create_workload(make_spec())
-    backend.post_event(ref, EventType.WARNING, "Preempted",
+    backend.post_event(ref, ClusterEventType.WARNING, "Preempted",
                        "preempted by workload 9 (priority 10000 > 1000) to reclaim 16 GPUs")
     events = kube.state.events_about(NS, "Job", "allot-w7-0")
     assert len(events) == 1
@@ -455,7 +455,7 @@ def test_the_double_refuses_pods_not_jobs_of_an_unknown_priority_class(kube, bac
     backend._known_priority_classes.add("ghost")
     ref = backend.create_workload(make_spec(priority_class="ghost"))
     backend.start_workload(ref)
-    assert backend.workload_status(ref).phase is Phase.PENDING
+    assert backend.workload_status(ref).phase is RunPhase.PENDING
     assert kube.state.pods == {}
     failed = kube.state.events_about(NS, "Job", "allot-w7-0")
     assert failed[-1]["reason"] == "FailedCreate"
@@ -569,7 +569,7 @@ def test_statuses_of_many_workloads_take_two_calls_per_namespace(kube, backend):
     before = len(kube.requests())
     statuses = backend.workload_statuses([running, suspended, other_ns, missing])
     assert [s.phase for s in statuses] == [
-        Phase.RUNNING, Phase.SUSPENDED, Phase.SUSPENDED, Phase.MISSING,
+        RunPhase.RUNNING, RunPhase.SUSPENDED, RunPhase.SUSPENDED, RunPhase.MISSING,
     ]
     assert [s.ref for s in statuses] == [running, suspended, other_ns, missing]
     calls = kube.requests()[before:]

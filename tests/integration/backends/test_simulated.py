@@ -14,12 +14,12 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from scheduling.backends import (
+    ClusterEventType,
     DispatchRefused,
-    EventType,
-    Phase,
     PodSetSpec,
     PriorityClassSpec,
     RefusalReason,
+    RunPhase,
     WorkloadRef,
     WorkloadSpec,
     clear_backend_cache,
@@ -106,7 +106,7 @@ def test_get_backend_picks_the_simulated_backend_and_state_is_in_the_database(cl
     ref = backend.create_workload(make_spec())
     # Another process (another backend object) sees the same cluster.
     other = SimulatedBackend(name=cluster.name, clock=clock)
-    assert other.workload_status(ref).phase is Phase.SUSPENDED
+    assert other.workload_status(ref).phase is RunPhase.SUSPENDED
     clear_backend_cache()
 
 
@@ -119,20 +119,20 @@ def test_pods_pend_run_and_succeed_on_the_sped_up_clock(cluster, backend, clock)
     job = SimJob.objects.get(name="allot-w7-0")
     assert (job.pods, job.gpus_per_pod, job.nodes) == (2, 4, ["sim-bj-a100-80g-0"] * 2)
     assert job.suspended and job.speedup == 10 and job.duration_s == 600
-    assert backend.workload_status(ref).phase is Phase.SUSPENDED
+    assert backend.workload_status(ref).phase is RunPhase.SUSPENDED
 
     backend.start_workload(ref)
     assert backend.workload_status(ref).pod_sets[0].pending == 2
     clock.advance(1.9)
-    assert backend.workload_status(ref).phase is Phase.PENDING
+    assert backend.workload_status(ref).phase is RunPhase.PENDING
     clock.advance(0.2)
     status = backend.workload_status(ref)
-    assert status.phase is Phase.RUNNING and status.pod_sets[0].running == 2
+    assert status.phase is RunPhase.RUNNING and status.pod_sets[0].running == 2
     clock.advance(59.8)  # 2 + 59.8 s wall = 20 + 598 simulated
-    assert backend.workload_status(ref).phase is Phase.RUNNING
+    assert backend.workload_status(ref).phase is RunPhase.RUNNING
     clock.advance(0.3)
     status = backend.workload_status(ref)
-    assert status.phase is Phase.SUCCEEDED
+    assert status.phase is RunPhase.SUCCEEDED
     assert status.totals() == {"pending": 0, "running": 0, "succeeded": 2, "failed": 0}
 
 
@@ -142,8 +142,8 @@ def test_real_time_run_with_speedup(cluster):
     ref = backend.create_workload(make_spec(duration_s=60))  # 0.3 s of wall time
     started = time.monotonic()
     backend.start_workload(ref)
-    assert backend.workload_status(ref).phase is Phase.RUNNING
-    while backend.workload_status(ref).phase is not Phase.SUCCEEDED:
+    assert backend.workload_status(ref).phase is RunPhase.RUNNING
+    while backend.workload_status(ref).phase is not RunPhase.SUCCEEDED:
         assert time.monotonic() - started < 5, "the simulated run never finished"
         time.sleep(0.02)
     assert 0.25 <= time.monotonic() - started < 2
@@ -153,9 +153,9 @@ def test_no_duration_runs_until_deleted(backend, clock):
     ref = backend.create_workload(make_spec(duration_s=None))
     backend.start_workload(ref)
     clock.advance(10**7)
-    assert backend.workload_status(ref).phase is Phase.RUNNING
+    assert backend.workload_status(ref).phase is RunPhase.RUNNING
     backend.delete_workload(ref)
-    assert backend.workload_status(ref).phase is Phase.MISSING
+    assert backend.workload_status(ref).phase is RunPhase.MISSING
     backend.delete_workload(ref)  # idempotent
 
 
@@ -164,14 +164,14 @@ def test_suspend_then_resume_restarts_the_pods(backend, clock):
     backend.start_workload(ref)
     clock.advance(50)  # 500 simulated seconds run
     backend.suspend_workload(ref, grace_s=30)
-    assert backend.workload_status(ref).phase is Phase.SUSPENDED
+    assert backend.workload_status(ref).phase is RunPhase.SUSPENDED
     backend.suspend_workload(ref, grace_s=30)  # idempotent
     clock.advance(100)
     backend.start_workload(ref)
     clock.advance(50)  # a resumed Job's pods start over: 500 of 600 again
-    assert backend.workload_status(ref).phase is Phase.RUNNING
+    assert backend.workload_status(ref).phase is RunPhase.RUNNING
     clock.advance(10)
-    assert backend.workload_status(ref).phase is Phase.SUCCEEDED
+    assert backend.workload_status(ref).phase is RunPhase.SUCCEEDED
 
 
 def test_create_is_idempotent_and_foreign_jobs_conflict(backend):
@@ -289,13 +289,13 @@ def test_jobs_named_in_the_connection_fail_after_the_given_run_time(cluster, bac
     backend.start_workload(ref)
     backend.start_workload(other)
     clock.advance(9.9)
-    assert backend.workload_status(ref).phase is Phase.RUNNING
+    assert backend.workload_status(ref).phase is RunPhase.RUNNING
     clock.advance(0.2)
     status = backend.workload_status(ref)
-    assert status.phase is Phase.FAILED
+    assert status.phase is RunPhase.FAILED
     assert status.pod_sets[0].failed == 1
     assert "failed after 100 s; simulated failure" in status.message
-    assert backend.workload_status(other).phase is Phase.RUNNING
+    assert backend.workload_status(other).phase is RunPhase.RUNNING
 
 
 def test_fail_next_fails_half_way_by_default(cluster, backend, clock):
@@ -305,10 +305,10 @@ def test_fail_next_fails_half_way_by_default(cluster, backend, clock):
     backend.start_workload(ref)
     backend.start_workload(healthy)
     clock.advance(29.9)
-    assert backend.workload_status(ref).phase is Phase.RUNNING
+    assert backend.workload_status(ref).phase is RunPhase.RUNNING
     clock.advance(0.2)
-    assert backend.workload_status(ref).phase is Phase.FAILED
-    assert backend.workload_status(healthy).phase is Phase.RUNNING
+    assert backend.workload_status(ref).phase is RunPhase.FAILED
+    assert backend.workload_status(healthy).phase is RunPhase.RUNNING
     assert SimControl.objects.get(cluster=cluster).fail_next == 0
 
 
@@ -320,7 +320,7 @@ def test_fail_job_now_from_the_command(cluster):
     call_command("sim_cluster", "sim-bj", "--fail-job", "allot-w7-0", stdout=out)
     assert "allot-w7-0: fails now" in out.getvalue()
     assert f"{NS}/allot-w7-0: 2 pods, failed" in out.getvalue()
-    assert backend.workload_status(ref).phase is Phase.FAILED
+    assert backend.workload_status(ref).phase is RunPhase.FAILED
     with pytest.raises(CommandError, match="no Job named allot-w1-0"):
         call_command("sim_cluster", "sim-bj", "--fail-job", "allot-w1-0")
 
@@ -330,7 +330,7 @@ def test_fail_job_now_from_the_command(cluster):
 
 def test_events_and_priority_classes_are_kept(cluster, backend, clock):
     ref = backend.create_workload(make_spec())
-    backend.post_event(ref, EventType.WARNING, "Preempted", "preempted by workload 9")
+    backend.post_event(ref, ClusterEventType.WARNING, "Preempted", "preempted by workload 9")
     event = SimEvent.objects.get()
     assert (event.job_name, event.type, event.reason, event.note, event.at) == (
         "allot-w7-0", "Warning", "Preempted", "preempted by workload 9", T0,
@@ -479,7 +479,7 @@ def test_statuses_of_many_workloads_in_one_query(backend, clock, django_assert_n
     missing = WorkloadRef.for_workload(namespace=NS, workload_id=5, pod_set_indexes=[0])
     with django_assert_num_queries(1):
         statuses = backend.workload_statuses([first, second, missing])
-    assert [s.phase for s in statuses] == [Phase.RUNNING, Phase.SUSPENDED, Phase.MISSING]
+    assert [s.phase for s in statuses] == [RunPhase.RUNNING, RunPhase.SUSPENDED, RunPhase.MISSING]
 
 
 def test_watch_wakes_up_when_pods_change_state_by_the_clock(cluster):
@@ -492,12 +492,12 @@ def test_watch_wakes_up_when_pods_change_state_by_the_clock(cluster):
     backend.start_workload(ref)
     started = backend.watch_workloads(timeout_s=5, resource_version=resync.resource_version)
     assert started.changed == {3}  # started after the bookmark
-    assert backend.workload_status(ref).phase is Phase.PENDING
+    assert backend.workload_status(ref).phase is RunPhase.PENDING
     began = time.monotonic()
     running = backend.watch_workloads(timeout_s=5, resource_version=started.resource_version)
     assert running.changed == {3}
     assert time.monotonic() - began < 1.5
-    assert backend.workload_status(ref).phase is Phase.RUNNING
+    assert backend.workload_status(ref).phase is RunPhase.RUNNING
     quiet = backend.watch_workloads(timeout_s=0.3, resource_version=running.resource_version)
     assert quiet.changed == frozenset()
     assert backend.watch_workloads(timeout_s=0, resource_version="not-a-time").expired
@@ -540,7 +540,7 @@ def test_dispatch_many_creates_and_starts_a_batch_in_a_few_queries(
     assert job.started_at == T0 and job.touched_at == T0 and job.ready_at == T0
     assert job.done_at == T0 + timedelta(seconds=60)  # 600 simulated s at speedup 10
     statuses = backend.workload_statuses([s.ref for s in specs])
-    assert {s.phase for s in statuses} == {Phase.RUNNING}
+    assert {s.phase for s in statuses} == {RunPhase.RUNNING}
 
 
 def test_dispatch_many_keeps_the_one_by_one_rules(cluster, backend):
@@ -594,7 +594,7 @@ def test_watch_reads_the_marks_not_every_job(cluster, django_assert_max_num_quer
     assert done.changed == frozenset(range(1, 50))  # all end 0.2 s after their start
     assert time.monotonic() - began < 1.0
     statuses = backend.workload_statuses([make_spec(workload_id=1).ref])
-    assert statuses[0].phase is Phase.SUCCEEDED
+    assert statuses[0].phase is RunPhase.SUCCEEDED
 
 
 def test_watch_overlap_reports_recent_changes_again(cluster):

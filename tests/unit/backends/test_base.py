@@ -7,9 +7,9 @@ import pytest
 from scheduling.backends import (
     BackendError,
     DispatchRefused,
-    Phase,
     PodSetStatus,
     RefusalReason,
+    RunPhase,
     WorkloadRef,
     WorkloadStatus,
     get_backend,
@@ -61,20 +61,21 @@ def _status(*sets):
 @pytest.mark.parametrize(
     ("sets", "phase"),
     [
-        ((), Phase.MISSING),
-        ((PodSetStatus("a", exists=False),), Phase.MISSING),
-        ((PodSetStatus("a", True, count=2, suspended=True),), Phase.SUSPENDED),
-        ((PodSetStatus("a", True, count=2, pending=1, running=1),), Phase.PENDING),
+        ((), RunPhase.MISSING),
+        ((PodSetStatus("a", exists=False),), RunPhase.MISSING),
+        ((PodSetStatus("a", True, count=2, suspended=True),), RunPhase.SUSPENDED),
+        ((PodSetStatus("a", True, count=2, pending=1, running=1),), RunPhase.PENDING),
         (
             (
                 PodSetStatus("a", True, count=2, running=2),
                 PodSetStatus("b", True, count=1, pending=1),
             ),
-            Phase.PENDING,
+            RunPhase.PENDING,
         ),
-        ((PodSetStatus("a", True, count=2, running=1, succeeded=1),), Phase.RUNNING),
-        ((PodSetStatus("a", True, count=2, succeeded=2),), Phase.SUCCEEDED),
-        ((PodSetStatus("a", True, count=2, running=1, failed=1, job_failed=True),), Phase.FAILED),
+        ((PodSetStatus("a", True, count=2, running=1, succeeded=1),), RunPhase.RUNNING),
+        ((PodSetStatus("a", True, count=2, succeeded=2),), RunPhase.SUCCEEDED),
+        ((PodSetStatus("a", True, count=2, running=1, failed=1, job_failed=True),),
+         RunPhase.FAILED),
     ],
 )
 def test_phase_of_a_gang(sets, phase):
