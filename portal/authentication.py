@@ -34,7 +34,7 @@ _lock = threading.Lock()
 
 
 def _ttl_s() -> float:
-    return float(getattr(settings, "ALLOT_TOKEN_CACHE_S", 10.0))
+    return float(settings.ALLOT_TOKEN_CACHE_S)
 
 
 def token_cache_forget(*, key_hash: str | None = None, user_id: int | None = None) -> None:

@@ -235,10 +235,17 @@ ALLOT_ENGINE = {
     "cpu_per_gpu_reserved": env.float("ALLOT_CPU_PER_GPU_RESERVED", default=4.0),
     "strategy": env.str("ALLOT_STRATEGY", default="binpack"),
 }
+# The hard depth limit of the queue tree (quotas.selectors.max_tree_depth).
 ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
 # Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.
 ALLOT_APPROVAL_MAX_GPUS = env.int("ALLOT_APPROVAL_MAX_GPUS", default=32)
 ALLOT_APPROVAL_MAX_HOURS = env.float("ALLOT_APPROVAL_MAX_HOURS", default=72.0)
+# Seconds an API token's lookup is cached per process (portal.authentication; 0: not cached).
+ALLOT_TOKEN_CACHE_S = env.float("ALLOT_TOKEN_CACHE_S", default=10.0)
+# Whether a policy whose evaluation fails lets the request through (default: it denies).
+ALLOT_POLICY_FAIL_OPEN = env.bool("ALLOT_POLICY_FAIL_OPEN", default=False)
+# Seconds between writes of the policies' hit and denial counters (0: after each commit).
+ALLOT_POLICY_COUNTS_FLUSH_S = env.float("ALLOT_POLICY_COUNTS_FLUSH_S", default=1.0)
 
 LOGGING = {
     "version": 1,
