@@ -11,6 +11,8 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Local state (the SQLite database, file locks, the filesystem broker): made by scripts/run.sh,
+# and by the code that writes there, never on import.
 VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
@@ -78,7 +80,6 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "portal.wsgi.application"
 
-VAR_DIR.mkdir(exist_ok=True)
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'allot.sqlite3'}"),
 }
@@ -108,13 +109,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# The tests add a fast (and weak) hasher in tests/settings.py.
 PASSWORD_HASHERS = env.list(
-    "PASSWORD_HASHERS",
-    default=[
-        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
-        "django.contrib.auth.hashers.MD5PasswordHasher",
-    ],
-)
+    "PASSWORD_HASHERS", default=["django.contrib.auth.hashers.PBKDF2PasswordHasher"])
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -158,15 +155,14 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery. With no CELERY_BROKER_URL the broker is a directory under var/ (kombu's filesystem
-# transport): it needs no server, so `make run` works on a bare machine.
+# transport): it needs no server, so `make run` works on a bare machine. Its folders are made
+# before the first message is written or read (portal/celery.py).
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = "UTC"
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed", "control"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "in"),
         "data_folder_out": str(BROKER_DIR / "in"),
