@@ -13,6 +13,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Min, Q
 
+from core.db import postgres
 from portal.pages.access import Scope
 from quotas.selectors import queue_rows
 from scheduling.models import ACTIVE_STATES, Admission, Cluster, Node, Workload, WorkloadState
@@ -218,7 +219,7 @@ def _admitted_waits(start: datetime, queue_ids: frozenset[int] | None, admitted:
                     ) -> list[tuple[str, float]]:
     """(queue path, minutes from submission to first admission) of each workload submitted
     since `start` and admitted: one float per row on PostgreSQL, the ORM elsewhere."""
-    if connection.vendor == "postgresql":
+    if postgres():
         params: list[Any] = [start]
         queues = ""
         if queue_ids is not None:
