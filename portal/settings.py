@@ -89,17 +89,16 @@ if env.str("TEST_DATABASE_NAME", default=""):
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # psycopg prepares only statements sent through server-binding cursors: the few fixed
-    # statements of hot paths (scheduling.selectors.hot_cursor), prepared once per connection.
+    # statements of hot paths (core.db.hot_cursor), prepared once per connection.
     # Django's own queries bind on the client and are never prepared. 0 turns it off (e.g.
     # behind a pooler that cannot keep prepared statements).
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
         "prepare_threshold", env.int("DATABASE_PREPARE_THRESHOLD", default=5) or None)
     # Those prepared statements are planned once, not at every run: with the default
-    # plan_cache_mode the server kept choosing a custom plan for the submission's insert (its
-    # many parameters), so it planned it again on every POST (about 1 ms of its CPU). Only
-    # statements bound on the server are affected; Django's own queries carry no parameters
-    # to the server and are planned as before. Not sent with preparing off (a pooler may
-    # refuse startup options).
+    # plan_cache_mode the server may choose a custom plan for a statement with many
+    # parameters (the submission's insert) and so plan it again at every run. Only statements
+    # bound on the server are affected; Django's own queries carry no parameters to the
+    # server. Not sent with preparing off (a pooler may refuse startup options).
     if DATABASES["default"]["OPTIONS"]["prepare_threshold"]:
         DATABASES["default"]["OPTIONS"].setdefault(
             "options", "-c plan_cache_mode=force_generic_plan")

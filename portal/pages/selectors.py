@@ -172,17 +172,6 @@ def usage_series(intervals: list[tuple[datetime, datetime | None, float]], *, st
     return {"t": _buckets(start, end, step), "used": _spread(intervals, start, end, step)}
 
 
-def queue_usage_series(*, path: str, flavor: str | None, start: datetime, end: datetime,
-                       step: timedelta) -> dict[str, Any]:
-    """GPUs held by a queue's subtree per bucket (average), with its min/max as lines."""
-    extra = Q(workload__queue__path=path) | Q(workload__queue__path__startswith=f"{path}/")
-    if flavor:
-        extra &= Q(flavor__name=flavor)
-    rows = _admissions(start, end, extra).values_list("reserved_at", "ended_at", "gpus")
-    intervals = [(s, e, float(g)) for s, e, g in rows]
-    return usage_series(intervals, start=start, end=end, step=step)
-
-
 def cluster_allocation_series(*, start: datetime, end: datetime, step: timedelta
                               ) -> dict[str, Any]:
     """GPUs allocated per cluster per bucket (average), and each cluster's installed GPUs."""
