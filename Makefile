@@ -32,12 +32,14 @@ run: venv
 ##     core, the shared kernel (core/changes.py, core/db.py, core/quantity.py), imports no app.
 ##   scripts/check_imports.py: no import circles among the project's modules (each printed as its
 ##     chain of imports); core.quantity imports nothing of kubernetes but kubernetes.utils.quantity.
+##   vulture: no dead code (vulture_whitelist.py: what Django, DRF and Celery use by name).
 lint: venv-dev
 	@status=0; \
 	$(VENV)/bin/ruff check . || status=1; \
 	$(VENV)/bin/mypy core portal quotas scheduling billing scripts/check_imports.py || status=1; \
 	$(VENV)/bin/lint-imports --no-logo --no-cache || status=1; \
 	$(PY) scripts/check_imports.py || status=1; \
+	$(VENV)/bin/vulture || status=1; \
 	exit $$status
 
 ## make test: lint, then the whole suite against PostgreSQL and Redis (started if down).
