@@ -24,10 +24,23 @@ venv-dev: $(VENV)/.installed-dev
 run: venv
 	bash scripts/run.sh
 
-## make lint: ruff and mypy.
+## make lint: ruff, mypy and the architecture's rules; every check runs, any failure fails it.
+##   lint-imports (contracts in pyproject.toml), one line each:
+##     scheduling.engine is pure Python: no Django, Celery, kubernetes, no project code outside it;
+##     only scheduling.backends imports kubernetes (and core.quantity, its quantity parser only);
+##     no module outside the policies app imports it (it plugs in through scheduling.extensions);
+##     core, the shared kernel (core/changes.py, core/db.py, core/quantity.py), imports no app.
+##   scripts/check_imports.py: no import circles among the project's modules (each printed as its
+##     chain of imports); core.quantity imports nothing of kubernetes but kubernetes.utils.quantity.
+##   vulture: no dead code (vulture_whitelist.py: what Django, DRF and Celery use by name).
 lint: venv-dev
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy core portal quotas scheduling billing
+	@status=0; \
+	$(VENV)/bin/ruff check . || status=1; \
+	$(VENV)/bin/mypy core portal quotas scheduling billing scripts/check_imports.py || status=1; \
+	$(VENV)/bin/lint-imports --no-logo --no-cache || status=1; \
+	$(PY) scripts/check_imports.py || status=1; \
+	$(VENV)/bin/vulture || status=1; \
+	exit $$status
 
 ## make test: lint, then the whole suite against PostgreSQL and Redis (started if down).
 test: venv-dev lint
@@ -41,4 +54,4 @@ bench: venv-dev
 	bash scripts/bench.sh
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

@@ -87,7 +87,7 @@ class PrometheusClient:
 
 def default_client() -> PrometheusClient | None:
     """The configured Prometheus (ALLOT_PROMETHEUS_URL), or None when there is none."""
-    url = getattr(settings, "ALLOT_PROMETHEUS_URL", "")
+    url = settings.ALLOT_PROMETHEUS_URL
     return PrometheusClient(url) if url else None
 
 

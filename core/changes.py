@@ -35,6 +35,8 @@ from typing import Any, TypeVar
 from django.db import connection
 from django.db.utils import DatabaseError
 
+from core.db import postgres
+
 logger = logging.getLogger(__name__)
 
 TOPICS = ("policy", "config", "usage", "budget")
@@ -143,7 +145,7 @@ def validate() -> View | None:
 
     Inside `pinned()`, the view the block started with (no query).
     """
-    if connection.vendor != "postgresql":
+    if not postgres():
         return None
     pinned_view = getattr(_local, "pinned", None)
     if pinned_view is not None:
@@ -215,7 +217,7 @@ def prune(every_s: float = 60.0) -> int:
     """Delete change rows no cache can need any more (at most once a minute per process;
     rows locked by another pruner are skipped, never waited for)."""
     global _last_prune
-    if connection.vendor != "postgresql":
+    if not postgres():
         return 0
     now = time.monotonic()
     if now - _last_prune < every_s:

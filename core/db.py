@@ -47,6 +47,7 @@ def xact_lock(key: int, *, wait: bool, name: str) -> Iterator[bool]:
             yield bool(got)
         return
     path = Path(settings.VAR_DIR) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))

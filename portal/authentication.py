@@ -1,10 +1,11 @@
 """DRF authentication with hashed tokens: `Authorization: Token <token>`.
 
 A token's lookup (hash -> token and user) is kept per process for a few seconds
-(`ALLOT_TOKEN_CACHE_S`, default 10), so a client sending many requests costs no query each.
-Revoking a token or saving its user drops the entry in this process at once (see
-`portal.models`); other processes see it within that time. `last_used_at` is written at most
-once a minute per token (`LAST_USED_EVERY`), not on every request.
+(`ALLOT_TOKEN_CACHE_S`), so a client sending many requests costs no query each. Revoking a
+token or saving its user drops the entry in this process at once (the signal handlers below,
+connected by `PortalConfig.ready()`); other processes see it within that time.
+`last_used_at` is written at most once a minute per token (`LAST_USED_EVERY`), not on every
+request.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
@@ -31,7 +34,7 @@ _lock = threading.Lock()
 
 
 def _ttl_s() -> float:
-    return float(getattr(settings, "ALLOT_TOKEN_CACHE_S", 10.0))
+    return float(settings.ALLOT_TOKEN_CACHE_S)
 
 
 def token_cache_forget(*, key_hash: str | None = None, user_id: int | None = None) -> None:
@@ -43,6 +46,28 @@ def token_cache_forget(*, key_hash: str | None = None, user_id: int | None = Non
         for h, (_, token) in list(_cache.items()):
             if h == key_hash or (user_id is not None and token.user_id == user_id):
                 _cache.pop(h, None)
+
+
+def _forget_token(sender: Any, instance: ApiToken, **kwargs: Any) -> None:
+    """A deleted (revoked) token stops working in this process at once, also when a request
+    re-read it between the delete and the commit."""
+    token_cache_forget(key_hash=instance.key_hash)
+    transaction.on_commit(lambda: token_cache_forget(key_hash=instance.key_hash))
+
+
+def _forget_user(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """A saved or deleted user (deactivated, changed) is read afresh with its tokens."""
+    token_cache_forget(user_id=instance.pk)
+    transaction.on_commit(lambda: token_cache_forget(user_id=instance.pk))
+
+
+def connect_signals() -> None:
+    """Drop cached lookups when a token is deleted or a user saved or deleted."""
+    post_delete.connect(_forget_token, sender=ApiToken, dispatch_uid="portal.forget_token")
+    post_save.connect(_forget_user, sender=settings.AUTH_USER_MODEL,
+                      dispatch_uid="portal.forget_user_save")
+    post_delete.connect(_forget_user, sender=settings.AUTH_USER_MODEL,
+                        dispatch_uid="portal.forget_user_delete")
 
 
 def _lookup(key_hash: str) -> ApiToken:

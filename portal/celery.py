@@ -6,14 +6,37 @@ counts their SQL queries and query time per task name, and writes both to DIR wh
 """
 
 import os
+from pathlib import Path
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+_broker_folders_made: set[str] = set()
+
+
+def broker_folders_make(**_: Any) -> None:
+    """Make the filesystem broker's folders (the default broker, settings.BROKER_DIR), which
+    kombu expects to exist: before a process publishes its first task, and when a worker or
+    the beat starts. Other brokers need nothing."""
+    if not str(app.conf.broker_url or "").startswith("filesystem://"):
+        return
+    options = app.conf.broker_transport_options or {}
+    for key in ("data_folder_in", "data_folder_out", "data_folder_processed", "control_folder"):
+        folder = options.get(key)
+        if folder and folder not in _broker_folders_made:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            _broker_folders_made.add(folder)
+
+
+signals.before_task_publish.connect(broker_folders_make, weak=False)
+signals.worker_init.connect(broker_folders_make, weak=False)
+signals.beat_init.connect(broker_folders_make, weak=False)
 
 
 def _install_task_profiler(directory: str) -> None:
@@ -22,10 +45,6 @@ def _install_task_profiler(directory: str) -> None:
     import json
     import time
     from collections import defaultdict
-    from pathlib import Path
-    from typing import Any
-
-    from celery import signals
 
     profiler = cProfile.Profile()
     stats: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))

@@ -11,6 +11,8 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Local state (the SQLite database, file locks, the filesystem broker): made by scripts/run.sh,
+# and by the code that writes there, never on import.
 VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
@@ -78,7 +80,6 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "portal.wsgi.application"
 
-VAR_DIR.mkdir(exist_ok=True)
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'allot.sqlite3'}"),
 }
@@ -88,17 +89,16 @@ if env.str("TEST_DATABASE_NAME", default=""):
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # psycopg prepares only statements sent through server-binding cursors: the few fixed
-    # statements of hot paths (scheduling.selectors.hot_cursor), prepared once per connection.
+    # statements of hot paths (core.db.hot_cursor), prepared once per connection.
     # Django's own queries bind on the client and are never prepared. 0 turns it off (e.g.
     # behind a pooler that cannot keep prepared statements).
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
         "prepare_threshold", env.int("DATABASE_PREPARE_THRESHOLD", default=5) or None)
     # Those prepared statements are planned once, not at every run: with the default
-    # plan_cache_mode the server kept choosing a custom plan for the submission's insert (its
-    # many parameters), so it planned it again on every POST (about 1 ms of its CPU). Only
-    # statements bound on the server are affected; Django's own queries carry no parameters
-    # to the server and are planned as before. Not sent with preparing off (a pooler may
-    # refuse startup options).
+    # plan_cache_mode the server may choose a custom plan for a statement with many
+    # parameters (the submission's insert) and so plan it again at every run. Only statements
+    # bound on the server are affected; Django's own queries carry no parameters to the
+    # server. Not sent with preparing off (a pooler may refuse startup options).
     if DATABASES["default"]["OPTIONS"]["prepare_threshold"]:
         DATABASES["default"]["OPTIONS"].setdefault(
             "options", "-c plan_cache_mode=force_generic_plan")
@@ -108,13 +108,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# The tests add a fast (and weak) hasher in tests/settings.py.
 PASSWORD_HASHERS = env.list(
-    "PASSWORD_HASHERS",
-    default=[
-        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
-        "django.contrib.auth.hashers.MD5PasswordHasher",
-    ],
-)
+    "PASSWORD_HASHERS", default=["django.contrib.auth.hashers.PBKDF2PasswordHasher"])
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -158,15 +154,14 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery. With no CELERY_BROKER_URL the broker is a directory under var/ (kombu's filesystem
-# transport): it needs no server, so `make run` works on a bare machine.
+# transport): it needs no server, so `make run` works on a bare machine. Its folders are made
+# before the first message is written or read (portal/celery.py).
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = "UTC"
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed", "control"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "in"),
         "data_folder_out": str(BROKER_DIR / "in"),
@@ -235,10 +230,17 @@ ALLOT_ENGINE = {
     "cpu_per_gpu_reserved": env.float("ALLOT_CPU_PER_GPU_RESERVED", default=4.0),
     "strategy": env.str("ALLOT_STRATEGY", default="binpack"),
 }
+# The hard depth limit of the queue tree (quotas.selectors.max_tree_depth).
 ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
 # Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.
 ALLOT_APPROVAL_MAX_GPUS = env.int("ALLOT_APPROVAL_MAX_GPUS", default=32)
 ALLOT_APPROVAL_MAX_HOURS = env.float("ALLOT_APPROVAL_MAX_HOURS", default=72.0)
+# Seconds an API token's lookup is cached per process (portal.authentication; 0: not cached).
+ALLOT_TOKEN_CACHE_S = env.float("ALLOT_TOKEN_CACHE_S", default=10.0)
+# Whether a policy whose evaluation fails lets the request through (default: it denies).
+ALLOT_POLICY_FAIL_OPEN = env.bool("ALLOT_POLICY_FAIL_OPEN", default=False)
+# Seconds between writes of the policies' hit and denial counters (0: after each commit).
+ALLOT_POLICY_COUNTS_FLUSH_S = env.float("ALLOT_POLICY_COUNTS_FLUSH_S", default=1.0)
 
 LOGGING = {
     "version": 1,

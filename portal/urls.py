@@ -19,7 +19,6 @@ urlpatterns = [
     path("api/v1/", include("scheduling.api_urls")),
     path("api/v1/", include("billing.api_urls")),
     path("", include("portal.page_urls")),
-    path("", include("quotas.urls")),
     path("", include("quotas.policies.urls")),
     path("", include("quotas.capacity.urls")),
     path("", include("portal.pages.urls")),

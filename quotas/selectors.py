@@ -84,7 +84,7 @@ def flavor_names() -> set[str]:
 
 def max_tree_depth() -> int:
     """The hard depth limit of the tree (setting ALLOT_MAX_TREE_DEPTH)."""
-    return int(getattr(settings, "ALLOT_MAX_TREE_DEPTH", 5))
+    return int(settings.ALLOT_MAX_TREE_DEPTH)
 
 
 def quota_usage() -> Mapping[str, Mapping[Key, Mapping[str, Decimal]]]:

@@ -118,30 +118,6 @@ def to_decimal(value: Any, where: str) -> Decimal | None:
     return number
 
 
-def quota_from_dict(data: Mapping[str, Any], where: str) -> dict[Key, QuotaSpec]:
-    """`{flavor: {resource: {min, max, lendable}}}` -> `{(flavor, resource): QuotaSpec}`."""
-    out: dict[Key, QuotaSpec] = {}
-    if not isinstance(data, Mapping):
-        raise ValidationError(f"{where}: quota must be an object {{flavor: {{resource: ...}}}}")
-    for flavor, resources in data.items():
-        if not isinstance(resources, Mapping):
-            raise ValidationError(f"{where}: quota of flavor {flavor!r} must be an object")
-        for resource, values in resources.items():
-            kn = f"{flavor}/{resource}"
-            if not isinstance(values, Mapping):
-                raise ValidationError(f"{where}: {kn} must be an object with min, max, lendable")
-            unknown = set(values) - {"min", "max", "lendable"}
-            if unknown:
-                names = ", ".join(sorted(unknown))
-                raise ValidationError(f"{where}: {kn}: unknown field(s) {names}")
-            out[(str(flavor), str(resource))] = QuotaSpec(
-                min=to_decimal(values.get("min", 0), f"{where}: {kn}: min") or Decimal(0),
-                max=to_decimal(values.get("max"), f"{where}: {kn}: max"),
-                lendable=to_decimal(values.get("lendable"), f"{where}: {kn}: lendable"),
-            )
-    return out
-
-
 def tree_check(specs: Iterable[QueueSpec], *, extra_flavors: Iterable[str] = ()) -> TreeReport:
     """Validate a whole tree against the database's flavors, fleet and depth limit.
 

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 CELERY=.venv/bin/celery
 PORT="${PORT:-8000}"
+# Local state: the SQLite database (the default), the beat's schedule, file locks.
 mkdir -p var
 $PY manage.py migrate --noinput
 $PY manage.py seed_demo

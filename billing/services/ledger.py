@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.models import LedgerEntry, LedgerHead
+from core import db
 
 GENESIS = "0" * 64
 _SEP = "\x1f"
@@ -159,7 +160,7 @@ def ledger_verify(*, chunk_size: int = 20000, method: str = "auto") -> VerifyRes
     elsewhere, or with `method="python"`, entry by entry here. Both read the same canonical
     text, so they agree.
     """
-    if method == "sql" or (method == "auto" and connection.vendor == "postgresql"):
+    if method == "sql" or (method == "auto" and db.postgres()):
         return _verify_sql()
     return _verify_python(chunk_size)
 

@@ -57,7 +57,6 @@ class RollupResult:
     updated: int = 0
     unchanged: int = 0
     orphans: int = 0
-    telemetry_error: str = ""
 
 
 def _check_hour(hour: datetime, now: datetime) -> None:
@@ -225,7 +224,6 @@ class PostResult:
     hour: datetime
     appended: int = 0
     corrections: int = 0
-    unpriced_records: int = 0
     cost_centers: set[int] = field(default_factory=set)
 
 
@@ -267,7 +265,6 @@ def charges_post_hour(*, hour: datetime, now: datetime | None = None) -> PostRes
         cc = mapping.get(record.team_id) if record.team_id else None
         cc = cc or default_cc
         if cc is None:
-            result.unpriced_records += 1
             logger.warning("usage record %s: team has no cost center and none is default", record)
             continue
         usage = UsageInput(

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
-
-from django.core.serializers.json import DjangoJSONEncoder
 
 LAYOUT = {"margin": {"l": 50, "r": 10, "t": 36, "b": 40}, "height": 320,
           "legend": {"orientation": "h"}, "font": {"family": "system-ui, sans-serif"}}
@@ -14,11 +11,6 @@ LAYOUT = {"margin": {"l": 50, "r": 10, "t": 36, "b": 40}, "height": 320,
 
 def _iso(ts: list[datetime]) -> list[str]:
     return [t.isoformat() for t in ts]
-
-
-def to_json(figure: dict[str, Any]) -> str:
-    """A figure as JSON safe to embed with json_script."""
-    return json.dumps(figure, cls=DjangoJSONEncoder)
 
 
 def queue_usage_figure(series: dict[str, Any], *, title: str, qmin: Any, qmax: Any

@@ -13,6 +13,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Min, Q
 
+from core.db import postgres
 from portal.pages.access import Scope
 from quotas.selectors import queue_rows
 from scheduling.models import ACTIVE_STATES, Admission, Cluster, Node, Workload, WorkloadState
@@ -171,17 +172,6 @@ def usage_series(intervals: list[tuple[datetime, datetime | None, float]], *, st
     return {"t": _buckets(start, end, step), "used": _spread(intervals, start, end, step)}
 
 
-def queue_usage_series(*, path: str, flavor: str | None, start: datetime, end: datetime,
-                       step: timedelta) -> dict[str, Any]:
-    """GPUs held by a queue's subtree per bucket (average), with its min/max as lines."""
-    extra = Q(workload__queue__path=path) | Q(workload__queue__path__startswith=f"{path}/")
-    if flavor:
-        extra &= Q(flavor__name=flavor)
-    rows = _admissions(start, end, extra).values_list("reserved_at", "ended_at", "gpus")
-    intervals = [(s, e, float(g)) for s, e, g in rows]
-    return usage_series(intervals, start=start, end=end, step=step)
-
-
 def cluster_allocation_series(*, start: datetime, end: datetime, step: timedelta
                               ) -> dict[str, Any]:
     """GPUs allocated per cluster per bucket (average), and each cluster's installed GPUs."""
@@ -218,7 +208,7 @@ def _admitted_waits(start: datetime, queue_ids: frozenset[int] | None, admitted:
                     ) -> list[tuple[str, float]]:
     """(queue path, minutes from submission to first admission) of each workload submitted
     since `start` and admitted: one float per row on PostgreSQL, the ORM elsewhere."""
-    if connection.vendor == "postgresql":
+    if postgres():
         params: list[Any] = [start]
         queues = ""
         if queue_ids is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from quotas.interop.quantities import QuantityError, format_quantity, to_amount
+from core.quantity import QuantityError, format_quantity, to_amount
 from quotas.services import QueueDef
 from quotas.tree_rules import QuotaSpec
 

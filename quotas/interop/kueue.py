@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from core.quantity import format_quantity
 from quotas.interop.common import (
     ANNOTATION_GPU_MEMORY,
     ExportQueue,
@@ -27,7 +28,6 @@ from quotas.interop.common import (
     annotations_for,
     export_name,
 )
-from quotas.interop.quantities import format_quantity
 from quotas.services import FlavorDef
 from quotas.tree_rules import QuotaSpec
 

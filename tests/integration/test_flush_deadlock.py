@@ -12,6 +12,7 @@ from django.core.management import call_command
 from django.core.management.color import no_style
 from django.db import connection, connections
 
+from core.db import postgres
 from quotas.models import Flavor
 from tests.flush import is_deadlock, retry_on_deadlock
 from tests.integration.workers.stack import database_url
@@ -37,7 +38,7 @@ def _flush_waiting(other_pid: int) -> bool:
 
 
 def test_flush_retried_after_a_deadlock():
-    if connection.vendor != "postgresql":
+    if not postgres():
         pytest.skip("the deadlock is PostgreSQL's")
     Flavor.objects.create(name="left-over", gpu_memory_gib=80)
     first, last = _flush_tables()

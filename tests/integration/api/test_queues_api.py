@@ -24,7 +24,7 @@ def test_tree_nested_with_quota_and_usage(clients):
         "min": 16.0, "max": 32.0, "lendable": 8.0, "set": True,
         "used": 0.0, "borrowed": 0.0, "lent": 0.0, "pending": 0.0,
     }
-    # Issue 5: researchers see their teams' queues (and the ancestors), not other teams'.
+    # Researchers see their teams' queues (and the ancestors), not other teams'.
     [vision] = rd["children"]
     assert vision["path"] == "rd/vision"
     assert vision["namespace"] == "rd-vision" and vision["children"] == []

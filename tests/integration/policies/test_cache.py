@@ -3,6 +3,7 @@ quota, cluster, node, approval, usage or budget is seen by the next submission, 
 process and when another process made it; a rolled-back write is never cached; a warm check
 costs one query."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -109,7 +110,7 @@ def _other_process(code: str) -> None:
            f"{s['PORT'] or 5432}/{s['NAME']}")
     script = "import django\ndjango.setup()\n" + textwrap.dedent(code)
     root = Path(__file__).resolve().parents[3]
-    env = {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "portal.settings",
+    env = {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": os.environ["DJANGO_SETTINGS_MODULE"],
            "PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}
     done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120, check=False)

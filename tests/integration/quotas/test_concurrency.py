@@ -5,8 +5,9 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection, connections
+from django.db import connections
 
+from core.db import postgres
 from quotas.models import Queue
 from quotas.services import queue_create
 from quotas.tree_rules import QuotaSpec
@@ -17,7 +18,7 @@ A = ("a100-80g", "gpu")
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_creates_cannot_both_pass_v2():
-    if connection.vendor != "postgresql":
+    if not postgres():
         pytest.skip("the tree lock is a PostgreSQL advisory lock")
     FlavorFactory(name="a100-80g")
     rd = queue_create(name="rd", quota={A: QuotaSpec(Decimal(16))}).queue

@@ -8,8 +8,8 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from core.quantity import QuantityError, format_quantity, to_amount
 from quotas.interop import quotas_export, quotas_import
-from quotas.interop.quantities import QuantityError, format_quantity, to_amount
 from quotas.models import Flavor, Queue, QuotaEntry
 from quotas.services import queue_create
 from quotas.tree_rules import QuotaSpec

@@ -7,9 +7,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.quantity import parse_quantity
 from quotas import selectors
 from quotas.interop import quotas_export, quotas_import
-from quotas.interop.quantities import parse_quantity
 from quotas.models import Queue, QuotaEntry
 from quotas.services import QueueDef, tree_replace
 from quotas.tree_rules import QuotaSpec, Resolved, validate_tree

@@ -1,7 +1,13 @@
 """Kubernetes resource quantities (`2048Gi`, `500m`, `64`, `1e3`) parsed and written exactly.
 
-Allot stores gpu as whole cards, cpu in cores and memory in GiB, each with at most 3 decimal
-places; a quantity that cannot be stored exactly is refused (never rounded).
+The number is read by the Kubernetes client's own parser (`kubernetes.utils.quantity`); around
+it, this module checks the text first (so only the forms the Kubernetes API accepts pass, each
+refusal with a message naming it) and keeps Allot's units exact: gpu as whole cards, cpu in
+cores and memory in GiB, each with at most 3 decimal places. A quantity that cannot be stored
+exactly is refused (never rounded).
+
+The one module besides scheduling.backends that imports the Kubernetes client (the import
+contract in pyproject.toml allows exactly this import).
 """
 
 from __future__ import annotations
@@ -9,14 +15,10 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-DECIMAL = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-    "P": Decimal("1e15"), "E": Decimal("1e18"),
-}
+from kubernetes.utils.quantity import parse_quantity as k8s_parse_quantity
+
 _QUANTITY = re.compile(
-    r"^(?P<num>[+-]?(\d+\.?\d*|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$"
+    r"^[+-]?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE](?P<exponent>[+-]?\d+))?$"
 )
 GIB = Decimal(2**30)
 STEP = Decimal("0.001")
@@ -44,19 +46,15 @@ def parse_quantity(value: object) -> Decimal:
     match = _QUANTITY.match(text)
     if not match:
         raise QuantityError(f"{text!r} is not a Kubernetes quantity (like 64, 500m, 2048Gi)")
-    try:
-        number = Decimal(match["num"])
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits numbers only
-        raise QuantityError(f"{text!r} is not a number") from exc
-    suffix = match["suffix"] or ""
-    if suffix in BINARY:
-        return number * BINARY[suffix]
-    if suffix in DECIMAL:
-        return number * DECIMAL[suffix]
-    exponent = int(suffix[1:])
-    if abs(exponent) > 30:
+    if match["exponent"] is not None and abs(int(match["exponent"])) > 30:
         raise QuantityError(f"{text!r}: exponent out of range")
-    return number.scaleb(exponent)
+    try:
+        number = k8s_parse_quantity(text)
+    except (ValueError, InvalidOperation) as exc:  # pragma: no cover - the regex admits these
+        raise QuantityError(f"{text!r} is not a number") from exc
+    # `* 1` rounds to the decimal context (28 significant digits) as the multiplication by a
+    # suffix does, so every form is rounded alike.
+    return number * 1
 
 
 def _stored(amount: Decimal, text: str, unit: str) -> Decimal:

@@ -1,0 +1,193 @@
+"""Names vulture reports as unused that Django, DRF, django-filter, Celery or the Kubernetes
+client use by name (or that templates read): `make lint` passes this file to vulture with the
+code. Vulture matches names, not places: one entry covers every definition of the name.
+Each entry says who uses it.
+"""
+
+# --- Django settings (read by Django, DRF, drf-spectacular and Celery from portal/settings.py)
+_.ALLOWED_HOSTS  # django: accepted Host headers
+_.AUTH_PASSWORD_VALIDATORS  # django.contrib.auth: password rules
+_.CSRF_TRUSTED_ORIGINS  # django: CSRF origins
+_.DEFAULT_AUTO_FIELD  # django: primary key type
+_.EMAIL_BACKEND  # django.core.mail
+_.INSTALLED_APPS  # django: the apps
+_.LANGUAGE_CODE  # django: i18n
+_.LOGGING  # django: logging config
+_.LOGIN_REDIRECT_URL  # django.contrib.auth views
+_.LOGIN_URL  # django.contrib.auth: login_required
+_.LOGOUT_REDIRECT_URL  # django.contrib.auth views
+_.MIDDLEWARE  # django: request pipeline
+_.PASSWORD_HASHERS  # django.contrib.auth: hashers
+_.REST_FRAMEWORK  # DRF settings
+_.ROOT_URLCONF  # django: URL root
+_.SPECTACULAR_SETTINGS  # drf-spectacular settings
+_.STATICFILES_DIRS  # django.contrib.staticfiles
+_.STATIC_ROOT  # django.contrib.staticfiles: collectstatic
+_.STATIC_URL  # django.contrib.staticfiles
+_.TEMPLATES  # django: template engines
+_.TIME_ZONE  # django: time zone
+_.USE_I18N  # django: i18n
+_.USE_TZ  # django: aware datetimes
+_.WSGI_APPLICATION  # django: runserver's WSGI app
+_.CELERY_BEAT_SCHEDULE  # celery (namespace CELERY): beat_schedule
+_.CELERY_BROKER_TRANSPORT_OPTIONS  # celery: broker_transport_options
+_.CELERY_RESULT_BACKEND  # celery: result_backend
+_.CELERY_TASK_ALWAYS_EAGER  # celery: task_always_eager
+_.CELERY_TIMEZONE  # celery: timezone
+_.CELERY_WORKER_PREFETCH_MULTIPLIER  # celery: worker_prefetch_multiplier
+_.application  # portal/wsgi.py: what gunicorn and WSGI_APPLICATION load
+
+# --- App configs, management commands (found by Django by their module and class names)
+_.BillingConfig  # django app registry
+_.CapacityConfig  # django app registry
+_.PoliciesConfig  # django app registry
+_.PortalConfig  # django app registry
+_.QuotasConfig  # django app registry
+_.SchedulingConfig  # django app registry
+_.SimulatedConfig  # django app registry
+_.default_auto_field  # AppConfig: primary key type
+_.verbose_name  # AppConfig and model fields: names shown in the admin
+_.Command  # manage.py: the class of each management command
+_.add_arguments  # BaseCommand hook: the command's options
+_.help  # BaseCommand: `manage.py help <command>`
+_.requires_system_checks  # BaseCommand option
+_.requires_migrations_checks  # BaseCommand option
+
+# --- Model options and choices (read by the ORM and migrations; choices are stored values)
+_.ordering  # Meta: default order; FilterSet: sortable fields
+_.constraints  # Meta: database constraints
+_.BINPACK  # quotas.Strategy choice
+_.SPREAD  # quotas.Strategy choice
+_.USAGE  # billing.ChargeBasis choice
+_.HYBRID  # billing.ChargeBasis choice
+_.FROZEN  # billing.Phase choice
+_.GPU_RESERVED  # billing.ChargeKind choice
+_.GPU_ACTIVE  # billing.ChargeKind choice
+_.GPU_FROZEN  # billing.ChargeKind choice
+_.CPU_FROZEN  # billing.ChargeKind choice
+_.MEMORY_FROZEN  # billing.ChargeKind choice
+_.VOID  # billing.InvoiceState choice
+_.AUDITED  # policies.ViolationOutcome choice
+_.GRANDFATHERED  # policies.ViolationOutcome choice
+_.ERROR  # policies.ViolationOutcome choice
+_.CAPPED  # policies.ViolationOutcome choice
+_.PLACED  # policies.ViolationOutcome choice
+_.PRIORITIZED  # policies.ViolationOutcome choice
+_.KUBERNETES  # scheduling.BackendKind choice
+_.NORMAL  # Kubernetes Event type, beside WARNING
+
+# --- Model fields (database columns, shown by the admin, templates and the API)
+_.author  # policies.PolicyVersion
+_.budget_amount  # billing.BudgetFiring
+_.cleaned_at  # scheduling.Admission
+_.computed_at  # billing.UsageRecord
+_.corrects  # billing.LedgerEntry
+_.cpu_per_pod  # simulated.SimJob
+_.created_at  # several models
+_.created_by  # billing.RateCard
+_.decided_at  # capacity.CapacityRequest
+_.decided_by  # capacity.CapacityRequest and its serializer
+_.decision_comment  # capacity.CapacityRequest
+_.diff  # policies.PolicyVersion and its serializer
+_.done_at  # simulated.SimJob
+_.entry_count  # billing.Invoice (invoice page)
+_.fired_at  # billing.BudgetFiring
+_.granted_at  # policies.TeamApproval and its serializer
+_.granted_by  # policies.TeamApproval and its serializer
+_.input  # policies.PolicyViolation and its serializer
+_.issued_by  # billing.Invoice
+_.memory_gib_per_pod  # simulated.SimJob
+_.mig_profiles  # quotas.Flavor and its serializer
+_.notified  # billing.BudgetFiring
+_.policy_version  # policies.PolicyViolation and its serializer
+_.preempt_kind  # scheduling.Workload
+_.ran_at  # billing.ReconciliationRun
+_.rate_card  # billing.LedgerEntry
+_.ready_at  # simulated.SimJob
+_.telemetry_source  # billing.UsageRecord
+_.touched_at  # simulated.SimJob
+_.updated_at  # several models
+_.updated_by  # policies.Policy and its serializer
+_.usage_record  # billing.LedgerEntry
+_.efficiency  # billing.UsageRecord property (the tests read it) and API serializer fields
+
+# --- Admin (django.contrib.admin reads these class attributes and calls these hooks)
+_.list_display  # ModelAdmin: changelist columns
+_.list_filter  # ModelAdmin: changelist filters
+_.list_select_related  # ModelAdmin: changelist joins
+_.search_fields  # ModelAdmin: changelist search
+_.readonly_fields  # ModelAdmin: read-only form fields
+_.autocomplete_fields  # ModelAdmin: autocomplete widgets
+_.filter_horizontal  # ModelAdmin: many-to-many widget
+_.inlines  # ModelAdmin: inline formsets
+_.actions  # ModelAdmin: changelist actions (None: no bulk delete)
+_.has_add_permission  # ModelAdmin hook
+_.has_change_permission  # ModelAdmin hook
+_.save_model  # ModelAdmin hook
+_.save_related  # ModelAdmin hook
+_.new_objects  # admin formsets: read by the admin's change message
+_.changed_objects  # admin formsets: read by the admin's change message
+_.deleted_objects  # admin formsets: read by the admin's change message
+
+# --- DRF (views, permissions, authentication, serializer fields read by name)
+_.permission_classes  # APIView
+_.serializer_class  # GenericAPIView
+_.filterset_class  # django-filter's DRF backend
+_.get_permissions  # APIView hook
+_.has_permission  # BasePermission hook
+_.authenticate_credentials  # TokenAuthentication hook
+_.keyword  # TokenAuthentication: the Authorization header's keyword
+_.HashedTokenAuthentication  # REST_FRAMEWORK's DEFAULT_AUTHENTICATION_CLASSES
+_.patch  # APIView: the PATCH handler
+_.validate_queue  # Serializer: validate_<field> hook
+_.validate_flavor  # Serializer: validate_<field> hook
+_.get_reason  # SerializerMethodField: get_<field>
+_.get_gpus  # SerializerMethodField
+_.get_queue_position  # SerializerMethodField
+_.get_reasons  # SerializerMethodField
+_.get_admission  # SerializerMethodField
+_.get_admissions  # SerializerMethodField
+_.get_events  # SerializerMethodField
+_.get_pods  # SerializerMethodField
+_.can_submit  # serializer field (queues API)
+_.capacity_requests  # serializer field (approvals API)
+_.estimate_total  # serializer field (workload cost API)
+_.queue_position  # serializer field (workloads API)
+_.ready_nodes  # serializer field (clusters API)
+_.reserved_gpu_hours  # serializer field (usage API)
+_.revoked  # serializer field (token revoke API)
+_.run_rate_per_hour  # serializer field (budgets API)
+
+# --- Forms and filters (Django forms and django-filter read fields and call hooks by name)
+_.clean_command  # Form: clean_<field> hook
+_.clean_sample  # Form: clean_<field> hook
+_.clean_scope  # Form: clean_<field> hook
+_.disabled  # form field attribute
+_.duration_h  # form field
+_.flavor_1  # form field
+_.flavor_2  # form field
+_.flavor_3  # form field
+_.filter_queue  # FilterSet: the method of a filter
+_.filter_flavor  # FilterSet: the method of a filter
+_.submitted_after  # FilterSet field
+_.submitted_before  # FilterSet field
+
+# --- Read by templates
+_.is_lead  # templates/portal/approvals.html
+_.pending_ahead  # templates/scheduling/partials/feedback.html
+_.replayed  # templates/policies/partials/replay.html and the replay API
+
+# --- Set for Django, Celery or the Kubernetes client, which read them
+_.sender  # signal handlers receive it by keyword
+_.nudged  # scheduling.cycle task: passed by keyword by the nudge
+_._result_cache  # QuerySet internals: a prefetched relation filled by hand
+_._prefetch_done  # QuerySet internals: a prefetched relation filled by hand
+_.adding  # Model._state: rows inserted by hand are marked saved
+_.host  # kubernetes.client.Configuration
+_.api_key  # kubernetes.client.Configuration
+_.verify_ssl  # kubernetes.client.Configuration
+_.ssl_ca_cert  # kubernetes.client.Configuration
+_.retries  # kubernetes.client.Configuration
+
+# --- Documentation in code
+_.PARTS  # quotas/policies/context.py: names the parts context_rows reads (its docstring)
