@@ -191,3 +191,17 @@ _.retries  # kubernetes.client.Configuration
 
 # --- Documentation in code
 _.PARTS  # quotas/policies/context.py: names the parts context_rows reads (its docstring)
+
+# --- scheduling
+_.workload_status  # the backend protocol: one workload's status (tests read both backends by it)
+_.list_workloads  # the backend protocol: what a cluster runs (tests read both backends by it)
+_.unregister_submission_check  # extensions registry: the inverse of register (tests, reloads)
+_.unregister_cycle_adjuster  # extensions registry: the inverse of register (tests, reloads)
+_.nodes_changed  # SyncReport: what a pass did, returned to its caller (tests assert it)
+_.rounds  # WatchReport: what a watch did, returned to its caller
+_.resyncs  # WatchReport: what a watch did, returned to its caller (tests assert it)
+_.ended  # WatchReport: what a watch did, returned to its caller
+_.STUCK_PENDING  # EventCode: built by name, EventCode(f"STUCK_{state}") in fleet/maintenance.py
+_.STUCK_RESERVED  # EventCode: built by name in fleet/maintenance.py
+_.STUCK_RUNNING  # EventCode: built by name in fleet/maintenance.py
+_.STUCK_PREEMPTING  # EventCode: built by name in fleet/maintenance.py

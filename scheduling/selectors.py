@@ -103,19 +103,6 @@ def _ancestors(path: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
 
 
-def workload_demand(pod_sets: list[PodSet] | list[dict[str, Any]], flavor: str
-                    ) -> dict[Key, Decimal]:
-    """A workload's demand per key on one flavor: the sum over its pods."""
-    demand: dict[Key, Decimal] = defaultdict(Decimal)
-    for ps in pod_sets:
-        get: Any = ps.get if isinstance(ps, dict) else (lambda f, p=ps: getattr(p, f))
-        count = Decimal(get("count"))
-        demand[(flavor, "gpu")] += count * Decimal(get("gpus"))
-        demand[(flavor, "cpu")] += count * Decimal(get("cpu"))
-        demand[(flavor, "memory")] += count * Decimal(get("memory_gib"))
-    return demand
-
-
 def queue_usage() -> dict[str, dict[Key, dict[str, Decimal]]]:
     """Per queue path and key: used, borrowed, lent and pending, summed up the tree.
 

@@ -141,7 +141,7 @@ def watch_enabled() -> bool:
     """Whether the workers follow clusters by watch (else only by the periodic sync)."""
     from django.conf import settings
 
-    return bool(getattr(settings, "ALLOT_WORKERS", {}).get("watch", True))
+    return bool(settings.ALLOT_WORKERS["watch"])
 
 
 @shared_task(name="scheduling.watch", ignore_result=True)
@@ -162,8 +162,7 @@ def watch_clusters(seconds: float | None = None) -> None:
 
     if not watch_enabled():
         return
-    seconds = seconds or float(getattr(settings, "ALLOT_WORKERS", {}).get(
-        "watch_session_s", 15.0))
+    seconds = seconds or float(settings.ALLOT_WORKERS["watch_session_s"])
     watched: list[bool] = []
     # Freed capacity is scheduled by a thread of its own, so the watchers keep watching
     # while a cycle runs; pokes that come during a cycle make one more cycle after it.

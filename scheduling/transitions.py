@@ -97,11 +97,6 @@ def admission_close(*, workload: Workload, at: datetime, reason: str) -> Admissi
     return admission
 
 
-def backoff_delay_s(n: int) -> float:
-    """Pods-ready timeout backoff: 60 s x 2^(n-1), at most 3600 s (n >= 1)."""
-    return float(min(3600, 60 * 2 ** max(0, n - 1)))
-
-
 def workloads_move(ids: list[int], frm: str, to: str, *, at: datetime) -> set[int]:
     """Move the workloads `ids` that are still in state `frm` to `to` in one conditional
     UPDATE, and return the ids it moved: a workload whose state changed meanwhile (a cycle

@@ -36,11 +36,6 @@ def queue_label(queue_path: str) -> str:
     return queue_path.replace("/", ".")
 
 
-def queue_path_from_label(value: str) -> str:
-    """Inverse of queue_label (queue names are slugs, so they hold no `.`)."""
-    return value.replace(".", "/")
-
-
 def parse_job_name(name: str) -> tuple[int, int] | None:
     """(workload id, pod set index) of an Allot Job name, or None for any other name."""
     match = _JOB_RE.match(name)

@@ -204,7 +204,7 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
     usual dispatch pass after commit. Other clusters are dispatched after commit as before.
     On unless ALLOT_WORKERS["dispatch_in_cycle"] is false (ALLOT_DISPATCH_IN_CYCLE=0).
     """
-    if not getattr(settings, "ALLOT_WORKERS", {}).get("dispatch_in_cycle", True):
+    if not settings.ALLOT_WORKERS["dispatch_in_cycle"]:
         return
     by_cluster: dict[int, list[Admission]] = {}
     for adm in admissions:

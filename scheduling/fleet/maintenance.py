@@ -67,8 +67,8 @@ STUCK_RULES: dict[str, tuple[str, str]] = {
 def stuck_limit_s(state: str) -> float:
     """How long a workload may stay in `state` before it is reclaimed as stuck (inf: never;
     a limit set to 0 or less turns it off)."""
-    conf = getattr(settings, "ALLOT_WORKERS", {})
-    timeout = float(getattr(settings, "ALLOT_ENGINE", {}).get("pods_ready_timeout_s", 300.0))
+    conf = settings.ALLOT_WORKERS
+    timeout = float(settings.ALLOT_ENGINE["pods_ready_timeout_s"])
     defaults: dict[str, float] = {
         S.PENDING: 7 * 86400.0,
         # The engine releases reserved work at the pods-ready timeout; twice that means the
@@ -76,7 +76,7 @@ def stuck_limit_s(state: str) -> float:
         S.RESERVED: 2 * timeout + 60,
         S.RUNNING: 7 * 86400.0,
         # Requeue happens at the end of grace; past this, the victim did not yield.
-        S.PREEMPTING: float(conf.get("preempting_stuck_s", 600.0)),
+        S.PREEMPTING: float(conf["preempting_stuck_s"]),
     }
     if state not in STUCK_RULES:
         return float("inf")

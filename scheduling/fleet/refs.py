@@ -13,23 +13,23 @@ from scheduling.models import (
 )
 
 
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, "ALLOT_WORKERS", {}).get(name, default))
+def _setting(name: str) -> float:
+    return float(settings.ALLOT_WORKERS[name])
 
 
 def penalty_s() -> float:
     """How long a refused dispatch lowers the cluster's health."""
-    return _setting("dispatch_penalty_s", 300.0)
+    return _setting("dispatch_penalty_s")
 
 
 def penalty() -> float:
     """How much a refused dispatch lowers the cluster's health (below the 0.5 threshold)."""
-    return _setting("dispatch_penalty", 0.6)
+    return _setting("dispatch_penalty")
 
 
 def cleanup_ttl_s() -> float:
     """How long finished workloads' cluster objects are kept (for logs and inspection)."""
-    return _setting("cleanup_ttl_s", 600.0)
+    return _setting("cleanup_ttl_s")
 
 
 def namespace_of(workload: Workload) -> str:

@@ -31,11 +31,6 @@ from scheduling.models import (
 )
 
 
-def admission_suspend(*, admission_id: int) -> None:
-    """Suspend a preempted workload's Jobs with its grace period (and say why on the Jobs)."""
-    admissions_suspend(admission_ids=[admission_id])
-
-
 def admissions_suspend(*, admission_ids: list[int]) -> None:
     """Suspend several preempted workloads (one pass per cluster, one transaction each)."""
     by_cluster: dict[int, list[Admission]] = {}

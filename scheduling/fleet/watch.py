@@ -43,7 +43,7 @@ class WatchReport:
 
 def watch_interval_s() -> float:
     """The shortest time between two looks at a busy cluster (batches the changes)."""
-    return _setting("watch_interval_s", 0.1)
+    return _setting("watch_interval_s")
 
 
 def cluster_watch(*, cluster_id: int, seconds: float,

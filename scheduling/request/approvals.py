@@ -26,8 +26,7 @@ from scheduling.transitions import workload_transition
 
 def approval_thresholds() -> tuple[int, float]:
     """(max GPUs, max hours) a workload may ask for without approval."""
-    return (int(getattr(settings, "ALLOT_APPROVAL_MAX_GPUS", 32)),
-            float(getattr(settings, "ALLOT_APPROVAL_MAX_HOURS", 72)))
+    return int(settings.ALLOT_APPROVAL_MAX_GPUS), float(settings.ALLOT_APPROVAL_MAX_HOURS)
 
 
 def approval_reason(submission: Mapping[str, Any]) -> str:

@@ -112,7 +112,6 @@ class SubmitLookups:
         self._grants: dict[str, list[Grant]] = {}
         self._classes: dict[str, PriorityClass] | None = None
         self._flavors: dict[str, Flavor] | None = None
-        self.request_checker: Any = None
 
     def prefetch_queues(self, paths: set[str]) -> None:
         wanted = {a for p in paths - set(self._queues) for a in _ancestor_paths(p)}

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
-from core import changes
+from core import changes, db
 from core.db import hot_cursor
 from quotas.models import Queue
 from scheduling import enqueue, extensions
@@ -256,7 +256,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
         events_of[id(workload)] = events
 
     workloads = [p[0] for p in plans]
-    if len(plans) == 1 and connection.vendor == "postgresql":
+    if len(plans) == 1 and db.postgres():
         _insert_one(workloads[0], plans[0][1], events_of[id(workloads[0])],
                     position=workloads[0].state == S.PENDING)
     else:

@@ -142,7 +142,7 @@ _reason_written: dict[int, float] = {}
 
 def _reason_refresh_due(workload_id: int) -> bool:
     now = time.monotonic()
-    every = float(getattr(settings, "ALLOT_WORKERS", {}).get("reason_refresh_s", 5.0))
+    every = float(settings.ALLOT_WORKERS["reason_refresh_s"])
     if now - _reason_written.get(workload_id, -every) < every:
         return False
     if len(_reason_written) > 100_000:

@@ -20,6 +20,7 @@ from django.db import connection
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
+from core import db
 from quotas.models import Flavor, Queue
 from scheduling import engine, extensions
 from scheduling.models import (
@@ -52,7 +53,7 @@ def dt(value: float) -> datetime:
 def engine_settings() -> engine.Settings:
     """The engine settings from settings.ALLOT_ENGINE (unknown keys ignored)."""
     known = set(engine.Settings.__dataclass_fields__)
-    values = {k: v for k, v in getattr(settings, "ALLOT_ENGINE", {}).items() if k in known}
+    values = {k: v for k, v in settings.ALLOT_ENGINE.items() if k in known}
     return engine.Settings(**values)
 
 
@@ -185,7 +186,7 @@ def _pending_heads(limit: int) -> list[int]:
     `workload_pending_head` stops after `limit` rows, so the cost follows queues x classes x
     limit, not the length of the queues. Elsewhere one window query.
     """
-    if connection.vendor != "postgresql":
+    if not db.postgres():
         return list(
             Workload.objects.filter(state=S.PENDING, needs_approval=False)
             .annotate(rank=Window(RowNumber(), partition_by=[F("queue_id")],
@@ -207,7 +208,7 @@ def _pending_heads(limit: int) -> list[int]:
 
 def max_pending_per_queue() -> int:
     """How many pending workloads per leaf queue one cycle considers."""
-    return int(getattr(settings, "ALLOT_WORKERS", {}).get("max_pending_per_queue", 100))
+    return int(settings.ALLOT_WORKERS["max_pending_per_queue"])
 
 
 def _f(value: Any) -> float:

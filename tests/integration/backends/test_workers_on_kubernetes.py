@@ -91,7 +91,7 @@ def test_preemption_suspends_the_jobs_and_says_why_on_them(world, kube):
     w.events.create(at=adm.reserved_at, type=EventType.PREEMPTED,
                     message="preempted by workload 99 to reclaim 8 a100-80g GPUs")
 
-    teardown.admission_suspend(admission_id=adm.pk)
+    teardown.admissions_suspend(admission_ids=[adm.pk])
     assert kube.state.jobs[("rd-vision", name)]["spec"]["suspend"] is True
     assert kube.state.pods == {}
     described = kube.state.events_about("rd-vision", "Job", name)

@@ -20,8 +20,6 @@ from scheduling.backends.naming import (
     parse_job_name,
     parse_pod_name,
     pod_name,
-    queue_label,
-    queue_path_from_label,
 )
 
 
@@ -45,7 +43,6 @@ def test_labels_link_back_to_allot():
         "allot.io/pod-set": "0",
         "allot.io/flavor": "a100-80g",
     }
-    assert queue_path_from_label(queue_label("rd/vision/cv")) == "rd/vision/cv"
 
 
 def test_ref_for_workload_names_each_pod_set():

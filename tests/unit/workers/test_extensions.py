@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from scheduling import extensions
-from scheduling.transitions import ALLOWED_TRANSITIONS, backoff_delay_s
+from scheduling.transitions import ALLOWED_TRANSITIONS
 
 NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
@@ -17,11 +17,6 @@ def isolated_registry(monkeypatch):
     """Other apps register their own hooks at start-up; these tests see only theirs."""
     monkeypatch.setattr(extensions, "_submission_checks", [])
     monkeypatch.setattr(extensions, "_cycle_adjusters", [])
-
-
-def test_backoff_doubles_from_60_and_caps_at_3600():
-    assert [backoff_delay_s(n) for n in range(1, 9)] == [
-        60, 120, 240, 480, 960, 1920, 3600, 3600]
 
 
 def test_lower_max_only_lowers_and_names_the_policy():
