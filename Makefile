@@ -27,7 +27,7 @@ run: venv
 ## make lint: ruff and mypy.
 lint: venv-dev
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy core portal quotas scheduling billing
+	$(VENV)/bin/mypy core portal quotas scheduling billing policies
 
 ## make test: lint, then the whole suite against PostgreSQL and Redis (started if down).
 test: venv-dev lint

@@ -7,9 +7,9 @@ from unittest import mock
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from quotas.policies import context
-from quotas.policies.context import submission_variables
-from quotas.policies.models import TeamApproval
+from policies import context
+from policies.context import submission_variables
+from policies.models import TeamApproval
 from scheduling.models import Node
 from tests.factories import QuotaEntryFactory
 
@@ -106,7 +106,7 @@ def test_the_cost_center_is_the_teams_own_else_the_default(org):
 
 
 def _check(org, gpus=8):
-    from quotas.policies.hooks import policy_submission_check
+    from policies.hooks import policy_submission_check
     from scheduling.extensions import SubmissionContext
 
     data = {"name": "sweep", "queue": "rd/team-a",
@@ -120,8 +120,8 @@ RULE = {"name": "cap", "kind": "validate", "mode": "enforce", "rule": "request.g
 
 
 def test_policy_changes_are_seen_by_the_next_submission(org):
-    from quotas.policies.models import Policy
-    from quotas.policies.services import policy_create, policy_delete, policy_update
+    from policies.models import Policy
+    from policies.services import policy_create, policy_delete, policy_update
 
     assert _check(org, 16) is None
     policy_create(user=org.admin, data=RULE)
@@ -141,7 +141,7 @@ def test_policy_changes_are_seen_by_the_next_submission(org):
 
 def test_a_check_inside_the_writing_transaction_reads_afresh(org):
     """Writes of the current transaction are seen at once (and not cached: it may roll back)."""
-    from quotas.policies.services import policy_create
+    from policies.services import policy_create
 
     policy_create(user=org.admin, data=RULE)
     _check(org)
@@ -153,8 +153,8 @@ def test_a_check_inside_the_writing_transaction_reads_afresh(org):
 
 
 def test_counters_outside_a_transaction_count_hits_and_denials(transactional_db):
-    from quotas.policies.models import Policy
-    from quotas.policies.services import policy_counters_bump, policy_create
+    from policies.models import Policy
+    from policies.services import policy_counters_bump, policy_create
 
     a = policy_create(user=None, data=RULE)
     b = policy_create(user=None, data={**RULE, "name": "other"})

@@ -3,9 +3,9 @@ the workers' snapshot and the engine when they are there."""
 
 import pytest
 
-from quotas.policies import hooks
-from quotas.policies.models import PolicyViolation
-from quotas.policies.services import policy_create, policy_update
+from policies import hooks
+from policies.models import PolicyViolation
+from policies.services import policy_create, policy_update
 from scheduling.extensions import CycleContext, PendingInfo
 
 from .conftest import NOW

@@ -8,9 +8,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
-from quotas.policies.models import Policy, PolicyVersion
-from quotas.policies.selectors import policy_replay
-from quotas.policies.services import (
+from policies.models import Policy, PolicyVersion
+from policies.selectors import policy_replay
+from policies.services import (
     policy_create,
     policy_to_spec,
     policy_update,

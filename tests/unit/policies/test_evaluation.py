@@ -1,7 +1,7 @@
 """What policies decide on hand-made contexts: kinds, modes, scope, errors, grandfathering."""
 
-from quotas.policies.context import deep_merge, sample_variables
-from quotas.policies.evaluation import (
+from policies.context import deep_merge, sample_variables
+from policies.evaluation import (
     PolicySpec,
     evaluate_limits,
     evaluate_placements,
@@ -160,9 +160,9 @@ def test_placement_by_region_and_by_name_intersect():
 
 
 def test_placement_answers_equal_requests_once_but_reports_each_workload():
-    from quotas.policies.celexpr import fields_of
-    from quotas.policies.context import sample_variables
-    from quotas.policies.evaluation import PolicySpec, evaluate_placements
+    from policies.celexpr import fields_of
+    from policies.context import sample_variables
+    from policies.evaluation import PolicySpec, evaluate_placements
 
     audit = PolicySpec(name="east", kind="placement", mode="audit", rule='["east"]',
                        match='"kind" in request.labels && request.labels["kind"] == "dl"')
