@@ -35,15 +35,9 @@ from .context import (
     request_variables,
     submission_variables,
 )
-from .evaluation import (
-    CycleOutcome,
-    Finding,
-    PolicySpec,
-    evaluate_limits,
-    evaluate_placements,
-    evaluate_request,
-)
+from .evaluation import CycleOutcome, evaluate_limits, evaluate_placements, evaluate_request
 from .models import CYCLE_KINDS, SUBMISSION_KINDS, Policy, PolicyMode, TeamApproval
+from .rules import Finding, PolicySpec
 from .services import (
     policy_counts_add,
     policy_to_spec,

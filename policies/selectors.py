@@ -22,20 +22,9 @@ from .context import (
     team_variables,
     workload_request_variables,
 )
-from .evaluation import (
-    ENFORCE,
-    LIMIT,
-    PLACEMENT,
-    PRIORITY,
-    PolicySpec,
-    evaluate_limits,
-    evaluate_placements,
-    evaluate_request,
-    run_match,
-    run_message,
-    run_rule,
-)
+from .evaluation import evaluate_limits, evaluate_placements, evaluate_request
 from .models import Policy, PolicyVersion, PolicyViolation
+from .rules import ENFORCE, LIMIT, PLACEMENT, PRIORITY, PolicySpec, run_match, run_message, run_rule
 
 
 def policy_list() -> QuerySet[Policy]:

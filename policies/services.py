@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from quotas.models import Queue, Team
 
-from .evaluation import Finding, PolicySpec
 from .models import Policy, PolicyVersion, PolicyViolation, TeamApproval
+from .rules import Finding, PolicySpec
 from .specs import FIELDS, check_fields, dump_yaml, normalise
 
 logger = logging.getLogger(__name__)

@@ -26,8 +26,9 @@ from typing import Any
 
 import yaml
 
-from .celexpr import check_expression, make_context
-from .evaluation import (
+from .celexpr import PolicyEvaluationError, check_expression, make_context
+from .evaluation import evaluate_request
+from .rules import (
     ENFORCE,
     KINDS,
     LIMIT,
@@ -35,9 +36,7 @@ from .evaluation import (
     PLACEMENT,
     PRIORITY,
     VALIDATE,
-    PolicyEvaluationError,
     PolicySpec,
-    evaluate_request,
     run_match,
     run_message,
     run_rule,

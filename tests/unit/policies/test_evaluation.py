@@ -1,12 +1,8 @@
 """What policies decide on hand-made contexts: kinds, modes, scope, errors, grandfathering."""
 
 from policies.context import deep_merge, sample_variables
-from policies.evaluation import (
-    PolicySpec,
-    evaluate_limits,
-    evaluate_placements,
-    evaluate_request,
-)
+from policies.evaluation import evaluate_limits, evaluate_placements, evaluate_request
+from policies.rules import PolicySpec
 
 H100 = PolicySpec(
     name="h100-approved", kind="validate", mode="enforce",
@@ -162,7 +158,8 @@ def test_placement_by_region_and_by_name_intersect():
 def test_placement_answers_equal_requests_once_but_reports_each_workload():
     from policies.celexpr import fields_of
     from policies.context import sample_variables
-    from policies.evaluation import PolicySpec, evaluate_placements
+    from policies.evaluation import evaluate_placements
+    from policies.rules import PolicySpec
 
     audit = PolicySpec(name="east", kind="placement", mode="audit", rule='["east"]',
                        match='"kind" in request.labels && request.labels["kind"] == "dl"')
