@@ -20,21 +20,9 @@ from core import changes
 from quotas.models import Queue, Team
 
 from .celexpr import fields_of, make_context, referenced_roots, set_variable
-from .context import (
-    EMPTY_COST_CENTER,
-    EMPTY_QUEUE,
-    EMPTY_REQUEST,
-    EMPTY_TEAM,
-    _usage_by_leaf,
-    cached_submission_variables,
-    cost_center_variables,
-    fleet_variables,
-    now_variables,
-    policy_stamp,
-    queue_variables_many,
-    request_variables,
-    submission_variables,
-)
+from .context import cached_submission_variables, submission_variables
+from .context_rows import policy_stamp
+from .cost_center import EMPTY_COST_CENTER, cost_center_variables
 from .evaluation import CycleOutcome, evaluate_limits, evaluate_placements, evaluate_request
 from .models import CYCLE_KINDS, SUBMISSION_KINDS, Policy, PolicyMode, TeamApproval
 from .rules import Finding, PolicySpec
@@ -43,6 +31,16 @@ from .services import (
     policy_to_spec,
     violations_record,
     violations_record_many,
+)
+from .variables import (
+    EMPTY_QUEUE,
+    EMPTY_REQUEST,
+    EMPTY_TEAM,
+    admitted_usage_by_leaf,
+    fleet_variables,
+    now_variables,
+    queue_variables_many,
+    request_variables,
 )
 
 
@@ -337,7 +335,7 @@ def cycle_evaluate(
     Returns the outcome and, for each subject of a finding (queue path or workload name), the
     input it was evaluated on (recorded with the violation).
     """
-    usage = _usage_by_leaf()
+    usage = admitted_usage_by_leaf()
     fleet = fleet_variables(usage)
     base = {"request": EMPTY_REQUEST, "queue": EMPTY_QUEUE, "team": EMPTY_TEAM,
             "cost_center": EMPTY_COST_CENTER, "fleet": fleet, "now": now_variables(now)}

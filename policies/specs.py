@@ -198,7 +198,7 @@ class CaseResult:
 
 def run_case(spec: PolicySpec, case: Mapping[str, Any], base: Mapping[str, Any]) -> CaseResult:
     """Run one YAML test case against a policy (its mode is taken as enforce)."""
-    from .context import deep_merge  # noqa: PLC0415 (context imports Django models lazily)
+    from .variables import deep_merge  # noqa: PLC0415 (variables imports Django models)
 
     name = str(case.get("name") or case.get("expect"))
     variables = deep_merge(base, case.get("input") or {})

@@ -1,8 +1,8 @@
 """What policies decide on hand-made contexts: kinds, modes, scope, errors, grandfathering."""
 
-from policies.context import deep_merge, sample_variables
 from policies.evaluation import evaluate_limits, evaluate_placements, evaluate_request
 from policies.rules import PolicySpec
+from policies.variables import deep_merge, sample_variables
 
 H100 = PolicySpec(
     name="h100-approved", kind="validate", mode="enforce",
@@ -157,9 +157,9 @@ def test_placement_by_region_and_by_name_intersect():
 
 def test_placement_answers_equal_requests_once_but_reports_each_workload():
     from policies.celexpr import fields_of
-    from policies.context import sample_variables
     from policies.evaluation import evaluate_placements
     from policies.rules import PolicySpec
+    from policies.variables import sample_variables
 
     audit = PolicySpec(name="east", kind="placement", mode="audit", rule='["east"]',
                        match='"kind" in request.labels && request.labels["kind"] == "dl"')
