@@ -43,12 +43,6 @@ from .variables import (
     request_variables,
 )
 
-
-def fail_open() -> bool:
-    """Whether an evaluation error lets the request through (default: it denies)."""
-    return bool(getattr(settings, "ALLOT_POLICY_FAIL_OPEN", False))
-
-
 _spec_cache: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
 
@@ -231,7 +225,7 @@ def policy_submission_check(ctx: Any) -> Any:
         cel_context = _reused_context(
             view, {**variables, "request": _trimmed(variables["request"], request_fields)},
             ctx.queue.path, ctx.team.pk if ctx.team is not None else None, needs)
-    outcome = evaluate_request(specs, variables, fail_open=fail_open(),
+    outcome = evaluate_request(specs, variables, fail_open=settings.ALLOT_POLICY_FAIL_OPEN,
                                grandfathered=grandfathered, context=cel_context)
     findings = list(outcome.findings)
     if outcome.priority_class is not None:
@@ -247,7 +241,7 @@ def policy_submission_check(ctx: Any) -> Any:
             )
             findings = [f for f in findings if f.outcome != "prioritized"] + [error]
             outcome.priority_class = None
-            if policy.mode == "enforce" and not fail_open():
+            if policy.mode == "enforce" and not settings.ALLOT_POLICY_FAIL_OPEN:
                 outcome.denials.append(error)
     violations_record(
         findings=findings, variables=variables, subject=variables["request"]["name"],
@@ -335,6 +329,7 @@ def cycle_evaluate(
     Returns the outcome and, for each subject of a finding (queue path or workload name), the
     input it was evaluated on (recorded with the violation).
     """
+    fail_open = settings.ALLOT_POLICY_FAIL_OPEN
     usage = admitted_usage_by_leaf()
     fleet = fleet_variables(usage)
     base = {"request": EMPTY_REQUEST, "queue": EMPTY_QUEUE, "team": EMPTY_TEAM,
@@ -352,7 +347,7 @@ def cycle_evaluate(
             if qpath in qvars and value is not None:
                 current = qvars[qpath]["max"].get(key, value)
                 qvars[qpath]["max"][key] = _plain_number(min(current, float(value)))
-        evaluate_limits(limits, qvars.values(), base, fail_open=fail_open(), out=out,
+        evaluate_limits(limits, qvars.values(), base, fail_open=fail_open, out=out,
                         fields=fields_of(_sources(limits), "queue"))
         queue_inputs = qvars
     placements = [s for s in specs if s.kind == "placement"]
@@ -389,7 +384,7 @@ def cycle_evaluate(
                 team_base["cost_center"] = cost_center_variables(team, now=now)
             team_bases[team_name] = team_base
             evaluate_placements(placements, group, team_base, cluster_rows,
-                                fail_open=fail_open(), out=out, fields=request_fields)
+                                fail_open=fail_open, out=out, fields=request_fields)
     inputs: dict[str, Any] = {}
     for subject in set(out.subjects):
         if subject in queue_inputs:

@@ -253,17 +253,13 @@ _counts: dict[int, list[int]] = {}
 _counts_timer: threading.Timer | None = None
 
 
-def counts_flush_s() -> float:
-    return float(getattr(settings, "ALLOT_POLICY_COUNTS_FLUSH_S", 1.0))
-
-
 def policy_counts_add(*, hit_ids: Iterable[int], denied_ids: Iterable[int]) -> None:
     """Count a committed submission's hits and denials (buffered; see above)."""
     hits = [i for i in hit_ids if i is not None]
     denied = [i for i in denied_ids if i is not None]
     if not hits and not denied:
         return
-    delay = counts_flush_s()
+    delay = settings.ALLOT_POLICY_COUNTS_FLUSH_S
     if delay <= 0:
         policy_counters_bump(hit_ids=hits, denied_ids=denied)
         return

@@ -239,6 +239,10 @@ ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
 # Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.
 ALLOT_APPROVAL_MAX_GPUS = env.int("ALLOT_APPROVAL_MAX_GPUS", default=32)
 ALLOT_APPROVAL_MAX_HOURS = env.float("ALLOT_APPROVAL_MAX_HOURS", default=72.0)
+# Whether a policy that fails to evaluate lets the request through (default: enforce denies).
+ALLOT_POLICY_FAIL_OPEN = env.bool("ALLOT_POLICY_FAIL_OPEN", default=False)
+# Seconds a process buffers policy hit and denial counts before one UPDATE (0: each commit).
+ALLOT_POLICY_COUNTS_FLUSH_S = env.float("ALLOT_POLICY_COUNTS_FLUSH_S", default=1.0)
 
 LOGGING = {
     "version": 1,
