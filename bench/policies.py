@@ -125,16 +125,13 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {os.cpu_count()} cores, load average {load:.1f} at start; database: "
           f"{connection.vendor}")
+    from policies.active import active_specs
     from policies.context import submission_variables
+    from policies.cycle import cycle_evaluate, policy_cycle_adjuster
     from policies.evaluation import evaluate_request
-    from policies.hooks import (
-        active_specs,
-        cycle_evaluate,
-        policy_cycle_adjuster,
-        policy_submission_check,
-    )
     from policies.models import CYCLE_KINDS, SUBMISSION_KINDS
     from policies.services import policy_create
+    from policies.submission import policy_submission_check
     from scheduling.extensions import CycleContext, PendingInfo, SubmissionContext
 
     old_name = connection.settings_dict["NAME"]

@@ -2,8 +2,9 @@
 
 The verdict on one request (validate and priority policies), the caps on queues (limit) and
 the clusters left to pending workloads (placement), each over many policies sharing one CEL
-context. The database side (`hooks`, `services`) builds the context and records the findings;
-the YAML test runner and the benchmark call the same functions with hand-made contexts.
+context. The database side (`submission`, `cycle`, `services`) builds the context and records
+the findings; the YAML test runner and the benchmark call the same functions with hand-made
+contexts.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from core import changes
-from policies.hooks import policy_submission_check
 from policies.models import Policy, TeamApproval
 from policies.services import policy_create, policy_update
+from policies.submission import policy_submission_check
 from quotas.models import QuotaEntry
 from scheduling.extensions import SubmissionContext
 from scheduling.models import Cluster, Node

@@ -106,7 +106,7 @@ def test_the_cost_center_is_the_teams_own_else_the_default(org):
 
 
 def _check(org, gpus=8):
-    from policies.hooks import policy_submission_check
+    from policies.submission import policy_submission_check
     from scheduling.extensions import SubmissionContext
 
     data = {"name": "sweep", "queue": "rd/team-a",

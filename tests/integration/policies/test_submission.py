@@ -4,9 +4,9 @@ grandfathering, evaluation errors both ways, priority assigned."""
 import pytest
 from django.test import override_settings
 
-from policies.hooks import policy_submission_check
 from policies.models import Policy, PolicyViolation
 from policies.services import policy_create, team_approval_grant
+from policies.submission import policy_submission_check
 from scheduling.extensions import SubmissionContext
 
 H100 = {
