@@ -13,6 +13,7 @@ from typing import Any
 from django.apps import apps
 from django.db import connection
 
+from core import db
 from quotas.models import Queue, Team
 
 from .variables import RESOURCES, with_ancestors
@@ -32,7 +33,7 @@ def policy_stamp() -> str | None:
     """A stamp of the policies table that changes with every saved change (count, versions,
     last change, last id): read by every submission, so a change made in any process takes
     effect on the next one. None off PostgreSQL."""
-    if connection.vendor != "postgresql":
+    if not db.postgres():
         return None
     with connection.cursor() as cursor:
         cursor.execute(POLICY_STAMP_SQL.format(table=_table("policies.Policy")))
@@ -84,7 +85,7 @@ def context_rows(
     Approvals come with their expiry (epoch seconds or None), so they can be kept and filtered
     by the time of each use. None on other databases, or when there is nothing to read.
     """
-    if connection.vendor != "postgresql":
+    if not db.postgres():
         return None
     admission, workload, q_t, flavor = (_table("scheduling.Admission"),
                                        _table("scheduling.Workload"), _table("quotas.Queue"),

@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db.models.expressions import RawSQL
 
-from core import changes
+from core import changes, db
 from quotas.models import Queue, Team
 
 from .active import active_specs
@@ -67,7 +66,7 @@ def _pending_requests(
     if with_extra:
         extra = {
             row["id"]: row for row in Workload.objects.filter(
-                pk__in=_any([p.id for p in pending], "bigint")
+                pk__in=db.in_array([p.id for p in pending], "bigint")
             ).values("id", "preemptible", "checkpoint", "duration_hint_s", "image"
                      ).annotate(pods=Sum("pod_sets__count"))
         }
@@ -109,7 +108,8 @@ def cycle_evaluate(
     limits = [s for s in specs if s.kind == "limit"]
     if limits:
         paths = [p for p in queue_paths if any(s.applies_to_path(p) for s in limits)]
-        queues = list(Queue.objects.filter(path__in=_any(paths, "text")).only("path", "name"))
+        queues = list(Queue.objects.filter(path__in=db.in_array(paths, "text")).only(
+            "path", "name"))
         qvars = queue_variables_many(queues, fleet=fleet, usage_by_leaf=usage)
         # The engine's max may already be lower (a capacity request, another adjuster).
         for (qpath, key), value in (quota_max or {}).items():
@@ -162,16 +162,6 @@ def cycle_evaluate(
             request = request_inputs[subject]
             inputs[subject] = {**team_bases.get(request["team"], base), "request": request}
     return out, inputs
-
-
-def _any(values: list[Any], sql_type: str) -> Any:
-    """`values` for a `__in` lookup: on PostgreSQL one array parameter, not a placeholder per
-    value (thousands of them cost the driver more than the query)."""
-    from django.db import connection  # noqa: PLC0415
-
-    if connection.vendor == "postgresql":
-        return RawSQL(f"SELECT unnest(%s::{sql_type}[])", [list(values)])
-    return values
 
 
 def _sources(specs: Sequence[PolicySpec]) -> list[str]:

@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core import db
 from quotas.models import Queue, Team
 
 from .models import Policy, PolicyVersion, PolicyViolation, TeamApproval
@@ -224,7 +225,7 @@ def policy_counters_bump(*, hit_ids: Iterable[int], denied_ids: Iterable[int]) -
     denied = [i for i in denied_ids if i is not None]
     if not hits and not denied:
         return
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+    if db.postgres() and not connection.in_atomic_block:
         table = connection.ops.quote_name(Policy._meta.db_table)
         # Counters only, in a statement of their own (autocommit): not waiting for the WAL
         # flush saves a disk sync per submission; a database crash may lose the last fraction
@@ -298,18 +299,8 @@ def policy_counts_flush() -> int:
     if not pending:
         return 0
     ids = sorted(pending)
-    hits = [pending[i][0] for i in ids]
-    denied = [pending[i][1] for i in ids]
-    if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(Policy._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} p SET hits = p.hits + c.h, denials = p.denials + c.d "
-                f"FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS c(id, h, d) "
-                f"WHERE p.id = c.id", [ids, hits, denied])
-        return len(ids)
-    for i, h, d in zip(ids, hits, denied, strict=True):
-        Policy.objects.filter(pk=i).update(hits=F("hits") + h, denials=F("denials") + d)
+    db.bulk_add(Policy, ids, {"hits": [pending[i][0] for i in ids],
+                              "denials": [pending[i][1] for i in ids]})
     return len(ids)
 
 
