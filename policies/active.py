@@ -32,6 +32,7 @@ def _load_specs(kinds: Sequence[str]) -> Active:
 
 
 def in_scope(specs: Sequence[PolicySpec], path: str) -> Active:
+    """Those of `specs` whose scope holds queue `path`, and what they read."""
     here = [s for s in specs if s.applies_to_path(path)]
     sources = [src for spec in here for src in (spec.match, spec.rule, spec.message)]
     return here, frozenset(_needs(here)), fields_of(sources, "request")
@@ -43,7 +44,8 @@ def active_policies(kinds: Sequence[str], view: Any) -> Active:
     key = tuple(sorted(kinds))
     if view is not None:
         return view.get("policy", ("specs", key), lambda: _load_specs(key))
-    # Off PostgreSQL: a one-row stamp (count, versions, last change, last id) guards the cache.
+    # Without the change log (off PostgreSQL, or migration 0002 not applied): a one-row stamp
+    # (count, versions, last change, last id) guards the cache.
     from django.db.models import Count, Max, Sum  # noqa: PLC0415
 
     stamp: Any = policy_stamp()

@@ -31,17 +31,13 @@ POLICY_STAMP_SQL = (
 
 def policy_stamp() -> str | None:
     """A stamp of the policies table that changes with every saved change (count, versions,
-    last change, last id): read by every submission, so a change made in any process takes
-    effect on the next one. None off PostgreSQL."""
+    last change, last id): read by each check when there is no change log to rely on, so a
+    change made in any process takes effect on the next one. None off PostgreSQL."""
     if not db.postgres():
         return None
     with connection.cursor() as cursor:
         cursor.execute(POLICY_STAMP_SQL.format(table=_table("policies.Policy")))
         return cursor.fetchone()[0]
-
-
-# The pieces `context_rows` can read; a submission's context needs some of them.
-PARTS = ("usage", "capacity", "clusters", "entries", "team", "cost_center")
 
 
 def parts_for(needed: set[str], team: Team | None) -> set[str]:
@@ -59,17 +55,17 @@ def parts_for(needed: set[str], team: Team | None) -> set[str]:
 
 
 def submission_rows(
-    *, queue: Queue, team: Team | None, needed: set[str], now: datetime, stamp: bool = False,
+    *, queue: Queue, team: Team | None, needed: set[str], now: datetime,
 ) -> dict[str, Any] | None:
     """What a submission's `queue`, `team` and `fleet` read, in ONE query (PostgreSQL).
 
     Open admissions per leaf and key, installed capacity per flavor, the enabled clusters, the
     quota entries of the queue and its ancestors, the team's unexpired approvals and its
-    department, the team's cost center, and with `stamp` the policy stamp (`policy_stamp`),
-    as tagged rows of one UNION ALL: each piece is as fresh as a query of its own, for one
-    round trip instead of nine. None on other databases (the ORM queries are used there).
+    department and the team's cost center, as tagged rows of one UNION ALL: each piece is as
+    fresh as a query of its own, for one round trip instead of one per piece. None on other
+    databases (the ORM queries are used there).
     """
-    rows = context_rows(parts=parts_for(needed, team), queue=queue, team=team, stamp=stamp)
+    rows = context_rows(parts=parts_for(needed, team), queue=queue, team=team)
     if rows is not None and "approvals" in rows:
         cutoff = now.timestamp()
         rows["approvals"] = [name for name, expires in rows["approvals"]
@@ -78,9 +74,10 @@ def submission_rows(
 
 
 def context_rows(
-    *, parts: set[str], queue: Queue, team: Team | None, stamp: bool = False,
+    *, parts: set[str], queue: Queue, team: Team | None,
 ) -> dict[str, Any] | None:
-    """The `parts` (see PARTS) of a submission's context, as tagged rows of one UNION ALL.
+    """The `parts` of a submission's context (usage, capacity, clusters, entries, team,
+    cost_center: see `parts_for`), as tagged rows of one UNION ALL.
 
     Approvals come with their expiry (epoch seconds or None), so they can be kept and filtered
     by the time of each use. None on other databases, or when there is nothing to read.
@@ -130,11 +127,6 @@ def context_rows(
     if cost_center is not None:
         sql_parts.append(cost_center[0])
         params.append(team.pk if team is not None else None)
-    if stamp:
-        sql_parts.append(POLICY_STAMP_SQL.format(table=_table("policies.Policy")).replace(
-            "SELECT ", "SELECT 's', ", 1).replace(
-            " FROM ", " AS s1, NULL::text, NULL::text, NULL::numeric, NULL::numeric, "
-            "NULL::numeric FROM ", 1))
     if not sql_parts:
         return None
     out: dict[str, Any] = {}
@@ -168,8 +160,6 @@ def context_rows(
             out["department"] = s1 or ""
         elif tag == "k":
             cost_centers.append((n2, n1, s1, s2))
-        elif tag == "s":
-            out["stamp"] = s1
     if "clusters" in out:
         out["clusters"].sort(key=lambda c: c["name"])
     if cost_center is not None:

@@ -179,12 +179,9 @@ def _json_safe(value: Any) -> Any:
 def violations_record(
     *, findings: Iterable[Finding], variables: Mapping[str, Any] | None = None,
     subject: str = "", queue_path: str = "", user: Any = None, workload_id: int | None = None,
-    at: datetime | None = None, inputs: Mapping[str, Mapping[str, Any]] | None = None,
+    at: datetime | None = None,
 ) -> list[PolicyViolation]:
-    """Store findings as violation rows (one bulk insert), with the input they were given.
-
-    `inputs` (subject -> variables) lets cycle findings keep each queue's own context.
-    """
+    """Store findings as violation rows (one bulk insert), with the input they were given."""
     at = at or timezone.now()
     rows = []
     for finding in findings:
