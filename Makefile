@@ -36,7 +36,7 @@ run: venv
 lint: venv-dev
 	@status=0; \
 	$(VENV)/bin/ruff check . || status=1; \
-	$(VENV)/bin/mypy core portal quotas scheduling billing scripts/check_imports.py || status=1; \
+	$(VENV)/bin/mypy core portal quotas scheduling billing policies scripts/check_imports.py || status=1; \
 	$(VENV)/bin/lint-imports --no-logo --no-cache || status=1; \
 	$(PY) scripts/check_imports.py || status=1; \
 	$(VENV)/bin/vulture || status=1; \

@@ -125,16 +125,13 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {os.cpu_count()} cores, load average {load:.1f} at start; database: "
           f"{connection.vendor}")
-    from quotas.policies.context import submission_variables
-    from quotas.policies.evaluation import evaluate_request
-    from quotas.policies.hooks import (
-        active_specs,
-        cycle_evaluate,
-        policy_cycle_adjuster,
-        policy_submission_check,
-    )
-    from quotas.policies.models import CYCLE_KINDS, SUBMISSION_KINDS
-    from quotas.policies.services import policy_create
+    from policies.active import active_specs
+    from policies.context import submission_variables
+    from policies.cycle import cycle_evaluate, policy_cycle_adjuster
+    from policies.evaluation import evaluate_request
+    from policies.models import CYCLE_KINDS, SUBMISSION_KINDS
+    from policies.services import policy_create
+    from policies.submission import policy_submission_check
     from scheduling.extensions import CycleContext, PendingInfo, SubmissionContext
 
     old_name = connection.settings_dict["NAME"]
@@ -251,7 +248,7 @@ def main() -> None:
               f"max {max(whole):.1f} ms (the first run records the caps as violations)")
         print(f"  whole adjuster, CPU time: median {statistics.median(whole_cpu):.1f} ms")
     finally:
-        from quotas.policies.services import policy_counts_flush
+        from policies.services import policy_counts_flush
 
         policy_counts_flush()  # the buffered hit counts, before the database goes
         connection.creation.destroy_test_db(old_name, verbosity=0)

@@ -1,5 +1,5 @@
-"""Every switch between the database vendors, in one module: locks, bulk writes and prepared
-statements.
+"""Every switch between the database vendors, in one module: locks, bulk writes, prepared
+statements and array parameters.
 
 Production and the tests run on PostgreSQL; `make run` serves on SQLite. Where PostgreSQL has
 a feature the hot paths rely on (advisory locks, COPY, server-side prepared statements), the
@@ -19,6 +19,8 @@ import pglock
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 from django.db.backends.utils import CursorDebugWrapper
+from django.db.models import F
+from django.db.models.expressions import RawSQL
 
 
 def postgres(using: str = DEFAULT_DB_ALIAS) -> bool:
@@ -166,6 +168,29 @@ def bulk_set(model: Any, objs: Sequence[Any], fields: list[str]) -> None:
         cursor.executemany(sql, params)
 
 
+def bulk_add(model: Any, ids: Sequence[int], increments: dict[str, Sequence[int]]) -> None:
+    """Add `increments[field][i]` to `field` of row `ids[i]` (integer counters, many rows).
+
+    On PostgreSQL one UPDATE joined to the arrays unnested; elsewhere one UPDATE per row.
+    """
+    if not ids:
+        return
+    if not postgres():
+        for n, pk in enumerate(ids):
+            model.objects.filter(pk=pk).update(
+                **{name: F(name) + values[n] for name, values in increments.items()})
+        return
+    qn = connection.ops.quote_name
+    pk_column = qn(model._meta.pk.column)
+    columns = [qn(model._meta.get_field(name).column) for name in increments]
+    sql = (f"UPDATE {qn(model._meta.db_table)} t SET "
+           + ", ".join(f"{c} = t.{c} + d.{c}" for c in columns)
+           + " FROM unnest(" + ", ".join(["%s::bigint[]"] * (len(columns) + 1)) + ") AS d("
+           + ", ".join([pk_column, *columns]) + f") WHERE t.{pk_column} = d.{pk_column}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list(ids), *(list(v) for v in increments.values())])
+
+
 def insert_rows(model: Any, objs: Sequence[Any]) -> None:
     """Insert unsaved model instances (no ids come back).
 
@@ -240,3 +265,13 @@ class _LoggedHotCursor(CursorDebugWrapper):
                 log[-1]["sql"] = sql
 
 
+# --- array parameters ------------------------------------------------------------------------
+
+
+def in_array(values: Sequence[Any], sql_type: str) -> Any:
+    """`values` for an `__in` lookup: on PostgreSQL one array parameter of `sql_type` (unnested
+    by the server), not a placeholder per value (thousands of them cost the driver more than
+    the query); elsewhere the values themselves."""
+    if postgres():
+        return RawSQL(f"SELECT unnest(%s::{sql_type}[])", [list(values)])
+    return values

@@ -42,7 +42,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "portal",
     "quotas",
-    "quotas.policies",
+    "policies",
     "quotas.capacity",
     "scheduling",
     "scheduling.backends.simulated",

@@ -6,8 +6,8 @@ from datetime import timedelta
 from django.urls import reverse
 from django.utils import timezone
 
-from quotas.policies.models import Policy, PolicyViolation
-from quotas.policies.services import policy_create
+from policies.models import Policy, PolicyViolation
+from policies.services import policy_create
 
 from .conftest import NOW
 

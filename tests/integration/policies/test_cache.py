@@ -15,10 +15,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from core import changes
+from policies.models import Policy, TeamApproval
+from policies.services import policy_create, policy_update
+from policies.submission import policy_submission_check
 from quotas.models import QuotaEntry
-from quotas.policies.hooks import policy_submission_check
-from quotas.policies.models import Policy, TeamApproval
-from quotas.policies.services import policy_create, policy_update
 from scheduling.extensions import SubmissionContext
 from scheduling.models import Cluster, Node
 
@@ -124,20 +124,20 @@ def test_changes_made_by_another_process_are_seen(torg):
     _other_process("""
         from decimal import Decimal
         from quotas.models import QuotaEntry, Team
-        from quotas.policies.models import TeamApproval
+        from policies.models import TeamApproval
         QuotaEntry.objects.filter(queue__path="rd/team-a").update(max=Decimal(32))
         TeamApproval.objects.create(team=Team.objects.get(name="team-a"), name="h100")
     """)
     assert seen(org) == ["32 used 0 cap 64 ok h100 in east,north cc  0"]
     _other_process("""
-        from quotas.policies.models import Policy
-        from quotas.policies.services import policy_update
+        from policies.models import Policy
+        from policies.services import policy_update
         policy_update(user=None, policy=Policy.objects.get(name="show"),
                       data={"message": '"from elsewhere"'})
     """)
     assert seen(org) == ["from elsewhere"]
     _other_process("""
-        from quotas.policies.models import Policy
+        from policies.models import Policy
         Policy.objects.all().delete()
     """)
     assert seen(org) == []

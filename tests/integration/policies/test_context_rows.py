@@ -7,9 +7,9 @@ from unittest import mock
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from quotas.policies import context
-from quotas.policies.context import submission_variables
-from quotas.policies.models import TeamApproval
+from policies import context
+from policies.context import submission_variables
+from policies.models import TeamApproval
 from scheduling.models import Node
 from tests.factories import QuotaEntryFactory
 
@@ -103,62 +103,3 @@ def test_the_cost_center_is_the_teams_own_else_the_default(org):
     TeamCostCenter.objects.create(team=team_a, cost_center=own)
     assert cc_of(team_a) == ("cc-rd", "EUR")
     assert cc_of(team_b) == ("cc-default", "USD")
-
-
-def _check(org, gpus=8):
-    from quotas.policies.hooks import policy_submission_check
-    from scheduling.extensions import SubmissionContext
-
-    data = {"name": "sweep", "queue": "rd/team-a",
-            "pods": [{"count": 1, "flavors": ["h100-80g"], "gpus": gpus}]}
-    return policy_submission_check(SubmissionContext(
-        user=org.alice, queue=org.team_a, team=org.teams["team-a"], request=data))
-
-
-RULE = {"name": "cap", "kind": "validate", "mode": "enforce", "rule": "request.gpus <= 8",
-        "message": '"at most 8 GPUs, asked " + string(request.gpus)'}
-
-
-def test_policy_changes_are_seen_by_the_next_submission(org):
-    from quotas.policies.models import Policy
-    from quotas.policies.services import policy_create, policy_delete, policy_update
-
-    assert _check(org, 16) is None
-    policy_create(user=org.admin, data=RULE)
-    assert [m for _, m in _check(org, 16).deny] == ["at most 8 GPUs, asked 16 (policy cap)"]
-    policy = Policy.objects.get(name="cap")
-    policy_update(user=org.admin, policy=policy, data={**RULE, "rule": "request.gpus <= 16"})
-    assert _check(org, 16).deny == []
-    second = policy_create(user=org.admin, data={
-        **RULE, "name": "h100", "rule": '"h100" in team.approvals', "message": '"no h100"'})
-    assert [m for _, m in _check(org).deny] == ["no h100 (policy h100)"]
-    TeamApproval.objects.create(team=org.teams["team-a"], name="h100")
-    assert _check(org).deny == []
-    policy_delete(user=org.admin, policy=second)
-    policy_delete(user=org.admin, policy=Policy.objects.get(name="cap"))
-    assert _check(org, 64) is None
-
-
-def test_a_check_inside_the_writing_transaction_reads_afresh(org):
-    """Writes of the current transaction are seen at once (and not cached: it may roll back)."""
-    from quotas.policies.services import policy_create
-
-    policy_create(user=org.admin, data=RULE)
-    _check(org)
-    with CaptureQueriesContext(connection) as queries:
-        _check(org)
-    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
-    # the change log check, then the policies this transaction wrote
-    assert len(reads) == 2 and "policies_change" in reads[0]
-
-
-def test_counters_outside_a_transaction_count_hits_and_denials(transactional_db):
-    from quotas.policies.models import Policy
-    from quotas.policies.services import policy_counters_bump, policy_create
-
-    a = policy_create(user=None, data=RULE)
-    b = policy_create(user=None, data={**RULE, "name": "other"})
-    policy_counters_bump(hit_ids=[a.pk, b.pk], denied_ids=[b.pk])
-    policy_counters_bump(hit_ids=[b.pk], denied_ids=[])
-    assert list(Policy.objects.order_by("name").values_list("name", "hits", "denials")) == [
-        ("cap", 1, 0), ("other", 2, 1)]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from quotas.policies.hooks import policy_submission_check
-from quotas.policies.services import policy_create
-from quotas.policies.specs import read_file
+from policies.services import policy_create
+from policies.specs import read_file
+from policies.submission import policy_submission_check
 from scheduling.extensions import SubmissionContext
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "policies/examples/over-budget-no-new-work.yaml"

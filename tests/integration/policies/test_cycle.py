@@ -3,9 +3,9 @@ the workers' snapshot and the engine when they are there."""
 
 import pytest
 
-from quotas.policies import hooks
-from quotas.policies.models import PolicyViolation
-from quotas.policies.services import policy_create, policy_update
+from policies import cycle as policies_cycle
+from policies.models import PolicyViolation
+from policies.services import policy_create, policy_update
 from scheduling.extensions import CycleContext, PendingInfo
 
 from .conftest import NOW
@@ -27,9 +27,9 @@ EAST = {
 
 @pytest.fixture(autouse=True)
 def _fresh_dedupe():
-    hooks._recent.clear()
+    policies_cycle._recent.clear()
     yield
-    hooks._recent.clear()
+    policies_cycle._recent.clear()
 
 
 def context(org, pending=()):
@@ -51,13 +51,13 @@ def test_limit_follows_fleet_utilisation_across_the_threshold(org):
     policy_create(user=org.admin, data=BURST)
     org.admit(org.team_b, 24)  # 24 / 64 = 37.5% busy
     ctx = context(org)
-    hooks.policy_cycle_adjuster(ctx)
+    policies_cycle.policy_cycle_adjuster(ctx)
     assert ctx.quota_max[("rd/team-a", "a100-80g/gpu")] == 32
     assert ctx.max_policy[("rd/team-a", "a100-80g/gpu")] == "team-a-a100-burst"
     assert ctx.quota_max[("rd/team-b", "a100-80g/gpu")] == 64.0
     org.admit(org.team_b, 8, name="more")  # 32 / 64 = 50%
     ctx = context(org)
-    hooks.policy_cycle_adjuster(ctx)
+    policies_cycle.policy_cycle_adjuster(ctx)
     assert ctx.quota_max[("rd/team-a", "a100-80g/gpu")] == 16
     capped = PolicyViolation.objects.filter(outcome="capped").order_by("id")
     assert [v.message for v in capped] == [
@@ -70,7 +70,7 @@ def test_limit_follows_fleet_utilisation_across_the_threshold(org):
 def test_cycle_findings_are_recorded_once_while_unchanged(org):
     policy_create(user=org.admin, data=BURST)
     for _ in range(3):
-        hooks.policy_cycle_adjuster(context(org))
+        policies_cycle.policy_cycle_adjuster(context(org))
     assert PolicyViolation.objects.filter(outcome="capped").count() == 1
 
 
@@ -78,7 +78,7 @@ def test_limit_in_audit_mode_records_but_does_not_cap(org):
     policy_create(user=org.admin, data={**BURST, "mode": "audit"})
     org.admit(org.team_b, 40)
     ctx = context(org)
-    hooks.policy_cycle_adjuster(ctx)
+    policies_cycle.policy_cycle_adjuster(ctx)
     assert ctx.quota_max[("rd/team-a", "a100-80g/gpu")] == 40.0
     assert ("rd/team-a", "a100-80g/gpu") not in ctx.max_policy
     violation = PolicyViolation.objects.get()
@@ -90,7 +90,7 @@ def test_limit_error_fails_closed_at_zero(org):
     rule = 'fleet.utilisation["b200"] < 0.4 ? 32 : 16'
     policy_create(user=org.admin, data={**BURST, "rule": rule})
     ctx = context(org)
-    hooks.policy_cycle_adjuster(ctx)
+    policies_cycle.policy_cycle_adjuster(ctx)
     assert ctx.quota_max[("rd/team-a", "a100-80g/gpu")] == 0
     violation = PolicyViolation.objects.get()
     assert (violation.outcome, violation.code, violation.queue_path) == (
@@ -102,7 +102,7 @@ def test_placement_keeps_labelling_work_in_the_east(org):
     labelling = org.pending(org.vision, 8, name="tag-images", labels={"kind": "data-labelling"})
     training = org.pending(org.vision, 8, name="train", labels={"kind": "training"})
     ctx = context(org, [info(labelling), info(training)])
-    hooks.policy_cycle_adjuster(ctx)
+    policies_cycle.policy_cycle_adjuster(ctx)
     assert ctx.allowed_clusters == {labelling.pk: {"sh-1"}}
     assert ctx.cluster_reasons[labelling.pk] == "data-labelling work runs only in the east region"
 
@@ -112,7 +112,7 @@ def test_placement_off_does_nothing(org):
     policy_update(user=org.admin, policy=policy, data={"mode": "off"})
     labelling = org.pending(org.vision, 8, name="tag-images", labels={"kind": "data-labelling"})
     ctx = context(org, [info(labelling)])
-    hooks.policy_cycle_adjuster(ctx)
+    policies_cycle.policy_cycle_adjuster(ctx)
     assert ctx.allowed_clusters == {}
 
 
@@ -159,7 +159,7 @@ def test_engine_places_labelling_work_in_the_east(org):
 def test_limit_on_a_key_no_queue_sets_is_reported(org):
     policy_create(user=org.admin, data={**BURST, "key": "h100-80g/gpu"})
     ctx = context(org)
-    hooks.policy_cycle_adjuster(ctx)
+    policies_cycle.policy_cycle_adjuster(ctx)
     assert ("rd/team-a", "h100-80g/gpu") not in ctx.quota_max
     violation = PolicyViolation.objects.get()
     assert violation.outcome == "error"
@@ -174,5 +174,5 @@ def test_placement_reads_fields_pending_info_does_not_carry(org):
     gang.pod_sets.update(count=4)
     single = org.pending(org.vision, 8, name="single")
     ctx = context(org, [info(gang), info(single)])
-    hooks.policy_cycle_adjuster(ctx)
+    policies_cycle.policy_cycle_adjuster(ctx)
     assert ctx.allowed_clusters == {gang.pk: {"sh-1"}, single.pk: {"bj-1"}}

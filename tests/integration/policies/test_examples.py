@@ -8,9 +8,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from policies.models import Policy, PolicyViolation
+from policies.services import policy_update, team_approval_grant
 from quotas.models import Queue, Team
-from quotas.policies.models import Policy, PolicyViolation
-from quotas.policies.services import policy_update, team_approval_grant
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "examples"
 

@@ -1,23 +1,16 @@
 """Saving policies: invalid CEL refused with its position, versions with diffs, sync and
-export round trip, the 7-day replay."""
+export round trip, hit and denial counters."""
 
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
-from quotas.policies.models import Policy, PolicyVersion
-from quotas.policies.selectors import policy_replay
-from quotas.policies.services import (
-    policy_create,
-    policy_to_spec,
-    policy_update,
-    team_approval_grant,
-)
+from policies.models import Policy, PolicyVersion
+from policies.services import policy_create, policy_update
 
-from .conftest import NOW
+from .test_active import RULE
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "examples"
 CAP = {"name": "gpu-cap", "kind": "validate", "mode": "audit", "rule": "request.gpus <= 16",
@@ -104,30 +97,13 @@ def test_sync_prune_turns_off_policies_not_in_the_files(org, tmp_path):
     assert Policy.objects.get(name="gpu-cap").mode == "off"
 
 
-def test_replay_of_the_last_7_days(org):
-    team_approval_grant(user=org.admin, team=org.teams["vision"], name="h100")
-    org.pending(org.team_a, 8, name="a-h100", flavors=["h100-80g"], at=NOW - timedelta(days=1))
-    org.pending(org.vision, 8, name="v-h100", flavors=["h100-80g"], at=NOW - timedelta(days=2))
-    org.pending(org.team_b, 8, name="b-a100", at=NOW - timedelta(days=3))
-    org.pending(org.team_b, 8, name="old-h100", flavors=["h100-80g"],
-                at=NOW - timedelta(days=9))
-    policy = policy_create(user=org.admin, data={
-        "name": "h100", "kind": "validate", "mode": "off",
-        "match": 'request.flavors.exists(f, f.startsWith("h100"))',
-        "rule": '"h100" in team.approvals',
-        "message": '"team " + team.name + " lacks the h100 approval"'})
-    report = policy_replay(policy_to_spec(policy), now=NOW)
-    assert (report.replayed, report.matched, report.denied) == (3, 2, 1)
-    assert [(h.name, h.message) for h in report.hits] == [
-        ("a-h100", "team team-a lacks the h100 approval")]
-    canary = policy_update(user=org.admin, policy=policy, data={"scope": ["rd/team-b"]})
-    assert policy_replay(policy_to_spec(canary), now=NOW).denied == 0
+def test_counters_outside_a_transaction_count_hits_and_denials(transactional_db):
+    from policies.models import Policy
+    from policies.services import policy_counters_bump, policy_create
 
-
-def test_replay_uses_the_submission_time(org):
-    org.pending(org.team_a, 8, name="night", at=NOW.replace(hour=2))
-    org.pending(org.team_a, 8, name="day", at=NOW.replace(hour=14))
-    policy = policy_create(user=org.admin, data={
-        "name": "no-nights", "kind": "validate", "rule": "now.hour >= 6"})
-    report = policy_replay(policy_to_spec(policy), now=NOW + timedelta(hours=5))
-    assert [h.name for h in report.hits] == ["night"]
+    a = policy_create(user=None, data=RULE)
+    b = policy_create(user=None, data={**RULE, "name": "other"})
+    policy_counters_bump(hit_ids=[a.pk, b.pk], denied_ids=[b.pk])
+    policy_counters_bump(hit_ids=[b.pk], denied_ids=[])
+    assert list(Policy.objects.order_by("name").values_list("name", "hits", "denials")) == [
+        ("cap", 1, 0), ("other", 2, 1)]

@@ -4,9 +4,9 @@ grandfathering, evaluation errors both ways, priority assigned."""
 import pytest
 from django.test import override_settings
 
-from quotas.policies.hooks import policy_submission_check
-from quotas.policies.models import Policy, PolicyViolation
-from quotas.policies.services import policy_create, team_approval_grant
+from policies.models import Policy, PolicyViolation
+from policies.services import policy_create, team_approval_grant
+from policies.submission import policy_submission_check
 from scheduling.extensions import SubmissionContext
 
 H100 = {
@@ -190,7 +190,7 @@ def test_query_budget_reads_only_what_the_rules_need(torg, settings):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from quotas.policies.services import policy_counts_flush
+    from policies.services import policy_counts_flush
 
     org = torg
     settings.ALLOT_POLICY_COUNTS_FLUSH_S = 3600

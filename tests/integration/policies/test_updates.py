@@ -5,9 +5,9 @@ new; bad input, foreign and unmanageable ids."""
 import pytest
 from django.test import Client
 
+from policies.models import PolicyViolation
+from policies.services import policy_create
 from quotas.models import Team, TeamMembership
-from quotas.policies.models import PolicyViolation
-from quotas.policies.services import policy_create
 from scheduling.models import PodSet, Workload
 from tests.factories import QueueFactory, UserFactory
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from quotas.policies.celexpr import (
+from policies.celexpr import (
     PolicyEvaluationError,
     check_expression,
     evaluate,
@@ -68,7 +68,7 @@ def test_evaluation_errors_are_policy_errors(src, fragment):
 
 
 def test_referenced_fields_of_a_variable():
-    from quotas.policies.celexpr import fields_of, referenced_fields
+    from policies.celexpr import fields_of, referenced_fields
 
     assert referenced_fields('"kind" in request.labels && request.labels["kind"] == "x"',
                              "request") == {"labels"}

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from quotas.policies.specs import check_fields, read_dir
+from policies.specs import check_fields, read_dir
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "examples"
 

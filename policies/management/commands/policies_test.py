@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from quotas.policies.context import sample_variables
-from quotas.policies.specs import PolicyFileError, read_dir, read_file, run_tests
+from policies.specs import PolicyFileError, read_dir, read_file, run_tests
+from policies.variables import sample_variables
 
 
 class Command(BaseCommand):

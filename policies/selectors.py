@@ -11,9 +11,12 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from .celexpr import PolicyEvaluationError, make_context
-from .context import (
-    _usage_by_leaf,
-    cost_center_variables,
+from .cost_center import cost_center_variables
+from .evaluation import evaluate_limits, evaluate_placements, evaluate_request
+from .models import Policy, PolicyVersion, PolicyViolation
+from .rules import ENFORCE, LIMIT, PLACEMENT, PRIORITY, PolicySpec, run_match, run_message, run_rule
+from .variables import (
+    admitted_usage_by_leaf,
     deep_merge,
     fleet_variables,
     now_variables,
@@ -22,20 +25,6 @@ from .context import (
     team_variables,
     workload_request_variables,
 )
-from .evaluation import (
-    ENFORCE,
-    LIMIT,
-    PLACEMENT,
-    PRIORITY,
-    PolicySpec,
-    evaluate_limits,
-    evaluate_placements,
-    evaluate_request,
-    run_match,
-    run_message,
-    run_rule,
-)
-from .models import Policy, PolicyVersion, PolicyViolation
 
 
 def policy_list() -> QuerySet[Policy]:
@@ -109,7 +98,7 @@ def policy_replay(spec: PolicySpec, *, days: int = 7, now: datetime | None = Non
     now = now or timezone.now()
     report = ReplayReport(policy=spec.name, days=days)
     enforced = PolicySpec(**{**spec.__dict__, "mode": ENFORCE})
-    usage = _usage_by_leaf()
+    usage = admitted_usage_by_leaf()
     fleet = fleet_variables(usage)
     if spec.kind == LIMIT:
         from quotas.models import Queue  # noqa: PLC0415

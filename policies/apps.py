@@ -3,7 +3,7 @@ from django.apps import AppConfig
 
 class PoliciesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
-    name = "quotas.policies"
+    name = "policies"
     label = "policies"
     verbose_name = "Policies (CEL)"
 

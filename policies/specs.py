@@ -26,8 +26,9 @@ from typing import Any
 
 import yaml
 
-from .celexpr import check_expression, make_context
-from .evaluation import (
+from .celexpr import PolicyEvaluationError, check_expression, make_context
+from .evaluation import evaluate_request
+from .rules import (
     ENFORCE,
     KINDS,
     LIMIT,
@@ -35,9 +36,7 @@ from .evaluation import (
     PLACEMENT,
     PRIORITY,
     VALIDATE,
-    PolicyEvaluationError,
     PolicySpec,
-    evaluate_request,
     run_match,
     run_message,
     run_rule,
@@ -199,7 +198,7 @@ class CaseResult:
 
 def run_case(spec: PolicySpec, case: Mapping[str, Any], base: Mapping[str, Any]) -> CaseResult:
     """Run one YAML test case against a policy (its mode is taken as enforce)."""
-    from .context import deep_merge  # noqa: PLC0415 (context imports Django models lazily)
+    from .variables import deep_merge  # noqa: PLC0415 (variables imports Django models)
 
     name = str(case.get("name") or case.get("expect"))
     variables = deep_merge(base, case.get("input") or {})

@@ -63,12 +63,6 @@ class Policy(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def applies_to_path(self, path: str) -> bool:
-        """Whether a queue path lies in this policy's scope (empty scope = everywhere)."""
-        if not self.scope:
-            return True
-        return any(path == s or path.startswith(s + "/") for s in self.scope)
-
 
 class PolicyVersion(models.Model):
     """One saved state of a policy: who changed it, when, the full content and the diff."""

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from quotas.policies.selectors import policy_list
-from quotas.policies.services import policy_content
-from quotas.policies.specs import dump_yaml
+from policies.selectors import policy_list
+from policies.services import policy_content
+from policies.specs import dump_yaml
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from quotas.policies.models import Policy, PolicyViolation
-from quotas.policies.services import policy_create
+from policies.models import Policy, PolicyViolation
+from policies.services import policy_create
 
 from .conftest import NOW
 

@@ -1,7 +1,10 @@
 """What policies decide, given their specs and a context: pure Python, no database.
 
-The database side (`hooks`, `services`) builds the context and records the findings; the
-YAML test runner and the benchmark call the same functions with hand-made contexts.
+The verdict on one request (validate and priority policies), the caps on queues (limit) and
+the clusters left to pending workloads (placement), each over many policies sharing one CEL
+context. The database side (`submission`, `cycle`, `services`) builds the context and records
+the findings; the YAML test runner and the benchmark call the same functions with hand-made
+contexts.
 """
 
 from __future__ import annotations
@@ -10,54 +13,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .celexpr import PolicyEvaluationError, evaluate, make_context, set_variable
-
-VALIDATE, LIMIT, PLACEMENT, PRIORITY = "validate", "limit", "placement", "priority"
-ENFORCE, AUDIT, OFF = "enforce", "audit", "off"
-KINDS = (VALIDATE, LIMIT, PLACEMENT, PRIORITY)
-MODES = (ENFORCE, AUDIT, OFF)
-
-POLICY_DENIED = "POLICY_DENIED"
-POLICY_ERROR = "POLICY_ERROR"
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """A policy as the evaluator sees it (built from a model row or a YAML file)."""
-
-    name: str
-    kind: str
-    rule: str
-    match: str = "true"
-    message: str = ""
-    key: str = ""
-    mode: str = AUDIT
-    scope: tuple[str, ...] = ()
-    order: int = 100
-    version: int = 1
-    id: int | None = None
-    description: str = ""
-
-    def applies_to_path(self, path: str) -> bool:
-        """Whether a queue path lies in the scope (empty scope = everywhere)."""
-        if not self.scope:
-            return True
-        return any(path == s or path.startswith(s + "/") for s in self.scope)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing a policy did or would have done, to be recorded and/or acted on.
-
-    outcome: denied | audited | grandfathered | error | capped | placed | prioritized.
-    """
-
-    policy: PolicySpec
-    outcome: str
-    code: str
-    message: str
-    expression: str = ""
-    value: Any = None
+from .celexpr import PolicyEvaluationError, make_context, set_variable
+from .rules import (
+    AUDIT,
+    ENFORCE,
+    LIMIT,
+    OFF,
+    PLACEMENT,
+    POLICY_DENIED,
+    PRIORITY,
+    VALIDATE,
+    Finding,
+    PolicySpec,
+    error_finding,
+    run_match,
+    run_message,
+    run_rule,
+)
 
 
 @dataclass
@@ -73,70 +45,6 @@ class RequestOutcome:
     @property
     def allowed(self) -> bool:
         return not self.denials
-
-
-def _type_name(value: Any) -> str:
-    return {bool: "bool", int: "int", float: "double", str: "string", list: "list",
-            dict: "map", type(None): "null"}.get(type(value), type(value).__name__)
-
-
-def run_match(policy: PolicySpec, ctx: Any) -> bool:
-    """Evaluate `match`; a non-bool result is an evaluation error."""
-    if not policy.match or policy.match.strip() == "true":  # the default: nothing to run
-        return True
-    value = evaluate(policy.match, ctx)
-    if not isinstance(value, bool):
-        raise PolicyEvaluationError(f"match returned {_type_name(value)}, expected bool")
-    return value
-
-
-def run_rule(policy: PolicySpec, ctx: Any) -> Any:
-    """Evaluate `rule` and check its type for the policy's kind."""
-    value = evaluate(policy.rule, ctx)
-    if policy.kind == VALIDATE:
-        if not isinstance(value, bool):
-            raise PolicyEvaluationError(f"rule returned {_type_name(value)}, expected bool")
-        return value
-    if policy.kind == LIMIT:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise PolicyEvaluationError(f"rule returned {_type_name(value)}, expected a number")
-        if value < 0:
-            raise PolicyEvaluationError(f"rule returned {value}, a limit cannot be negative")
-        return value
-    if policy.kind == PLACEMENT:
-        if isinstance(value, str):
-            return [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise PolicyEvaluationError(
-                f"rule returned {_type_name(value)}, expected a list of cluster or region names"
-            )
-        return value
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise PolicyEvaluationError(f"rule returned {_type_name(value)}, expected a string")
-    return value
-
-
-def run_message(policy: PolicySpec, ctx: Any, fallback: str) -> str:
-    """The policy's message; a broken message never hides the decision, it falls back."""
-    if not policy.message.strip():
-        return fallback
-    try:
-        value = evaluate(policy.message, ctx)
-    except PolicyEvaluationError as exc:
-        return f"{fallback} (message failed: {exc})"
-    return value if isinstance(value, str) else str(value)
-
-
-def _error_finding(policy: PolicySpec, where: str, exc: Exception) -> Finding:
-    expression = policy.match if where == "match" else policy.rule
-    return Finding(
-        policy, "error", POLICY_ERROR,
-        f"policy {policy.name} could not be evaluated ({where}: {expression}): {exc}",
-        expression=expression,
-    )
-
 
 def evaluate_request(
     policies: Iterable[PolicySpec],
@@ -167,14 +75,14 @@ def evaluate_request(
             if not run_match(policy, ctx):
                 continue
         except PolicyEvaluationError as exc:
-            _record_error(out, policy, _error_finding(policy, "match", exc), fail_open,
+            _record_error(out, policy, error_finding(policy, "match", exc), fail_open,
                           grandfathered)
             continue
         out.matched.append(policy)
         try:
             value = run_rule(policy, ctx)
         except PolicyEvaluationError as exc:
-            _record_error(out, policy, _error_finding(policy, "rule", exc), fail_open,
+            _record_error(out, policy, error_finding(policy, "rule", exc), fail_open,
                           grandfathered)
             continue
         if policy.kind == VALIDATE:
@@ -268,7 +176,7 @@ def evaluate_limits(
                     continue
                 value = run_rule(policy, ctx)
             except PolicyEvaluationError as exc:
-                finding = _error_finding(policy, "limit", exc)
+                finding = error_finding(policy, "limit", exc)
                 out.findings.append(finding)
                 out.subjects.append(path)
                 if policy.mode == ENFORCE and not fail_open:
@@ -375,7 +283,7 @@ def evaluate_placements(
         subject = str(request.get("name", workload_id))
         for policy, status, names, reason in results:
             if status == "error":
-                out.findings.append(_error_finding(policy, "placement", names))
+                out.findings.append(error_finding(policy, "placement", names))
                 out.subjects.append(subject)
                 if policy.mode == ENFORCE and not fail_open:
                     _restrict(out, workload_id, set(), f"policy {policy.name} failed: {names}")

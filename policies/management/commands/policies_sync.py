@@ -11,8 +11,8 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from quotas.policies.services import policies_sync
-from quotas.policies.specs import PolicyFileError, read_dir, read_file
+from policies.services import policies_sync
+from policies.specs import PolicyFileError, read_dir, read_file
 
 
 class Command(BaseCommand):

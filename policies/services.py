@@ -18,10 +18,11 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core import db
 from quotas.models import Queue, Team
 
-from .evaluation import Finding, PolicySpec
 from .models import Policy, PolicyVersion, PolicyViolation, TeamApproval
+from .rules import Finding, PolicySpec
 from .specs import FIELDS, check_fields, dump_yaml, normalise
 
 logger = logging.getLogger(__name__)
@@ -178,12 +179,9 @@ def _json_safe(value: Any) -> Any:
 def violations_record(
     *, findings: Iterable[Finding], variables: Mapping[str, Any] | None = None,
     subject: str = "", queue_path: str = "", user: Any = None, workload_id: int | None = None,
-    at: datetime | None = None, inputs: Mapping[str, Mapping[str, Any]] | None = None,
+    at: datetime | None = None,
 ) -> list[PolicyViolation]:
-    """Store findings as violation rows (one bulk insert), with the input they were given.
-
-    `inputs` (subject -> variables) lets cycle findings keep each queue's own context.
-    """
+    """Store findings as violation rows (one bulk insert), with the input they were given."""
     at = at or timezone.now()
     rows = []
     for finding in findings:
@@ -224,7 +222,7 @@ def policy_counters_bump(*, hit_ids: Iterable[int], denied_ids: Iterable[int]) -
     denied = [i for i in denied_ids if i is not None]
     if not hits and not denied:
         return
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+    if db.postgres() and not connection.in_atomic_block:
         table = connection.ops.quote_name(Policy._meta.db_table)
         # Counters only, in a statement of their own (autocommit): not waiting for the WAL
         # flush saves a disk sync per submission; a database crash may lose the last fraction
@@ -253,17 +251,13 @@ _counts: dict[int, list[int]] = {}
 _counts_timer: threading.Timer | None = None
 
 
-def counts_flush_s() -> float:
-    return float(getattr(settings, "ALLOT_POLICY_COUNTS_FLUSH_S", 1.0))
-
-
 def policy_counts_add(*, hit_ids: Iterable[int], denied_ids: Iterable[int]) -> None:
     """Count a committed submission's hits and denials (buffered; see above)."""
     hits = [i for i in hit_ids if i is not None]
     denied = [i for i in denied_ids if i is not None]
     if not hits and not denied:
         return
-    delay = counts_flush_s()
+    delay = settings.ALLOT_POLICY_COUNTS_FLUSH_S
     if delay <= 0:
         policy_counters_bump(hit_ids=hits, denied_ids=denied)
         return
@@ -302,18 +296,8 @@ def policy_counts_flush() -> int:
     if not pending:
         return 0
     ids = sorted(pending)
-    hits = [pending[i][0] for i in ids]
-    denied = [pending[i][1] for i in ids]
-    if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(Policy._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} p SET hits = p.hits + c.h, denials = p.denials + c.d "
-                f"FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS c(id, h, d) "
-                f"WHERE p.id = c.id", [ids, hits, denied])
-        return len(ids)
-    for i, h, d in zip(ids, hits, denied, strict=True):
-        Policy.objects.filter(pk=i).update(hits=F("hits") + h, denials=F("denials") + d)
+    db.bulk_add(Policy, ids, {"hits": [pending[i][0] for i in ids],
+                              "denials": [pending[i][1] for i in ids]})
     return len(ids)
 
 
