@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from decimal import Decimal
 from typing import Any
 
@@ -11,19 +10,19 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.utils.serializer_helpers import BindingDict
 from rest_framework.views import APIView
 
 from scheduling import selectors, services
 from scheduling.filters import WorkloadFilter
 from scheduling.models import Workload
+from scheduling.request import validation as limits
 
 
 class PodSetInputSerializer(serializers.Serializer):
-    count = serializers.IntegerField(min_value=1, max_value=10000, default=1)
-    flavors = serializers.ListField(child=serializers.CharField(max_length=63),
+    count = serializers.IntegerField(min_value=1, max_value=limits.MAX_PODS, default=1)
+    flavors = serializers.ListField(child=serializers.CharField(max_length=limits.MAX_NAME),
                                     allow_empty=False)
-    gpus = serializers.IntegerField(min_value=0, max_value=64, default=0)
+    gpus = serializers.IntegerField(min_value=0, max_value=limits.MAX_GPUS, default=0)
     # An int default (not Decimal): what validated data held when the field was left out.
     cpu = serializers.DecimalField(max_digits=10, decimal_places=3, min_value=0,
                                    default=0)  # type: ignore[arg-type]
@@ -33,44 +32,28 @@ class PodSetInputSerializer(serializers.Serializer):
 
 
 class WorkloadInputSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=63)
+    """A submission's fields and limits (from scheduling.request.validation), for the API
+    schema and an update's partial check; a submission is validated by the service alone."""
+
+    name = serializers.CharField(max_length=limits.MAX_NAME)
     queue = serializers.CharField(max_length=512)
-    priority_class = serializers.CharField(max_length=63, default="training")
+    priority_class = serializers.CharField(max_length=limits.MAX_NAME,
+                                           default=limits.DEFAULT_PRIORITY_CLASS)
     preemptible = serializers.BooleanField(default=True)
     checkpoint = serializers.BooleanField(default=True)
-    strategy = serializers.ChoiceField(choices=["", "binpack", "spread"], default="",
+    strategy = serializers.ChoiceField(choices=list(limits.STRATEGIES), default="",
                                        allow_blank=True)
-    image = serializers.CharField(max_length=500, default="", allow_blank=True)
+    image = serializers.CharField(max_length=limits.MAX_IMAGE, default="", allow_blank=True)
     command = serializers.ListField(child=serializers.CharField(), default=list)
-    dataset = serializers.CharField(max_length=200, default="", allow_blank=True)
+    dataset = serializers.CharField(max_length=limits.MAX_DATASET, default="",
+                                    allow_blank=True)
     duration_hint_s = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    termination_grace_s = serializers.IntegerField(min_value=0, max_value=3600, default=30)
+    termination_grace_s = serializers.IntegerField(min_value=0, max_value=limits.MAX_GRACE_S,
+                                                   default=limits.DEFAULT_GRACE_S)
     topology = serializers.DictField(default=dict)
-    labels = serializers.DictField(child=serializers.CharField(max_length=63), default=dict)
+    labels = serializers.DictField(
+        child=serializers.CharField(max_length=limits.MAX_LABEL_VALUE), default=dict)
     pods = PodSetInputSerializer(many=True, allow_empty=False)
-
-
-class SubmitInputSerializer(WorkloadInputSerializer):
-    """WorkloadInputSerializer for POST, its bound fields built once per thread.
-
-    DRF deep-copies every declared field for each serializer instance (so that an instance
-    may change its own fields): a fifth of a submission's CPU. This one is never partial,
-    has no context and changes no field, so each thread binds one copy of the fields to its
-    first instance and later instances validate with it (a test pins the results equal to
-    WorkloadInputSerializer's). Do not use it for partial updates or with a context.
-    """
-
-    _per_thread = threading.local()
-
-    @property
-    def fields(self) -> Any:  # type: ignore[override]
-        fields = getattr(self._per_thread, "fields", None)
-        if fields is None:
-            fields = BindingDict(self)  # as Serializer.fields does
-            for key, value in self.get_fields().items():
-                fields[key] = value
-            self._per_thread.fields = fields
-        return fields
 
 
 class PodSetOutputSerializer(serializers.Serializer):
@@ -121,18 +104,12 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
     progress_s = serializers.FloatField()
     backoff_count = serializers.IntegerField()
     not_before = serializers.DateTimeField(allow_null=True)
-    queue_position = serializers.SerializerMethodField()
-    reasons = serializers.SerializerMethodField()
-    admission = serializers.SerializerMethodField()
-    admissions = serializers.SerializerMethodField()
-    events = serializers.SerializerMethodField()
-    pods = serializers.SerializerMethodField()
-
-    def get_queue_position(self, obj: Workload) -> dict[str, Any] | None:
-        return selectors.workload_queue_position(obj)
-
-    def get_reasons(self, obj: Workload) -> list[dict[str, Any]]:
-        return selectors.workload_reasons(obj)
+    queue_position = serializers.DictField(allow_null=True)
+    reasons = serializers.ListField(child=serializers.DictField())
+    admission = serializers.DictField(allow_null=True)
+    admissions = serializers.ListField(child=serializers.DictField())
+    events = serializers.ListField(child=serializers.DictField())
+    pods = serializers.ListField(child=serializers.DictField())
 
     @staticmethod
     def _admission(a: Any) -> dict[str, Any]:
@@ -143,22 +120,8 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
             "ended_at": a.ended_at, "end_reason": a.end_reason,
         }
 
-    def get_admission(self, obj: Workload) -> dict[str, Any] | None:
-        current = selectors.workload_current_admission(obj)
-        return self._admission(current) if current is not None else None
-
-    def get_admissions(self, obj: Workload) -> list[dict[str, Any]]:
-        return [self._admission(a) for a in obj.admissions.all()]
-
-    def get_events(self, obj: Workload) -> list[dict[str, Any]]:
-        return [
-            {"at": e.at, "type": e.type, "actor": e.actor.username if e.actor else None,
-             "code": e.code, "message": e.message, "payload": e.payload}
-            for e in obj.events.all()
-        ]
-
-    def get_pods(self, obj: Workload) -> list[dict[str, Any]]:
-        return selectors.workload_pods(obj, selectors.workload_current_admission(obj))
+    def to_representation(self, instance: Workload) -> dict[str, Any]:
+        return workload_detail_data(instance)
 
 
 def _decimal(value: Any) -> Decimal:
@@ -174,13 +137,20 @@ def _pod_set(ps: Any) -> dict[str, Any]:
             "gpu_memory_gib": None if ps.gpu_memory_gib is None else int(ps.gpu_memory_gib)}
 
 
-def workload_detail_data(obj: Workload) -> dict[str, Any]:
-    """What WorkloadDetailSerializer(obj).data holds, built without DRF's per-field machinery
-    (a submission's 201 answer is on the hot path). Datetimes are left to the JSON renderer,
-    which formats them as the serializer's DateTimeFields do (UTC, `Z`); a test pins the JSON
-    of both equal."""
-    pod_sets = list(obj.pod_sets.all())
-    current = selectors.workload_current_admission(obj)
+def workload_detail_data(obj: Workload, *, pod_sets: list[Any] | None = None,
+                         events: list[Any] | None = None,
+                         admissions: list[Any] | None = None) -> dict[str, Any]:
+    """A workload's detail, as `WorkloadDetailSerializer` declares it (the serializer returns
+    this; its fields describe it for the schema, and a test pins the keys equal).
+
+    Built without DRF's per-field machinery: a submission's 201 answer is on the hot path,
+    and passes the rows it just wrote (`pod_sets`, `events`, `admissions`) so nothing is read
+    back. Datetimes are left to the JSON renderer (UTC, `Z`, as DateTimeField renders them).
+    """
+    pod_sets = list(obj.pod_sets.all()) if pod_sets is None else pod_sets
+    admissions = list(obj.admissions.all()) if admissions is None else admissions
+    events = list(obj.events.all()) if events is None else events
+    current = selectors.workload_current_admission(obj, admissions)
     return {
         "id": obj.pk, "name": str(obj.name), "queue": str(obj.queue.path),
         "team": None if obj.team is None else str(obj.team.name),
@@ -200,17 +170,17 @@ def workload_detail_data(obj: Workload) -> dict[str, Any]:
         "labels": {str(k): v for k, v in obj.labels.items()},
         "progress_s": float(obj.progress_s), "backoff_count": int(obj.backoff_count),
         "not_before": obj.not_before,
-        "queue_position": selectors.workload_queue_position(obj),
-        "reasons": selectors.workload_reasons(obj),
+        "queue_position": selectors.workload_queue_position(obj, pod_sets=pod_sets),
+        "reasons": selectors.workload_reasons(obj, events),
         "admission": WorkloadDetailSerializer._admission(current) if current is not None
         else None,
-        "admissions": [WorkloadDetailSerializer._admission(a) for a in obj.admissions.all()],
+        "admissions": [WorkloadDetailSerializer._admission(a) for a in admissions],
         "events": [
             {"at": e.at, "type": e.type, "actor": e.actor.username if e.actor else None,
              "code": e.code, "message": e.message, "payload": e.payload}
-            for e in obj.events.all()
+            for e in events
         ],
-        "pods": selectors.workload_pods(obj, current),
+        "pods": selectors.workload_pods(obj, current, pod_sets),
     }
 
 
@@ -232,11 +202,13 @@ class WorkloadListCreateApi(generics.ListAPIView):
 
     @extend_schema(request=WorkloadInputSerializer, responses={201: WorkloadDetailSerializer})
     def post(self, request: Request) -> Response:
-        data = SubmitInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        workload = services.workload_submit(user=request.user, data=data.validated_data)
-        # The service hands back what it wrote (pod sets and events included): no read-back.
-        return Response(workload_detail_data(workload), status=status.HTTP_201_CREATED)
+        # The service validates the input (400 naming each bad field, nothing saved) and hands
+        # back what it wrote, so the answer needs no read-back.
+        payload: Any = request.data  # not a JSON object: a 400 from the service
+        done = services.workload_submit_detailed(user=request.user, data=payload)
+        return Response(workload_detail_data(done.workload, pod_sets=done.pod_sets,
+                                             events=done.events, admissions=[]),
+                        status=status.HTTP_201_CREATED)
 
 
 class WorkloadDetailApi(APIView):

@@ -11,6 +11,7 @@ from django.forms import formset_factory
 
 from quotas.models import Flavor, Queue
 from scheduling.models import PriorityClass
+from scheduling.request import validation as limits
 
 
 class WorkloadRequestForm(forms.Form):
@@ -18,7 +19,8 @@ class WorkloadRequestForm(forms.Form):
 
     queue = forms.ModelChoiceField(queryset=Queue.objects.none(), to_field_name="path",
                                    empty_label=None, help_text="A leaf queue of your team.")
-    name = forms.CharField(max_length=63, help_text="Lowercase letters, digits and '-'.")
+    name = forms.CharField(max_length=limits.MAX_NAME,
+                           help_text="Lowercase letters, digits and '-'.")
     flavor_1 = forms.ModelChoiceField(queryset=Flavor.objects.all(), to_field_name="name",
                                       label="GPU model (first choice)", empty_label=None)
     flavor_2 = forms.ModelChoiceField(queryset=Flavor.objects.all(), to_field_name="name",
@@ -37,10 +39,10 @@ class WorkloadRequestForm(forms.Form):
                                           ("spread", "spread")], required=False,
                                  label="Placement strategy")
     same_rack = forms.BooleanField(required=False, label="All pods in one rack")
-    dataset = forms.CharField(max_length=200, required=False)
+    dataset = forms.CharField(max_length=limits.MAX_DATASET, required=False)
     duration_h = forms.DecimalField(min_value=0, required=False, decimal_places=2,
                                     label="Expected duration (hours)")
-    image = forms.CharField(max_length=500, required=False)
+    image = forms.CharField(max_length=limits.MAX_IMAGE, required=False)
     command = forms.CharField(max_length=2000, required=False,
                               help_text="As in a shell: python train.py --epochs 10")
 
@@ -87,8 +89,9 @@ class WorkloadRequestForm(forms.Form):
 class PodSetForm(forms.Form):
     """One pod set: how many identical pods, and what each one needs."""
 
-    count = forms.IntegerField(min_value=1, max_value=10000, initial=1, label="Pods")
-    gpus = forms.IntegerField(min_value=0, max_value=64, initial=1, label="GPUs per pod")
+    count = forms.IntegerField(min_value=1, max_value=limits.MAX_PODS, initial=1, label="Pods")
+    gpus = forms.IntegerField(min_value=0, max_value=limits.MAX_GPUS, initial=1,
+                              label="GPUs per pod")
     cpu = forms.DecimalField(min_value=0, initial=8, decimal_places=3, label="CPU cores per pod")
     memory_gib = forms.DecimalField(min_value=0, initial=64, decimal_places=3,
                                     label="Memory per pod (GiB)")
@@ -98,7 +101,7 @@ class PodSetForm(forms.Form):
 
 
 POD_SETS_PREFIX = "pods"
-# As many pod sets as the service takes (scheduling.request.validation.MAX_POD_SETS).
+# As many pod sets as the service takes.
 MAX_FORM_POD_SETS = 8
 _PodSetFormSetBase = formset_factory(
     PodSetForm, extra=0, min_num=1, validate_min=True, max_num=MAX_FORM_POD_SETS,

@@ -55,26 +55,31 @@ def workload_get(*, user: Any, pk: int) -> Workload | None:
     )
 
 
-def workload_reasons(workload: Workload) -> list[dict[str, Any]]:
-    """Every reason the workload was given, in time order (from its events)."""
+def workload_reasons(workload: Workload, events: list[WorkloadEvent] | None = None
+                     ) -> list[dict[str, Any]]:
+    """Every reason the workload was given, in time order (from its events, or `events`)."""
     return [
         {"code": e.code, "message": e.message, "at": e.at}
-        for e in workload.events.all()
+        for e in (workload.events.all() if events is None else events)
         if e.type in (EventType.REASON, EventType.REFUSED, EventType.TIMEOUT) and e.code
     ]
 
 
-def workload_current_admission(workload: Workload) -> Admission | None:
-    """The open admission interval, else the latest one (None if never admitted)."""
-    admissions = list(workload.admissions.all())
+def workload_current_admission(workload: Workload, admissions: list[Admission] | None = None
+                                ) -> Admission | None:
+    """The open admission interval, else the latest one (None if never admitted), of the
+    workload's admissions (or of `admissions`)."""
+    admissions = list(workload.admissions.all()) if admissions is None else admissions
     open_ones = [a for a in admissions if a.ended_at is None]
     if open_ones:
         return open_ones[-1]
     return admissions[-1] if admissions else None
 
 
-def workload_pods(workload: Workload, admission: Admission | None) -> list[dict[str, Any]]:
-    """One row per pod: name, pod set, node (when admitted) and a coarse phase."""
+def workload_pods(workload: Workload, admission: Admission | None,
+                  pod_sets: list[PodSet] | None = None) -> list[dict[str, Any]]:
+    """One row per pod (of the workload's pod sets, or of `pod_sets`): name, pod set, node
+    (when admitted) and a coarse phase."""
     from scheduling.backends.naming import job_name, pod_name
 
     nodes = list(admission.nodes) if admission is not None and admission.ended_at is None else []
@@ -86,7 +91,7 @@ def workload_pods(workload: Workload, admission: Admission | None) -> list[dict[
     phase = phases.get(str(workload.state), "")
     rows = []
     k = 0
-    for ps in workload.pod_sets.all():
+    for ps in workload.pod_sets.all() if pod_sets is None else pod_sets:
         for i in range(ps.count):
             rows.append({
                 "name": pod_name(job_name(workload.pk, ps.index), i), "pod_set": ps.index,
@@ -196,8 +201,9 @@ def fleet_usage() -> dict[tuple[str, str], dict[str, Decimal]]:
 
 # --- queue position ---------------------------------------------------------------------------
 
-def _gpus(workload: Workload) -> int:
-    return sum(ps.count * ps.gpus for ps in workload.pod_sets.all())
+def _gpus(workload: Workload, pod_sets: list[PodSet] | None = None) -> int:
+    return sum(ps.count * ps.gpus
+               for ps in (workload.pod_sets.all() if pod_sets is None else pod_sets))
 
 
 def position_sql(me: str) -> tuple[str, str]:
@@ -285,8 +291,8 @@ def _position_rows_orm(workload: Workload) -> PositionRows:
                                            for g, h, p, r, s in active]
 
 
-def workload_queue_position(workload: Workload, *, now: datetime | None = None
-                            ) -> dict[str, Any] | None:
+def workload_queue_position(workload: Workload, *, now: datetime | None = None,
+                            pod_sets: list[PodSet] | None = None) -> dict[str, Any] | None:
     """Where a pending workload stands in its leaf queue (None unless pending).
 
     `in_queue`: 1 + the pending workloads of the queue ordered before it (higher priority,
@@ -294,12 +300,13 @@ def workload_queue_position(workload: Workload, *, now: datetime | None = None
     `estimated_start`: when the admitted work of the queue, ending at its duration hints, frees
     enough GPUs for those ahead and this one (None when a hint is missing or it never frees
     enough). A rough guide: borrowing and other queues' work can make it earlier or later.
+    `pod_sets`: the workload's, when the caller has them.
     """
     if workload.state != WorkloadState.PENDING:
         return None
     now = now or timezone.now()
     n_ahead, ahead_gpus, active = _position_rows(workload)
-    need = ahead_gpus + _gpus(workload)
+    need = ahead_gpus + _gpus(workload, pod_sets)
     estimated: datetime | None = now if need == 0 else None
     if need > 0:
         ends: list[tuple[datetime, int]] = []

@@ -7,7 +7,11 @@ state moves in `scheduling/transitions.py`; this module only names the public on
 from scheduling.request.approvals import workload_approve, workload_deny
 from scheduling.request.cancel import user_may_manage, workload_cancel
 from scheduling.request.lookups import user_leaf_queues
-from scheduling.request.submission import workload_submit, workloads_submit
+from scheduling.request.submission import (
+    workload_submit,
+    workload_submit_detailed,
+    workloads_submit,
+)
 from scheduling.request.updates import workload_resubmit, workload_update
 from scheduling.transitions import TransitionError, event_new, workload_transition
 
@@ -21,6 +25,7 @@ __all__ = [
     "workload_deny",
     "workload_resubmit",
     "workload_submit",
+    "workload_submit_detailed",
     "workload_transition",
     "workload_update",
     "workloads_submit",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -41,7 +42,21 @@ logger = logging.getLogger(__name__)
 S = WorkloadState
 
 
-# --- submission -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Submitted:
+    """One recorded submission with the rows written for it, so an answer can be built from
+    them without reading them back (a new workload has no admission yet)."""
+
+    workload: Workload
+    pod_sets: list[PodSet]
+    events: list[WorkloadEvent]
+
+
+@transaction.atomic
+def workload_submit_detailed(*, user: Any, data: Mapping[str, Any],
+                             now: datetime | None = None, nudge: bool = True) -> Submitted:
+    """`workload_submit`, handing back the rows it wrote too (the API's 201 answer)."""
+    return _submit(user=user, items=[data], now=now, nudge=nudge)[0]
 
 
 @transaction.atomic
@@ -53,7 +68,7 @@ def workload_submit(*, user: Any, data: Mapping[str, Any], now: datetime | None 
     (policies, budgets) and the engine's request check may reject it: it is then saved
     `rejected` with one reason event per reason, so the user sees why.
     """
-    return _submit(user=user, items=[data], now=now, nudge=nudge)[0]
+    return _submit(user=user, items=[data], now=now, nudge=nudge)[0].workload
 
 
 @transaction.atomic
@@ -62,21 +77,7 @@ def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
     """Submit several workloads at once, all or nothing (bulk inserts; same rules as
     `workload_submit`). A malformed item raises ValidationError naming it (`[3] name: ...`
     when there are several)."""
-    return _submit(user=user, items=items, now=now, nudge=nudge)
-
-
-def _prime(instance: Any, name: str, rows: list[Any]) -> None:
-    """Set what `instance.<name>.all()` returns to `rows` (as `prefetch_related` would), so
-    the caller reads back what was just written without a query. The queryset is the
-    manager's own (filtered on the instance), so `instance.<name>.filter(...)` still reads
-    only the instance's rows."""
-    manager = getattr(instance, name)
-    qs = manager.get_queryset()
-    qs._result_cache = rows
-    qs._prefetch_done = True
-    if not hasattr(instance, "_prefetched_objects_cache"):
-        instance._prefetched_objects_cache = {}
-    instance._prefetched_objects_cache[manager.field.remote_field.cache_name] = qs
+    return [done.workload for done in _submit(user=user, items=items, now=now, nudge=nudge)]
 
 
 _INSERT_COLUMNS: dict[tuple[type, str], tuple[list[Any], list[str], list[str]]] = {}
@@ -171,13 +172,8 @@ def _insert_one(workload: Workload, pod_sets: list[PodSet], events: list[Workloa
 
 
 def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
-            nudge: bool) -> list[Workload]:
-    """The body of `workloads_submit`, inside the caller's transaction.
-
-    The returned workloads come with their pod sets, events and (no) admissions in the
-    prefetch cache: what the API answers with, without reading it back.
-    """
-
+            nudge: bool) -> list[Submitted]:
+    """The body of `workloads_submit`, inside the caller's transaction."""
     now = now or timezone.now()
     max_gpus, max_hours = approval_thresholds()
     # Everything before the insert only reads: one change-log check serves the lookups, the
@@ -266,18 +262,9 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                 ps.workload = workload
         PodSet.objects.bulk_create([ps for p in plans for ps in p[1]])
         WorkloadEvent.objects.bulk_create([e for w in workloads for e in events_of[id(w)]])
-    for workload, pod_sets, _, _ in plans:
-        _prime(workload, "pod_sets", pod_sets)
-        _prime(workload, "events", events_of[id(workload)])
-        _prime(workload, "admissions", [])
     if nudge and any(w.state == S.PENDING and not w.needs_approval for w in workloads):
         transaction.on_commit(enqueue.cycle_nudge)
-    return workloads
-
-
-# --- cancellation -----------------------------------------------------------------------------
-
-
-# --- nudging the cycle ------------------------------------------------------------------------
+    return [Submitted(workload, pod_sets, events_of[id(workload)])
+            for workload, pod_sets, _, _ in plans]
 
 

@@ -19,13 +19,20 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
+# A submission's limits, checked here and shown by the form and the API schema (which read
+# these): Kubernetes' DNS label length, the largest node's GPUs, a gang's pods.
+MAX_NAME = 63
 MAX_POD_SETS = 8
-
-
+MAX_PODS = 10000  # pods in one pod set
+MAX_GPUS = 64  # GPUs per pod
 MAX_GRACE_S = 3600
-
+MAX_IMAGE = 500
+MAX_DATASET = 200
+MAX_LABEL_VALUE = 63
 
 STRATEGIES = ("", "binpack", "spread")
+DEFAULT_PRIORITY_CLASS = "training"
+DEFAULT_GRACE_S = 30
 
 
 def _decimal(value: Any, field: str, errors: dict[str, list[str]]) -> Decimal | None:
@@ -70,8 +77,8 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
     if not isinstance(name, str) or not name:
         errors["name"] = ["required: a DNS-safe name (lowercase letters, digits, '-')"]
     elif not DNS_LABEL.match(name):
-        errors["name"] = [f"{name!r} is not DNS-safe: use at most 63 lowercase letters, digits "
-                          "and '-', starting and ending with a letter or digit"]
+        errors["name"] = [f"{name!r} is not DNS-safe: use at most {MAX_NAME} lowercase letters, "
+                          "digits and '-', starting and ending with a letter or digit"]
     clean["name"] = name
 
     queue_path = data.get("queue")
@@ -88,7 +95,7 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
             errors["queue"] = [f"none of your teams may use queue {queue_path}"]
     clean["queue"] = queue
 
-    pc_name = data.get("priority_class") or "training"
+    pc_name = data.get("priority_class") or DEFAULT_PRIORITY_CLASS
     pc = lk.classes.get(pc_name) if isinstance(pc_name, str) else None
     if pc is None:
         known = ", ".join(sorted(lk.classes, key=lambda n: -lk.classes[n].value))
@@ -106,7 +113,7 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
         errors["strategy"] = [f"{strategy!r} is not a strategy (binpack or spread)"]
     clean["strategy"] = strategy
 
-    for text_field, limit in (("image", 500), ("dataset", 200)):
+    for text_field, limit in (("image", MAX_IMAGE), ("dataset", MAX_DATASET)):
         value = data.get(text_field) or ""
         if not isinstance(value, str) or len(value) > limit:
             errors[text_field] = [f"must be text of at most {limit} characters"]
@@ -121,7 +128,7 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
     if data.get("duration_hint_s") is not None:
         clean["duration_hint_s"] = _int(data["duration_hint_s"], "duration_hint_s", errors,
                                         minimum=1)
-    clean["termination_grace_s"] = 30
+    clean["termination_grace_s"] = DEFAULT_GRACE_S
     if data.get("termination_grace_s") is not None:
         clean["termination_grace_s"] = _int(data["termination_grace_s"], "termination_grace_s",
                                             errors, minimum=0, maximum=MAX_GRACE_S)
@@ -135,10 +142,12 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
 
     labels = data.get("labels") or {}
     if not isinstance(labels, Mapping) or not all(
-        isinstance(k, str) and LABEL_KEY.match(k) and isinstance(v, str) and len(v) <= 63
+        isinstance(k, str) and LABEL_KEY.match(k) and isinstance(v, str)
+        and len(v) <= MAX_LABEL_VALUE
         for k, v in labels.items()
     ):
-        errors["labels"] = ["must map label keys to strings of at most 63 characters"]
+        errors["labels"] = [
+            f"must map label keys to strings of at most {MAX_LABEL_VALUE} characters"]
     clean["labels"] = dict(labels) if isinstance(labels, Mapping) else {}
 
     pods = data.get("pods")
@@ -156,8 +165,9 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
                 errors.setdefault("pods", []).append(f"{where}: expected an object")
                 continue
             count = _int(pod.get("count", 1), f"{where}.count", errors, minimum=1,
-                         maximum=10000)
-            gpus = _int(pod.get("gpus", 0), f"{where}.gpus", errors, minimum=0, maximum=64)
+                         maximum=MAX_PODS)
+            gpus = _int(pod.get("gpus", 0), f"{where}.gpus", errors, minimum=0,
+                        maximum=MAX_GPUS)
             cpu = _decimal(pod.get("cpu", 0), f"{where}.cpu", errors)
             mem = _decimal(pod.get("memory_gib", 0), f"{where}.memory_gib", errors)
             for label, value in ((f"{where}.cpu", cpu), (f"{where}.memory_gib", mem)):
