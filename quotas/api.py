@@ -114,8 +114,12 @@ class QueueOutput(serializers.Serializer):
         help_text="FLAVOR -> RESOURCE -> {min, max, lendable, used, borrowed, lent, pending}",
     )
 
-
-QueueOutput._declared_fields["children"] = QueueOutput(many=True)
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # The tree nests: each queue lists its children as queues (built when used, as a
+        # class cannot name itself in its own body).
+        fields = super().get_fields()
+        fields["children"] = QueueOutput(many=True)
+        return fields
 
 _CELL_FIELD = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
 _CELL_DECIMALS = ("min", "max", "lendable")

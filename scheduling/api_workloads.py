@@ -31,9 +31,9 @@ class PodSetInputSerializer(serializers.Serializer):
     gpu_memory_gib = serializers.IntegerField(min_value=1, required=False, allow_null=True)
 
 
+# A submission's fields and limits (from scheduling.request.validation), for the API schema
+# and an update's partial check; a submission itself is validated by the service alone.
 class WorkloadInputSerializer(serializers.Serializer):
-    """A submission's fields and limits (from scheduling.request.validation), for the API
-    schema and an update's partial check; a submission is validated by the service alone."""
 
     name = serializers.CharField(max_length=limits.MAX_NAME)
     queue = serializers.CharField(max_length=512)
@@ -104,12 +104,12 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
     progress_s = serializers.FloatField()
     backoff_count = serializers.IntegerField()
     not_before = serializers.DateTimeField(allow_null=True)
-    queue_position = serializers.DictField(allow_null=True)
-    reasons = serializers.ListField(child=serializers.DictField())
-    admission = serializers.DictField(allow_null=True)
-    admissions = serializers.ListField(child=serializers.DictField())
-    events = serializers.ListField(child=serializers.DictField())
-    pods = serializers.ListField(child=serializers.DictField())
+    queue_position = serializers.DictField(allow_null=True, read_only=True)
+    reasons = serializers.ListField(child=serializers.DictField(), read_only=True)
+    admission = serializers.DictField(allow_null=True, read_only=True)
+    admissions = serializers.ListField(child=serializers.DictField(), read_only=True)
+    events = serializers.ListField(child=serializers.DictField(), read_only=True)
+    pods = serializers.ListField(child=serializers.DictField(), read_only=True)
 
     @staticmethod
     def _admission(a: Any) -> dict[str, Any]:
