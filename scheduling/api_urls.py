@@ -23,7 +23,7 @@ urlpatterns += [
     path("clusters/<slug:name>", api_clusters.ClusterDetail.as_view(), name="api-cluster"),
 ]
 
-# The update path of a workload (issue 7): PATCH on the detail URL (its GET unchanged, so this
+# The update path of a workload: PATCH on the detail URL (its GET unchanged, so this
 # route goes first) and resubmit.
 from scheduling import api_updates  # noqa: E402
 

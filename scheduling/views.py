@@ -33,7 +33,7 @@ class WorkloadPageFilter(WorkloadFilter):
     """The API's WorkloadFilter, plus what a person sorts and narrows a page by."""
 
     # The same states; without DISTINCT, which a one-row-per-workload filter does not need
-    # and which made PostgreSQL sort the whole table (337 ms -> see bench/portal.py).
+    # and which makes PostgreSQL sort the whole table (bench/portal.py measures the page).
     state = django_filters.MultipleChoiceFilter(choices=WorkloadState.choices, distinct=False)
     flavor = django_filters.CharFilter(method="filter_flavor", label="GPU model")
     submitted_after = django_filters.DateFilter(field_name="submitted_at", lookup_expr="date__gte",

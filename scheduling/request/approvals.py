@@ -1,4 +1,4 @@
-"""Workloads above the approval thresholds wait for a lead or an admin (issue 5, item 6).
+"""Workloads above the approval thresholds wait for a lead or an admin.
 
 Thresholds are settings (`ALLOT_APPROVAL_MAX_GPUS`, default 32; `ALLOT_APPROVAL_MAX_HOURS`,
 default 72): a request for more GPUs or a longer expected duration is held with

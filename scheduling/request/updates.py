@@ -1,4 +1,4 @@
-"""Restarting an ended workload and changing a pending one (the update path of issue 7).
+"""Restarting an ended workload and changing a pending one: a workload's update path.
 
 Both go through the submission rules (`workload_submit`'s validation, the registered submission
 checks, the engine's request check) as an update of the existing workload: the checks see
