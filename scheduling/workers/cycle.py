@@ -36,7 +36,8 @@ from scheduling.transitions import (
     event_new,
     workload_transition,
 )
-from scheduling.workers.snapshot import SnapshotParts, build_snapshot, dt
+from scheduling.workers.rows import SnapshotParts
+from scheduling.workers.snapshot import build_snapshot, dt
 
 logger = logging.getLogger(__name__)
 S = WorkloadState
