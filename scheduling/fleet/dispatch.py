@@ -271,7 +271,15 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
 
 def _refused_in_cycle(cluster: Cluster, adm: Admission, w: Workload, refusal: DispatchRefused,
                       now: datetime, events: list[WorkloadEvent]) -> None:
-    """`_refused` for an admission the cycle has not saved yet."""
+    """`_refused` for an admission the cycle has not saved yet (the cycle saves it)."""
+    events.extend(_release(cluster, adm, w, refusal, now))
+
+
+def _release(cluster: Cluster, adm: Admission, w: Workload, refusal: DispatchRefused,
+             now: datetime) -> list[WorkloadEvent]:
+    """End the refused admission, lower the cluster's health for a while and requeue the
+    workload, in memory (the caller saves the admission, the workload and the returned
+    events); the cluster's penalty is written at once."""
     adm.ended_at, adm.end_reason, adm.cleaned_at = now, EndReason.REFUSED, now
     until = now + timedelta(seconds=penalty_s())
     Cluster.objects.filter(pk=cluster.pk).update(health_penalty=penalty(),
@@ -281,14 +289,15 @@ def _refused_in_cycle(cluster: Cluster, adm: Admission, w: Workload, refusal: Di
                f"{refusal.message}); reservation released, cluster health "
                f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
                f"{penalty_s():.0f}s; will be placed again")
-    events.append(event_new(w, EventType.REFUSED, at=now, code=EventCode.DISPATCH_REFUSED,
-                            message=message,
-                            payload={"cluster": cluster.name, "reason": str(refusal.reason)}))
-    events.append(workload_transition(
-        w, S.PENDING, at=now, event_type=EventType.REQUEUED,
-        message=f"back in the queue after the refusal by {cluster.name}"))
+    events = [
+        event_new(w, EventType.REFUSED, at=now, code=EventCode.DISPATCH_REFUSED, message=message,
+                  payload={"cluster": cluster.name, "reason": str(refusal.reason)}),
+        workload_transition(w, S.PENDING, at=now, event_type=EventType.REQUEUED,
+                            message=f"back in the queue after the refusal by {cluster.name}"),
+    ]
     w.reason_code, w.reason_message = EventCode.DISPATCH_REFUSED, message
     logger.warning("workload %s refused by %s: %s", w.pk, cluster.name, refusal)
+    return events
 
 
 def _create_and_start(backend: Any, cluster: Cluster, spec: WorkloadSpec,
@@ -373,27 +382,8 @@ def _refused(row: dict[str, Any], refusal: DispatchRefused, now: datetime) -> bo
     fresh = Admission.objects.select_for_update().get(pk=row["pk"])
     if fresh.ended_at is not None or w.state != S.RESERVED:
         return False
-    fresh.ended_at, fresh.end_reason = now, EndReason.REFUSED
-    fresh.cleaned_at = now
+    events = _release(Cluster.objects.get(pk=fresh.cluster_id), fresh, w, refusal, now)
     fresh.save(update_fields=["ended_at", "end_reason", "cleaned_at"])
-    cluster = Cluster.objects.select_for_update().get(pk=fresh.cluster_id)
-    cluster.health_penalty = penalty()
-    cluster.health_penalty_until = now + timedelta(seconds=penalty_s())
-    cluster.save(update_fields=["health_penalty", "health_penalty_until"])
-    message = (f"cluster {cluster.name} refused the dispatch ({refusal.reason}: "
-               f"{refusal.message}); reservation released, cluster health "
-               f"{cluster.health:g} -> {cluster.effective_health(now):g} for "
-               f"{penalty_s():.0f}s; will be placed again")
-    events = [
-        event_new(w, EventType.REFUSED, at=now, code=EventCode.DISPATCH_REFUSED, message=message,
-                  payload={"cluster": cluster.name, "reason": str(refusal.reason)}),
-        workload_transition(w, S.PENDING, at=now, event_type=EventType.REQUEUED,
-                            message=f"back in the queue after the refusal by {cluster.name}"),
-    ]
-    w.reason_code, w.reason_message = EventCode.DISPATCH_REFUSED, message
     w.save(update_fields=["state", "state_changed_at", "reason_code", "reason_message"])
     WorkloadEvent.objects.bulk_create(events)
-    logger.warning("workload %s refused by %s: %s", w.pk, cluster.name, refusal)
     return True
-
-
