@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from quotas.models import TeamRole
 from scheduling import enqueue
+from scheduling.locks import scheduling_lock
 from scheduling.models import (
     OPEN_STATES,
     EndReason,
@@ -34,24 +35,30 @@ def user_may_manage(user: Any, workload: Workload) -> bool:
 
 @transaction.atomic
 def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = None) -> Workload:
-    """Cancel a workload that has not ended; its capacity is released at once."""
+    """Cancel a workload that has not ended; its capacity is released at once.
+
+    Under the scheduling lock: a cycle in flight read the workload before this cancel and
+    would write its earlier decision (an admission, a preemption) over it, so the cancel waits
+    for that cycle to end, and the next cycle reads it cancelled.
+    """
     now = now or timezone.now()
-    workload = Workload.objects.select_for_update().get(pk=workload.pk)
-    if not user_may_manage(user, workload):
-        raise PermissionDenied("only the owner, a lead of its team or an admin may cancel "
-                               f"workload {workload.name}")
-    if workload.state not in OPEN_STATES:
-        raise ValidationError(f"workload {workload.name} is already {workload.state}: "
-                              "nothing to cancel")
-    was = workload.state
-    event = workload_transition(
-        workload, WorkloadState.CANCELLED, at=now, event_type=EventType.CANCELLED, actor=user,
-        message=f"cancelled by {user.get_username()} (was {was})")
-    workload.preempt_deadline = None
-    workload.save(update_fields=["state", "state_changed_at", "finished_at",
-                                 "preempt_deadline"])
-    event.save()
-    admission = admission_close(workload=workload, at=now, reason=EndReason.CANCELLED)
+    with scheduling_lock(wait=True):
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if not user_may_manage(user, workload):
+            raise PermissionDenied("only the owner, a lead of its team or an admin may cancel "
+                                   f"workload {workload.name}")
+        if workload.state not in OPEN_STATES:
+            raise ValidationError(f"workload {workload.name} is already {workload.state}: "
+                                  "nothing to cancel")
+        was = workload.state
+        event = workload_transition(
+            workload, WorkloadState.CANCELLED, at=now, event_type=EventType.CANCELLED,
+            actor=user, message=f"cancelled by {user.get_username()} (was {was})")
+        workload.preempt_deadline = None
+        workload.save(update_fields=["state", "state_changed_at", "finished_at",
+                                     "preempt_deadline"])
+        event.save()
+        admission = admission_close(workload=workload, at=now, reason=EndReason.CANCELLED)
     if admission is not None:
         transaction.on_commit(lambda: enqueue.admission_delete(admission.pk))
     transaction.on_commit(enqueue.cycle_nudge)
