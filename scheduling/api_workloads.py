@@ -24,11 +24,14 @@ class PodSetInputSerializer(serializers.Serializer):
                                     allow_empty=False)
     gpus = serializers.IntegerField(min_value=0, max_value=limits.MAX_GPUS, default=0)
     # An int default (not Decimal): what validated data held when the field was left out.
-    cpu = serializers.DecimalField(max_digits=10, decimal_places=3, min_value=0,
+    cpu = serializers.DecimalField(max_digits=10, decimal_places=limits.DECIMAL_PLACES,
+                                   min_value=0, max_value=limits.MAX_CPU,
                                    default=0)  # type: ignore[arg-type]
-    memory_gib = serializers.DecimalField(max_digits=12, decimal_places=3, min_value=0,
+    memory_gib = serializers.DecimalField(max_digits=12, decimal_places=limits.DECIMAL_PLACES,
+                                          min_value=0, max_value=limits.MAX_MEMORY_GIB,
                                           default=0)  # type: ignore[arg-type]
-    gpu_memory_gib = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    gpu_memory_gib = serializers.IntegerField(min_value=1, max_value=limits.MAX_GPU_MEMORY_GIB,
+                                              required=False, allow_null=True)
 
 
 # A submission's fields and limits (from scheduling.request.validation), for the API schema
@@ -47,7 +50,8 @@ class WorkloadInputSerializer(serializers.Serializer):
     command = serializers.ListField(child=serializers.CharField(), default=list)
     dataset = serializers.CharField(max_length=limits.MAX_DATASET, default="",
                                     allow_blank=True)
-    duration_hint_s = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    duration_hint_s = serializers.IntegerField(min_value=1, max_value=limits.MAX_DURATION_S,
+                                               required=False, allow_null=True)
     termination_grace_s = serializers.IntegerField(min_value=0, max_value=limits.MAX_GRACE_S,
                                                    default=limits.DEFAULT_GRACE_S)
     topology = serializers.DictField(default=dict)

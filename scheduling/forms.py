@@ -40,7 +40,8 @@ class WorkloadRequestForm(forms.Form):
                                  label="Placement strategy")
     same_rack = forms.BooleanField(required=False, label="All pods in one rack")
     dataset = forms.CharField(max_length=limits.MAX_DATASET, required=False)
-    duration_h = forms.DecimalField(min_value=0, required=False, decimal_places=2,
+    duration_h = forms.DecimalField(min_value=0, max_value=limits.MAX_DURATION_S // 3600,
+                                    required=False, decimal_places=2,
                                     label="Expected duration (hours)")
     image = forms.CharField(max_length=limits.MAX_IMAGE, required=False)
     command = forms.CharField(max_length=2000, required=False,
@@ -92,10 +93,13 @@ class PodSetForm(forms.Form):
     count = forms.IntegerField(min_value=1, max_value=limits.MAX_PODS, initial=1, label="Pods")
     gpus = forms.IntegerField(min_value=0, max_value=limits.MAX_GPUS, initial=1,
                               label="GPUs per pod")
-    cpu = forms.DecimalField(min_value=0, initial=8, decimal_places=3, label="CPU cores per pod")
-    memory_gib = forms.DecimalField(min_value=0, initial=64, decimal_places=3,
+    cpu = forms.DecimalField(min_value=0, max_value=limits.MAX_CPU, initial=8,
+                             decimal_places=limits.DECIMAL_PLACES, label="CPU cores per pod")
+    memory_gib = forms.DecimalField(min_value=0, max_value=limits.MAX_MEMORY_GIB, initial=64,
+                                    decimal_places=limits.DECIMAL_PLACES,
                                     label="Memory per pod (GiB)")
-    gpu_memory_gib = forms.IntegerField(min_value=1, required=False,
+    gpu_memory_gib = forms.IntegerField(min_value=1, max_value=limits.MAX_GPU_MEMORY_GIB,
+                                        required=False,
                                         label="GPU memory per card (GiB, at least)",
                                         help_text="Empty: any.")
 

@@ -29,13 +29,22 @@ MAX_GRACE_S = 3600
 MAX_IMAGE = 500
 MAX_DATASET = 200
 MAX_LABEL_VALUE = 63
+MAX_DURATION_S = 366 * 86400  # an expected duration hint: at most a year
+MAX_GPU_MEMORY_GIB = 1024  # per card
+MAX_CPU = Decimal(4096)  # cores per pod
+MAX_MEMORY_GIB = Decimal(65536)  # per pod
+DECIMAL_PLACES = 3  # cpu and memory are stored to the thousandth
 
 STRATEGIES = ("", "binpack", "spread")
 DEFAULT_PRIORITY_CLASS = "training"
 DEFAULT_GRACE_S = 30
 
 
-def _decimal(value: Any, field: str, errors: dict[str, list[str]]) -> Decimal | None:
+def _decimal(value: Any, field: str, errors: dict[str, list[str]], *,
+             maximum: Decimal) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        errors.setdefault(field, []).append(f"{value!r} is not a number")
+        return None
     try:
         number = Decimal(str(value))
     except (InvalidOperation, ValueError):
@@ -43,6 +52,13 @@ def _decimal(value: Any, field: str, errors: dict[str, list[str]]) -> Decimal | 
         return None
     if not number.is_finite():
         errors.setdefault(field, []).append(f"{value!r} is not a finite number")
+        return None
+    if number > maximum:
+        errors.setdefault(field, []).append(f"{number} > {maximum}: must be at most {maximum}")
+        return None
+    if number != number.quantize(Decimal(1).scaleb(-DECIMAL_PLACES)):
+        errors.setdefault(field, []).append(
+            f"{number} has more than {DECIMAL_PLACES} decimal places")
         return None
     return number
 
@@ -127,7 +143,7 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
     clean["duration_hint_s"] = None
     if data.get("duration_hint_s") is not None:
         clean["duration_hint_s"] = _int(data["duration_hint_s"], "duration_hint_s", errors,
-                                        minimum=1)
+                                        minimum=1, maximum=MAX_DURATION_S)
     clean["termination_grace_s"] = DEFAULT_GRACE_S
     if data.get("termination_grace_s") is not None:
         clean["termination_grace_s"] = _int(data["termination_grace_s"], "termination_grace_s",
@@ -168,14 +184,16 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
                          maximum=MAX_PODS)
             gpus = _int(pod.get("gpus", 0), f"{where}.gpus", errors, minimum=0,
                         maximum=MAX_GPUS)
-            cpu = _decimal(pod.get("cpu", 0), f"{where}.cpu", errors)
-            mem = _decimal(pod.get("memory_gib", 0), f"{where}.memory_gib", errors)
+            cpu = _decimal(pod.get("cpu", 0), f"{where}.cpu", errors, maximum=MAX_CPU)
+            mem = _decimal(pod.get("memory_gib", 0), f"{where}.memory_gib", errors,
+                           maximum=MAX_MEMORY_GIB)
             for label, value in ((f"{where}.cpu", cpu), (f"{where}.memory_gib", mem)):
                 if value is not None and value < 0:
                     errors.setdefault(label, []).append(f"{value} < 0: must not be negative")
             gmem = None
             if pod.get("gpu_memory_gib") is not None:
-                gmem = _int(pod["gpu_memory_gib"], f"{where}.gpu_memory_gib", errors, minimum=1)
+                gmem = _int(pod["gpu_memory_gib"], f"{where}.gpu_memory_gib", errors, minimum=1,
+                            maximum=MAX_GPU_MEMORY_GIB)
             if gpus == 0 and cpu is not None and mem is not None and cpu <= 0 and mem <= 0:
                 errors.setdefault(where, []).append(
                     "asks for nothing: set gpus, cpu or memory_gib above 0")
