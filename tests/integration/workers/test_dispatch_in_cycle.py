@@ -10,7 +10,7 @@ from scheduling.backends.simulated.services import sim_control_set
 from scheduling.models import Admission, Cluster, EndReason, EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.world import make_world, request
 
 S = WorkloadState
 

@@ -13,8 +13,8 @@ from scheduling.fleet import sync as fleet_sync
 from scheduling.models import EndReason, EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.workers.fakes import FakeBackend
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.fakes import FakeBackend
+from tests.integration.scheduling.world import make_world, request
 
 S = WorkloadState
 

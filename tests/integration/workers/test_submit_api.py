@@ -10,7 +10,7 @@ from scheduling import extensions
 from scheduling.models import EventType, Workload, WorkloadEvent, WorkloadState
 from scheduling.services import workload_cancel, workload_submit
 from scheduling.transitions import ALLOWED_TRANSITIONS
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.world import make_world, request
 
 pytestmark = pytest.mark.django_db
 

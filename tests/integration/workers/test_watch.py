@@ -14,7 +14,7 @@ from scheduling.fleet import watch as fleet_watch
 from scheduling.models import EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.world import make_world, request
 
 S = WorkloadState
 

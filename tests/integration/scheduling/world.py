@@ -1,4 +1,4 @@
-"""A small organisation for the workers' tests: a tree, two teams, two simulated clusters.
+"""A small organisation for the scheduling tests: a tree, two teams, two simulated clusters.
 
     rd (a100-80g/gpu min 16, max 32, lendable 16)
       vision (min 8, max 24)    team vision: alice (researcher), bob (lead)

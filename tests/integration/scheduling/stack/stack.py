@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 BROKER = os.environ.get("WORKERS_TEST_BROKER_URL", "redis://127.0.0.1:6379/1")
 
 
