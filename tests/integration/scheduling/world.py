@@ -4,6 +4,8 @@
       vision (min 8, max 24)    team vision: alice (researcher), bob (lead)
       nlp    (min 8, max 24)    team nlp: carol
     clusters bj (4 nodes x 8 A100) and sh (4 nodes x 8 A100), simulated (by default).
+
+`request` is a submission body for it; `submit` and `running_workload` put work on it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,13 @@ from decimal import Decimal
 from typing import Any
 
 from quotas.models import Flavor, Queue, QuotaEntry, Team, TeamMembership, TeamRole
-from scheduling.models import Cluster, Node, PriorityClass
+from scheduling.fleet import dispatch
+from scheduling.models import Cluster, Node, PriorityClass, WorkloadState
+from scheduling.services import workload_submit
+from scheduling.workers.cycle import cycle_run
 from tests.factories import AdminFactory, UserFactory
+
+S = WorkloadState
 
 DEFAULT_CLASSES = [("inference-high", 10000, True), ("training", 1000, False),
                    ("batch-low", 100, False)]
@@ -83,3 +90,20 @@ def request(name: str, *, queue: str = "rd/vision", gpus: int = 8, count: int = 
     }
     body.update(extra)
     return body
+
+
+def submit(world, name, *, user=None, queue="rd/vision", **kw):
+    return workload_submit(user=user or world.alice, data=request(name, queue=queue, **kw))
+
+
+def running_workload(world, name, duration_s):
+    w = workload_submit(user=world.alice, data=request(name, duration_hint_s=duration_s))
+    adm = cycle_run(wait=True)
+    assert w.pk in adm.admitted
+    cluster_id = w.admissions.get().cluster_id
+    w.refresh_from_db()
+    if w.state == S.RESERVED:  # dispatched after commit (not inside the cycle)
+        assert dispatch.cluster_dispatch(cluster_id=cluster_id).started == [w.pk]
+    else:  # the simulated cluster started it inside the cycle (the default)
+        assert w.state == S.RUNNING
+    return w, cluster_id
