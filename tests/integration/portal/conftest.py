@@ -88,6 +88,15 @@ def submit(user, **over):
     return workload_submit(user=user, data=submission(**over), nudge=False)
 
 
+def held(user, **over):
+    """A submission held for approval (submitted, then marked as waiting for it)."""
+    from scheduling.models import Workload
+
+    w = submit(user, **over)
+    Workload.objects.filter(pk=w.pk).update(needs_approval=True)
+    return w
+
+
 def pod_rows(*rows, initial=None):
     """The request form's pod-set rows (a formset with the `pods` prefix) as POST data."""
     data = {"pods-TOTAL_FORMS": str(len(rows)),

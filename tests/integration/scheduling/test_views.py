@@ -1,4 +1,5 @@
-"""The request-GPUs form with several pod sets: add, remove, per-row errors, submission."""
+"""The request-GPUs pages (scheduling/views.py, workload_new and workload_check) with several
+pod sets: add, remove, per-row errors, submission."""
 
 import re
 
@@ -7,9 +8,14 @@ from django.test import Client
 
 from scheduling.models import Workload
 from tests.factories import PASSWORD
+from tests.integration.portal import conftest as portal_conftest
 from tests.integration.portal.conftest import pod_rows
 
 pytestmark = pytest.mark.django_db
+
+# The portal tests' organisation and priority classes (tests/integration/portal/conftest.py).
+org = portal_conftest.org
+priority_classes = portal_conftest.priority_classes
 
 BASE = {"queue": "rd/vision", "name": "ddp-run", "flavor_1": "a100-80g",
         "priority_class": "training", "preemptible": "on", "checkpoint": "on",

@@ -1,4 +1,6 @@
-"""Simulated clusters (their state is in this database) are dispatched inside the cycle."""
+"""Dispatch (scheduling/fleet/dispatch.py): after the cycle commits (`cluster_dispatch`, here
+on a fake backend that refuses), and inside the cycle for simulated clusters, whose state is in
+this database (`dispatch_in_cycle`)."""
 
 from __future__ import annotations
 
@@ -7,22 +9,41 @@ from django.utils import timezone
 
 from scheduling.backends.simulated.models import SimJob
 from scheduling.backends.simulated.services import sim_control_set
+from scheduling.fleet import dispatch
 from scheduling.models import Admission, Cluster, EndReason, EventType, Workload, WorkloadState
-from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.fakes import FakeBackend
+from tests.integration.scheduling.world import submit
 
 S = WorkloadState
 
 
 @pytest.fixture
-def world(db, settings):
-    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": True}
-    return make_world(nodes_per_cluster=2, speedup=100)
+def world(world_dispatch_in_cycle):
+    """Dispatch inside the cycle (conftest.py). A cluster on the fake backend (`backends`)
+    does not join the cycle's transaction, so it is dispatched after commit all the same."""
+    return world_dispatch_in_cycle
 
 
-def submit(world, name, **kw):
-    return workload_submit(user=world.alice, data=request(name, **kw))
+def test_refused_dispatch_releases_penalises_and_places_elsewhere(world, backends):
+    w = submit(world, "r1")
+    cycle_run(wait=True)
+    first = w.admissions.get()
+    backends[first.cluster.name] = FakeBackend(first.cluster.name, refuse=True)
+    result = dispatch.cluster_dispatch(cluster_id=first.cluster_id)
+    assert result.refused == [w.pk]
+    w.refresh_from_db()
+    first.refresh_from_db()
+    assert w.state == S.PENDING and first.end_reason == EndReason.REFUSED
+    cluster = Cluster.objects.get(pk=first.cluster_id)
+    assert cluster.effective_health(timezone.now()) == pytest.approx(0.4)
+    types = list(w.events.values_list("type", flat=True))
+    assert types[-2:] == [EventType.REFUSED, EventType.REQUEUED]
+    assert "refused the dispatch" in w.events.get(type=EventType.REFUSED).message
+    cycle_run(wait=True)
+    second = w.admissions.get(ended_at__isnull=True)
+    assert second.cluster_id != first.cluster_id
+    assert dispatch.cluster_dispatch(cluster_id=second.cluster_id).started == [w.pk]
 
 
 def test_the_cycle_reserves_creates_and_starts_in_one_transaction(world):
@@ -90,20 +111,3 @@ def test_turned_off_the_cycle_only_reserves(world, settings):
     w.refresh_from_db()
     assert w.state == S.RESERVED and report.dispatch_clusters
     assert not SimJob.objects.exists()
-
-
-def test_a_pending_workload_changed_in_place_is_read_again(world):
-    from scheduling.request.updates import workload_update
-
-    hog = workload_submit(user=world.carol, data=request("hog", queue="rd/nlp", count=2))
-    workload_submit(user=world.carol, data=request("hog2", queue="rd/nlp", count=1))
-    cycle_run(wait=True)  # nlp holds 24 of rd's 32
-    w = submit(world, "shrinks", count=2)  # 16 more GPUs: over rd's max, it waits
-    cycle_run(wait=True)  # the cycle reads (and keeps) w's pod sets
-    assert Workload.objects.get(pk=w.pk).state == S.PENDING
-    assert Workload.objects.get(pk=hog.pk).state == S.RUNNING
-    body = request("shrinks", count=1)
-    workload_update(user=world.alice, workload=w, changes={"pods": body["pods"]})
-    cycle_run(wait=True)
-    w.refresh_from_db()
-    assert w.state == S.RUNNING and w.admissions.get().gpus == 8  # the new request

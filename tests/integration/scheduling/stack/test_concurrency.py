@@ -16,8 +16,8 @@ from quotas.tree_rules import validate_tree
 from scheduling.models import Admission, EventType, Node, Workload, WorkloadEvent, WorkloadState
 from scheduling.selectors import queue_usage
 from scheduling.services import workload_submit
-from tests.integration.workers.stack import CeleryWorker, wait_for
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.stack.stack import CeleryWorker, wait_for
+from tests.integration.scheduling.world import make_world, request
 
 S = WorkloadState
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),

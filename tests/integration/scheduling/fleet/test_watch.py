@@ -1,5 +1,6 @@
-"""Sync by watch: the workers follow a simulated cluster through its watch_workloads, run the
-cycle when capacity is freed, and keep the periodic sync as the resync."""
+"""Sync by watch (scheduling/fleet/watch.py, cluster_watch): the workers follow a simulated
+cluster through its watch_workloads, run the cycle when capacity is freed, and keep the periodic
+sync as the resync."""
 
 from __future__ import annotations
 
@@ -8,40 +9,14 @@ import threading
 import pytest
 from django.db import connection
 
-from scheduling import locks, tasks
-from scheduling.fleet import dispatch
+from scheduling import locks
 from scheduling.fleet import watch as fleet_watch
 from scheduling.models import EventType, Workload, WorkloadState
-from scheduling.services import workload_submit
-from scheduling.workers.cycle import cycle_run
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.world import make_world, running_workload
 
 S = WorkloadState
-
-
-@pytest.fixture(autouse=True)
-def sent(monkeypatch):
-    """Tasks these in-process tests would send to a broker, recorded instead."""
-    from celery.app.task import Task
-
-    calls: list[tuple[str, tuple, dict]] = []
-    monkeypatch.setattr(Task, "apply_async",
-                        lambda self, args=None, kwargs=None, **options: calls.append(
-                            (self.name, tuple(args or ()), dict(options))))
-    return calls
-
-
-def running_workload(world, name, duration_s):
-    w = workload_submit(user=world.alice, data=request(name, duration_hint_s=duration_s))
-    adm = cycle_run(wait=True)
-    assert w.pk in adm.admitted
-    cluster_id = w.admissions.get().cluster_id
-    w.refresh_from_db()
-    if w.state == S.RESERVED:  # dispatched after commit (not inside the cycle)
-        assert dispatch.cluster_dispatch(cluster_id=cluster_id).started == [w.pk]
-    else:  # the simulated cluster started it inside the cycle (the default)
-        assert w.state == S.RUNNING
-    return w, cluster_id
+# Tasks these in-process tests would send to a broker, recorded instead (conftest.py).
+pytestmark = pytest.mark.usefixtures("sent")
 
 
 @pytest.mark.django_db
@@ -99,26 +74,3 @@ def test_one_watcher_per_cluster_across_processes(settings):
         release.set()
         holder.join()
     assert fleet_watch.cluster_watch(cluster_id=world.bj.pk, seconds=0.2).watched is True
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_watch_task_schedules_freed_capacity_and_hands_over(settings, sent):
-    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "watch_interval_s": 0.05}
-    world = make_world(speedup=100, cluster_names=("bj",), nodes_per_cluster=1)
-    first, _ = running_workload(world, "first", duration_s=50)  # takes the node's 8 GPUs
-    second = workload_submit(user=world.alice, data=request("second", duration_hint_s=50))
-    cycle_run(wait=True)
-    assert Workload.objects.get(pk=second.pk).state == S.PENDING
-    tasks.watch_clusters(seconds=2.5)
-    assert Workload.objects.get(pk=first.pk).state == S.FINISHED
-    # The freed node went to the second at once (the watch ran the cycle and its dispatch).
-    assert Workload.objects.get(pk=second.pk).state in (S.RUNNING, S.FINISHED)
-    assert [name for name, _, _ in sent].count("scheduling.watch") == 1  # a fresh one takes over
-
-
-def test_watch_can_be_turned_off(settings, monkeypatch):
-    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "watch": False}
-    called = []
-    monkeypatch.setattr(tasks, "cluster_watch", lambda **kw: called.append(kw))
-    tasks.watch_clusters(seconds=1)
-    assert called == []

@@ -1,4 +1,4 @@
-"""The extension hooks and small pure helpers of the workers (no database)."""
+"""The extension hooks (scheduling/extensions.py; no database)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 import pytest
 
 from scheduling import extensions
-from scheduling.transitions import ALLOWED_TRANSITIONS
 
 NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
@@ -79,11 +78,3 @@ def test_a_failing_adjuster_fails_the_cycle():
                 now=NOW, queue_paths=[], clusters=[], pending=[]))
     finally:
         extensions.unregister_cycle_adjuster(broken)
-
-
-def test_every_state_has_a_row_in_the_transitions_table():
-    from scheduling.models import WorkloadState
-
-    assert set(ALLOWED_TRANSITIONS) == set(WorkloadState.values)
-    for targets in ALLOWED_TRANSITIONS.values():
-        assert targets <= set(WorkloadState.values)

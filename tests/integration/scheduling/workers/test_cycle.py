@@ -1,4 +1,6 @@
-"""The scheduling cycle on the database, dispatch and sync, in-process with a fake backend."""
+"""The scheduling cycle on the database (scheduling/workers/cycle.py): admissions, a crash
+mid-cycle, reasons, reclaim and priority preemption with a fake backend, the pods-ready timeout
+and the cycle lock."""
 
 from __future__ import annotations
 
@@ -9,13 +11,9 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from scheduling.backends import registry
-from scheduling.fleet import dispatch, maintenance
-from scheduling.fleet import sync as fleet_sync
 from scheduling.locks import LOCK_KEY
 from scheduling.models import (
     Admission,
-    Cluster,
     EndReason,
     EventType,
     Workload,
@@ -23,35 +21,16 @@ from scheduling.models import (
     WorkloadState,
 )
 from scheduling.selectors import queue_usage
-from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.workers.fakes import FakeBackend
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.world import make_world, submit
 
 S = WorkloadState
 
 
 @pytest.fixture
-def world(db, settings):
-    # The two phases one at a time: the cycle reserves, dispatch (a fake backend) starts.
-    # (test_dispatch_in_cycle.py covers simulated clusters started inside the cycle.)
-    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": False}
-    return make_world(nodes_per_cluster=2)  # bj and sh: 16 GPUs each
-
-
-@pytest.fixture
-def backends(monkeypatch):
-    fakes: dict[str, FakeBackend] = {}
-
-    def get(cluster):
-        return fakes.setdefault(cluster.name, FakeBackend(cluster.name))
-
-    monkeypatch.setattr(registry, "get_backend", get)
-    return fakes
-
-
-def submit(world, name, *, user=None, queue="rd/vision", **kw):
-    return workload_submit(user=user or world.alice, data=request(name, queue=queue, **kw))
+def world(world_dispatch_after_commit):
+    """Dispatch after commit (conftest.py): the cycle only reserves."""
+    return world_dispatch_after_commit
 
 
 def test_cycle_admits_and_records_admissions(world):
@@ -178,72 +157,6 @@ def test_pods_ready_timeout_releases_with_backoff(world, settings):
     # not before the backoff ends
     assert w.pk not in cycle_run(wait=True, now=t0 + timedelta(seconds=320)).admitted
     assert w.pk in cycle_run(wait=True, now=t0 + timedelta(seconds=362)).admitted
-
-
-def test_refused_dispatch_releases_penalises_and_places_elsewhere(world, backends):
-    w = submit(world, "r1")
-    cycle_run(wait=True)
-    first = w.admissions.get()
-    backends[first.cluster.name] = FakeBackend(first.cluster.name, refuse=True)
-    result = dispatch.cluster_dispatch(cluster_id=first.cluster_id)
-    assert result.refused == [w.pk]
-    w.refresh_from_db()
-    first.refresh_from_db()
-    assert w.state == S.PENDING and first.end_reason == EndReason.REFUSED
-    cluster = Cluster.objects.get(pk=first.cluster_id)
-    assert cluster.effective_health(timezone.now()) == pytest.approx(0.4)
-    types = list(w.events.values_list("type", flat=True))
-    assert types[-2:] == [EventType.REFUSED, EventType.REQUEUED]
-    assert "refused the dispatch" in w.events.get(type=EventType.REFUSED).message
-    cycle_run(wait=True)
-    second = w.admissions.get(ended_at__isnull=True)
-    assert second.cluster_id != first.cluster_id
-    assert dispatch.cluster_dispatch(cluster_id=second.cluster_id).started == [w.pk]
-
-
-def test_dispatch_and_sync_follow_the_workload_to_the_end(world, backends):
-    w = submit(world, "life", count=2)
-    cycle_run(wait=True)
-    adm = w.admissions.get()
-    assert dispatch.cluster_dispatch(cluster_id=adm.cluster_id).started == [w.pk]
-    fake = backends[adm.cluster.name]
-    assert fake.calls[:2] == [("create", w.pk), ("start", w.pk)]
-    spec = fake.specs[w.pk]
-    assert spec.namespace == "rd-vision" and spec.pod_sets[0].nodes == tuple(adm.nodes)
-    assert spec.duration_s == 3600 and spec.priority_class == "training"
-    fake.phase[w.pk] = "running"
-    assert fleet_sync.cluster_sync(cluster_id=adm.cluster_id, nodes=False).running == [w.pk]
-    fake.phase[w.pk] = "succeeded"
-    assert fleet_sync.cluster_sync(cluster_id=adm.cluster_id, nodes=False).finished == [w.pk]
-    w.refresh_from_db()
-    adm.refresh_from_db()
-    assert w.state == S.FINISHED and adm.end_reason == EndReason.FINISHED
-    assert list(w.events.values_list("type", flat=True)) == [
-        "submitted", "admitted", "dispatched", "running", "finished"]
-    assert queue_usage()["rd/vision"][("a100-80g", "gpu")]["used"] == 0
-
-
-def test_failed_pods_fail_the_workload(world, backends):
-    w = submit(world, "oom")
-    cycle_run(wait=True)
-    adm = w.admissions.get()
-    dispatch.cluster_dispatch(cluster_id=adm.cluster_id)
-    backends[adm.cluster.name].phase[w.pk] = "failed"
-    assert fleet_sync.cluster_sync(cluster_id=adm.cluster_id, nodes=False).failed == [w.pk]
-    w.refresh_from_db()
-    assert w.state == S.FAILED
-    assert "OOMKilled" in w.events.get(type=EventType.FAILED).message
-
-
-def test_stuck_reserved_workload_is_reclaimed(world, backends):
-    w = submit(world, "stuck")
-    t0 = timezone.now() - timedelta(hours=1)
-    cycle_run(wait=True, now=t0)
-    report = maintenance.workloads_maintain(now=timezone.now())
-    w.refresh_from_db()
-    assert report.reclaimed == [w.pk] and w.state == S.PENDING
-    assert w.admissions.get().end_reason == EndReason.RECLAIMED_STUCK
-    assert "stuck in reserved" in w.events.get(type=EventType.RECLAIMED).message
 
 
 @pytest.mark.django_db(transaction=True)

@@ -8,9 +8,9 @@ from rest_framework.test import APIClient
 
 from scheduling.models import Admission, EndReason, EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
-from tests.integration.workers.conftest import PODS_READY_TIMEOUT_S
-from tests.integration.workers.stack import wait_for
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.stack.conftest import PODS_READY_TIMEOUT_S
+from tests.integration.scheduling.stack.stack import wait_for
+from tests.integration.scheduling.world import make_world, request
 
 S = WorkloadState
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),

@@ -1,4 +1,5 @@
-"""Workloads stuck in any non-terminal state past its limit are reclaimed and reported."""
+"""Maintenance (scheduling/fleet/maintenance.py, workloads_maintain): workloads stuck in any
+non-terminal state past its limit are reclaimed and reported."""
 
 from __future__ import annotations
 
@@ -7,29 +8,21 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.backends import registry
 from scheduling.fleet import dispatch, maintenance
 from scheduling.fleet import sync as fleet_sync
 from scheduling.models import EndReason, EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.workers.fakes import FakeBackend
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.world import make_world, request, submit
 
 S = WorkloadState
 
 
 @pytest.fixture
 def world(db):
+    """The tests here put a fake backend (`backends`) on the clusters, which does not join the
+    cycle's transaction: the cycle only reserves, as with dispatch in the cycle turned off."""
     return make_world(nodes_per_cluster=2)
-
-
-@pytest.fixture
-def backends(monkeypatch):
-    fakes: dict[str, FakeBackend] = {}
-    monkeypatch.setattr(registry, "get_backend",
-                        lambda cluster: fakes.setdefault(cluster.name, FakeBackend(cluster.name)))
-    return fakes
 
 
 @pytest.fixture
@@ -121,3 +114,14 @@ def test_nothing_is_reclaimed_below_the_limits(world, backends, limits):
     backdate(w, 500)
     assert maintenance.workloads_maintain().reclaimed == []
     assert Workload.objects.get(pk=w.pk).state == S.RESERVED
+
+
+def test_stuck_reserved_workload_is_reclaimed(world, backends):
+    w = submit(world, "stuck")
+    t0 = timezone.now() - timedelta(hours=1)
+    cycle_run(wait=True, now=t0)
+    report = maintenance.workloads_maintain(now=timezone.now())
+    w.refresh_from_db()
+    assert report.reclaimed == [w.pk] and w.state == S.PENDING
+    assert w.admissions.get().end_reason == EndReason.RECLAIMED_STUCK
+    assert "stuck in reserved" in w.events.get(type=EventType.RECLAIMED).message

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.workers.stack import (
+from tests.integration.scheduling.stack.stack import (
     CeleryWorker,
     flush_broker,
     point_app_at_broker,

@@ -1,0 +1,26 @@
+"""What the services send to the workers (scheduling/enqueue.py): the cycle's nudges are
+debounced."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+
+from scheduling import enqueue, services
+from tests.integration.scheduling.conftest import body
+
+pytestmark = pytest.mark.django_db
+
+
+def test_nudges_are_debounced(org, classes, django_capture_on_commit_callbacks):
+    """Many submissions in a row send one nudge to the broker, not one each."""
+    enqueue._next_nudge_eta = 0.0
+    with mock.patch("scheduling.tasks.scheduling_cycle.apply_async") as send, \
+            mock.patch.object(enqueue, "_NUDGE_WINDOW_S", 600.0):
+        for i in range(20):
+            with django_capture_on_commit_callbacks(execute=True):
+                services.workload_submit(user=org["alice"], data=body(f"n{i}"))
+    assert send.call_count == 1
+    assert send.call_args.kwargs["kwargs"] == {"nudged": True}
+    enqueue._next_nudge_eta = 0.0

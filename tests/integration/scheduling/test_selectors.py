@@ -1,0 +1,41 @@
+"""The workload selectors (scheduling/selectors.py): the queue position read in one query equals
+the ORM's."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling import selectors, services
+from scheduling.models import Admission, Cluster, Workload, WorkloadState
+from tests.integration.scheduling.conftest import body
+
+pytestmark = pytest.mark.django_db
+
+
+def test_queue_position_sql_equals_orm(org, classes):
+    """Ties on priority and submission time, other queues, admitted work with and without
+    duration hints: the one-query position reads what the ORM reads."""
+    alice, vision = org["alice"], org["vision"]
+    now = timezone.now()
+    submitted = []
+    for i, (pc, gpus) in enumerate([("training", 1), ("inference-high", 2), ("training", 4),
+                                    ("batch-low", 8), ("training", 3)]):
+        w = services.workload_submit(user=alice, now=now - timedelta(seconds=i % 2),
+                                     data=body(f"w{i}", gpus=gpus, priority_class=pc),
+                                     nudge=False)
+        submitted.append(w)
+    running = services.workload_submit(user=alice, data=body("r", gpus=2), nudge=False)
+    Workload.objects.filter(pk=running.pk).update(state=WorkloadState.RUNNING)
+    cluster = Cluster.objects.get(name="bj")
+    Admission.objects.create(workload=running, cluster=cluster,
+                             flavor_id=cluster.nodes.first().flavor_id, nodes=["bj-a100-0"],
+                             gpus=2, reserved_at=now)
+    for w in Workload.objects.filter(queue=vision, state=WorkloadState.PENDING):
+        assert selectors._position_rows(w) == selectors._position_rows_orm(w)
+    positions = {w.name: selectors.workload_queue_position(w, now=now)["in_queue"]
+                 for w in Workload.objects.filter(queue=vision, state=WorkloadState.PENDING)}
+    # Higher priority first, then earlier submission, then the lower id.
+    assert positions == {"w1": 1, "w0": 2, "w2": 3, "w4": 4, "w3": 5}

@@ -1,0 +1,36 @@
+"""The workload rows a cycle reads (scheduling/workers/rows.py): what never changes after
+submission is kept per process, and read again when a pending workload is changed in place."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.models import Workload, WorkloadState
+from scheduling.services import workload_submit
+from scheduling.workers.cycle import cycle_run
+from tests.integration.scheduling.world import request, submit
+
+S = WorkloadState
+
+
+@pytest.fixture
+def world(world_dispatch_in_cycle):
+    """Dispatch inside the cycle (conftest.py): an admitted workload runs at once."""
+    return world_dispatch_in_cycle
+
+
+def test_a_pending_workload_changed_in_place_is_read_again(world):
+    from scheduling.request.updates import workload_update
+
+    hog = workload_submit(user=world.carol, data=request("hog", queue="rd/nlp", count=2))
+    workload_submit(user=world.carol, data=request("hog2", queue="rd/nlp", count=1))
+    cycle_run(wait=True)  # nlp holds 24 of rd's 32
+    w = submit(world, "shrinks", count=2)  # 16 more GPUs: over rd's max, it waits
+    cycle_run(wait=True)  # the cycle reads (and keeps) w's pod sets
+    assert Workload.objects.get(pk=w.pk).state == S.PENDING
+    assert Workload.objects.get(pk=hog.pk).state == S.RUNNING
+    body = request("shrinks", count=1)
+    workload_update(user=world.alice, workload=w, changes={"pods": body["pods"]})
+    cycle_run(wait=True)
+    w.refresh_from_db()
+    assert w.state == S.RUNNING and w.admissions.get().gpus == 8  # the new request
