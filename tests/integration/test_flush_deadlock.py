@@ -15,7 +15,7 @@ from django.db import connection, connections
 from core.db import postgres
 from quotas.models import Flavor
 from tests.flush import is_deadlock, retry_on_deadlock
-from tests.integration.workers.stack import database_url
+from tests.integration.scheduling.stack.stack import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from scheduling.fleet import sync as fleet_sync
 from scheduling.models import EventType, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.workers.world import make_world, request
+from tests.integration.scheduling.world import make_world, request
 from tests.k8s_double import KubeDouble
 
 pytestmark = pytest.mark.django_db

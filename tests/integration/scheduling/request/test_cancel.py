@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 
-from scheduling.models import EventType, WorkloadEvent, WorkloadState
+from scheduling.models import Admission, EndReason, EventType, WorkloadEvent, WorkloadState
 from scheduling.services import workload_cancel, workload_submit
-from tests.integration.scheduling.world import request
+from scheduling.workers.cycle import cycle_run
+from tests.integration.scheduling.world import make_world, request
 
 pytestmark = pytest.mark.django_db
 
@@ -26,3 +30,53 @@ def test_events_are_never_missing_for_state_changes(world):
     workload_cancel(user=world.alice, workload=w)
     assert list(WorkloadEvent.objects.filter(workload=w).values_list("type", flat=True)) == [
         "submitted", "cancelled"]
+
+
+def _in_thread(fn, out):
+    def run():
+        try:
+            out.append(fn())
+        finally:
+            connection.close()
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_a_cancel_during_a_cycle_waits_for_it_and_is_not_undone(settings):
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": False}
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=1)
+    w = workload_submit(user=world.alice, data=request("raced"), nudge=False)
+    decided, resume = threading.Event(), threading.Event()
+
+    def between_engine_and_writes(snapshot, result):
+        assert [a.workload for a in result.admitted] == [str(w.pk)]
+        decided.set()
+        resume.wait(20)
+
+    cycles: list = []
+    cycle = _in_thread(lambda: cycle_run(wait=True, after_snapshot=between_engine_and_writes),
+                       cycles)
+    assert decided.wait(20)
+    cancels: list = []
+    cancel = _in_thread(lambda: workload_cancel(user=world.alice, workload=w), cancels)
+    cancel.join(1.0)
+    # The cancel waits for the cycle that already decided to admit the workload.
+    assert cancel.is_alive() and cancels == []
+    resume.set()
+    cycle.join(20)
+    cancel.join(20)
+    assert cycles[0].admitted == [w.pk]
+    assert cancels and cancels[0].state == WorkloadState.CANCELLED
+    w.refresh_from_db()
+    assert w.state == WorkloadState.CANCELLED
+    adm = Admission.objects.get(workload=w)
+    assert adm.ended_at is not None and adm.end_reason == EndReason.CANCELLED
+    types = list(w.events.order_by("at", "id").values_list("type", flat=True))
+    assert types[-2:] == [EventType.ADMITTED, EventType.CANCELLED]
+    # The next cycle leaves it cancelled.
+    cycle_run(wait=True)
+    w.refresh_from_db()
+    assert w.state == WorkloadState.CANCELLED

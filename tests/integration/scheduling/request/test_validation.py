@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 
 from scheduling.models import Workload
 from scheduling.services import workload_submit
+from tests.integration.scheduling.conftest import body
 from tests.integration.scheduling.world import request
 
 pytestmark = pytest.mark.django_db
@@ -40,3 +41,42 @@ def test_malformed_submission_names_the_field_and_saves_nothing(world, change, f
     assert field in messages, messages
     assert any(text in m for m in messages[field]), messages
     assert Workload.objects.count() == 0
+
+
+def _with(data: dict, pod: dict | None) -> dict:
+    """`data` with its first pod set's fields replaced by `pod`'s."""
+    data["pods"][0].update(pod or {})
+    return data
+
+
+# A submission's numbers are bounded and exact: out of range or finer than stored is a 400
+# naming the field and the bound, and nothing is saved (no wrap at 2^31 or 2^32, no 500).
+@pytest.mark.parametrize(("extra", "pod", "field", "says"), [
+    ({"duration_hint_s": 2**32 + 1}, None, "duration_hint_s", "must be at most 31622400"),
+    ({"duration_hint_s": 2**31}, None, "duration_hint_s", "must be at most 31622400"),
+    ({"termination_grace_s": 2**32}, None, "termination_grace_s", "must be at most 3600"),
+    ({}, {"gpu_memory_gib": 2**32 + 32}, "pods[0].gpu_memory_gib", "must be at most 1024"),
+    ({}, {"count": 2**31}, "pods[0].count", "must be at most 10000"),
+    ({}, {"gpus": 2**32 + 1}, "pods[0].gpus", "must be at most 64"),
+    ({}, {"cpu": "1e9"}, "pods[0].cpu", "must be at most 4096"),
+    ({}, {"memory_gib": 10**12}, "pods[0].memory_gib", "must be at most 65536"),
+    ({}, {"cpu": "0.0001"}, "pods[0].cpu", "more than 3 decimal places"),
+    ({}, {"cpu": True}, "pods[0].cpu", "is not a number"),
+    ({}, {"memory_gib": [1]}, "pods[0].memory_gib", "is not a number"),
+])
+def test_out_of_range_numbers_are_400s_naming_the_field(alice, extra, pod, field, says):
+    response = alice.post("/api/v1/workloads", _with(body("big", **extra), pod), format="json")
+    assert response.status_code == 400, response.content
+    assert any(says in m for m in response.json()[field]), response.json()
+    assert not Workload.objects.filter(name="big").exists()
+
+
+def test_numbers_at_the_bounds_are_accepted_and_stored_exactly(alice):
+    response = alice.post("/api/v1/workloads", _with(body(
+        "edge", duration_hint_s=366 * 86400, termination_grace_s=3600),
+        {"gpu_memory_gib": 1024, "cpu": "4096", "memory_gib": "0.125"}), format="json")
+    assert response.status_code == 201, response.content
+    w = Workload.objects.get(name="edge")
+    assert w.duration_hint_s == 366 * 86400 and w.termination_grace_s == 3600
+    ps = w.pod_sets.get()
+    assert (ps.gpu_memory_gib, str(ps.cpu), str(ps.memory_gib)) == (1024, "4096.000", "0.125")
