@@ -23,7 +23,8 @@ from scheduling.backends import (
     clear_backend_cache,
     get_backend,
 )
-from scheduling.backends.k8s import KubernetesBackend, format_cpu, format_memory
+from scheduling.backends.k8s import KubernetesBackend
+from scheduling.backends.k8s.jobs import format_cpu, format_memory
 from tests.k8s_double import KubeDouble
 
 A100 = FlavorMatch(
