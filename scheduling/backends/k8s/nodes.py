@@ -1,5 +1,10 @@
 """A Kubernetes cluster's nodes: the inventory (allocatable resources, readiness, flavor and
-rack of each node), and the check that the nodes chosen for a workload can still take it."""
+rack of each node), and the check that the nodes chosen for a workload can still take it.
+
+Allocatable quantities are read with the project's one parser, core.quantity's: on the canonical
+forms the API server reports it gives the Kubernetes client's exact Decimal (the forms it
+refuses, such as `1K` or `NaN`, are not ones a node reports).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.utils.quantity import parse_quantity
 
+from core.quantity import GIB, parse_quantity
 from scheduling.backends.base import (
     DispatchRefused,
     FlavorMatch,
@@ -22,7 +27,6 @@ from scheduling.backends.k8s.client import KubeClient
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ZONE_LABEL = "topology.kubernetes.io/zone"
-GIB = Decimal(2**30)
 MILLI = Decimal("0.001")
 
 
