@@ -19,13 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.k8s_double.state import (
-    ApiError,
-    ClusterState,
-    Fault,
-    not_found,
-    selector_matches,
-)
+from tests.k8s_double.errors import ApiError, not_found
+from tests.k8s_double.selectors import selector_matches
+from tests.k8s_double.state import ClusterState, Fault
 
 Handler = Callable[..., tuple[int, Any]]
 WATCH_MAX_S = 60.0

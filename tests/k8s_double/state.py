@@ -1,8 +1,9 @@
-"""The Kubernetes API double's state: objects, a tiny Job controller, patches, label selectors.
+"""The Kubernetes API double's state: its objects, the faults to inject, the Jobs' change log.
 
 Only what Allot's Kubernetes backend touches, with the validation and defaults the real API
 server applies to it (422 for invalid objects, 409 for duplicates, immutable fields), so a test
-that passes here exercises the same answers a real cluster gives.
+that passes here exercises the same answers a real cluster gives. The Job controller
+(controller.py), patches (patches.py) and the error answers (errors.py) are beside it.
 """
 
 from __future__ import annotations
@@ -12,235 +13,19 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
+
+from tests.k8s_double.controller import (
+    CONTROLLER_UID_LABEL,
+    JOB_NAME_LABEL,
+    JobController,
+    now_iso,
+)
+from tests.k8s_double.errors import already_exists, forbidden_create, invalid, not_found
+from tests.k8s_double.patches import apply_patch
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class ApiError(Exception):
-    """An answer other than 2xx, rendered as a `kind: Status` object."""
-
-    REASONS = {
-        400: "BadRequest",
-        401: "Unauthorized",
-        403: "Forbidden",
-        404: "NotFound",
-        405: "MethodNotAllowed",
-        409: "AlreadyExists",
-        415: "UnsupportedMediaType",
-        422: "Invalid",
-        429: "TooManyRequests",
-        500: "InternalError",
-        503: "ServiceUnavailable",
-        504: "Timeout",
-    }
-
-    def __init__(
-        self, code: int, message: str, *, reason: str | None = None, details: dict | None = None
-    ):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.reason = reason or self.REASONS.get(code, "Unknown")
-        self.details = details or {}
-
-    def status_object(self) -> dict[str, Any]:
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "details": self.details,
-            "code": self.code,
-        }
-
-
-def not_found(resource: str, name: str, group: str = "") -> ApiError:
-    qualified = f"{resource}.{group}" if group else resource
-    return ApiError(
-        404, f'{qualified} "{name}" not found',
-        details={"name": name, "group": group, "kind": resource},
-    )
-
-
-def already_exists(resource: str, name: str, group: str = "") -> ApiError:
-    qualified = f"{resource}.{group}" if group else resource
-    return ApiError(
-        409, f'{qualified} "{name}" already exists',
-        details={"name": name, "group": group, "kind": resource},
-    )
-
-
-def invalid(kind: str, name: str, causes: list[tuple[str, str]], group: str = "") -> ApiError:
-    """A 422 worded like the API server's: `Job.batch "x" is invalid: field: message`."""
-    qualified = f"{kind}.{group}" if group else kind
-    text = ", ".join(f"{field}: {message}" for field, message in causes)
-    return ApiError(
-        422, f'{qualified} "{name}" is invalid: {text}',
-        details={
-            "name": name, "group": group, "kind": kind,
-            "causes": [
-                {"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes
-            ],
-        },
-    )
-
-
-# ---------------------------------------------------------------- label selectors
-
-_SET_EXPR = re.compile(r"^\s*(?P<key>[^\s!=]+)\s+(?P<op>in|notin)\s+\((?P<values>[^)]*)\)\s*$")
-
-
-def _split_selector(selector: str) -> list[str]:
-    parts, depth, current = [], 0, ""
-    for char in selector:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    if current.strip():
-        parts.append(current)
-    return [p.strip() for p in parts if p.strip()]
-
-
-def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
-    """Equality- and set-based label selectors, as `?labelSelector=` accepts them."""
-    if not selector:
-        return True
-    for term in _split_selector(selector):
-        set_match = _SET_EXPR.match(term)
-        if set_match:
-            values = {v.strip() for v in set_match["values"].split(",") if v.strip()}
-            present = labels.get(set_match["key"])
-            if set_match["op"] == "in" and present not in values:
-                return False
-            if set_match["op"] == "notin" and present in values:
-                return False
-        elif "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key.strip()) == value.strip():
-                return False
-        elif "=" in term:
-            key, value = term.replace("==", "=").split("=", 1)
-            if labels.get(key.strip()) != value.strip():
-                return False
-        elif term.startswith("!"):
-            if term[1:].strip() in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
-
-
-# ---------------------------------------------------------------- patches
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: maps merge, null deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """Strategic merge patch, the part built-in types use: lists of named objects (containers,
-    env, volumes) merge by `name`; `$patch: replace|delete` on maps; other lists replace."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    directive = patch.get("$patch")
-    if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    if directive == "delete":
-        return None
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith("$"):
-            continue
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, list) and _named_list(value) and _named_list(result.get(key)):
-            merged = {item["name"]: copy.deepcopy(item) for item in result.get(key) or []}
-            order = [item["name"] for item in result.get(key) or []]
-            for item in value:
-                if item.get("$patch") == "delete":
-                    merged.pop(item["name"], None)
-                    continue
-                if item["name"] not in merged:
-                    order.append(item["name"])
-                merged[item["name"]] = strategic_merge_patch(merged.get(item["name"]), item)
-            result[key] = [merged[name] for name in order if name in merged]
-        else:
-            merged_value = strategic_merge_patch(result.get(key), value)
-            if merged_value is None:
-                result.pop(key, None)
-            else:
-                result[key] = merged_value
-    return result
-
-
-def _named_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(i, dict) and "name" in i for i in value)
-
-
-def _pointer(path: str) -> list[str]:
-    return [p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/")]
-
-
-def json_patch(target: dict, operations: list) -> dict:
-    """RFC 6902 JSON patch (add, replace, remove, test) on maps and lists."""
-    doc = copy.deepcopy(target)
-    for op in operations:
-        parts = _pointer(op["path"])
-        parent = doc
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
-        last = parts[-1]
-        kind = op["op"]
-        if kind in ("add", "replace"):
-            if isinstance(parent, list):
-                index = len(parent) if last == "-" else int(last)
-                if kind == "add":
-                    parent.insert(index, copy.deepcopy(op["value"]))
-                else:
-                    parent[index] = copy.deepcopy(op["value"])
-            else:
-                if kind == "replace" and last not in parent:
-                    raise ApiError(422, f"the server rejected our request: path {op['path']} "
-                                   "does not exist")
-                parent[last] = copy.deepcopy(op["value"])
-        elif kind == "remove":
-            if isinstance(parent, list):
-                parent.pop(int(last))
-            else:
-                parent.pop(last, None)
-        elif kind == "test":
-            current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
-            if current != op.get("value"):
-                raise ApiError(422, f"the server rejected our request: test failed at {op['path']}")
-        else:
-            raise ApiError(400, f"unsupported JSON patch operation {kind!r}")
-    return doc
 
 
 # ---------------------------------------------------------------- faults
@@ -266,7 +51,7 @@ class Fault:
 # ---------------------------------------------------------------- the store
 
 
-class ClusterState:
+class ClusterState(JobController):
     """Every object of the double, keyed by resource, namespace and name; thread-safe."""
 
     def __init__(self) -> None:
@@ -512,130 +297,6 @@ class ClusterState:
                             "uid": job["metadata"]["uid"]},
             }
 
-    @staticmethod
-    def _pod_of(pod: dict, job: dict) -> bool:
-        return pod["metadata"]["labels"].get(CONTROLLER_UID_LABEL) == job["metadata"]["uid"]
-
-    def job_pods(self, job: dict) -> list[dict]:
-        with self.lock:
-            return [p for p in self.pods.values() if self._pod_of(p, job)]
-
-    def reconcile_job(self, job: dict) -> None:
-        """The Job controller, in one synchronous step: suspended Jobs hold no pods; running
-        Jobs hold `parallelism` pods (Pending until a test moves them with set_pod_phases)."""
-        namespace = job["metadata"]["namespace"]
-        spec, status = job["spec"], job["status"]
-        conditions = [c for c in status.get("conditions", []) if c["type"] != "Suspended"]
-        if any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions):
-            status["conditions"] = conditions
-            return
-        pods = self.job_pods(job)
-        if spec.get("suspend"):
-            for pod in pods:
-                if pod["status"]["phase"] in ("Pending", "Running"):
-                    del self.pods[(namespace, pod["metadata"]["name"])]
-            conditions.append({
-                "type": "Suspended", "status": "True", "reason": "JobSuspended",
-                "message": "Job suspended", "lastTransitionTime": now_iso(),
-            })
-        else:
-            status.setdefault("startTime", now_iso())
-            if any(c.get("type") == "Suspended" for c in status.get("conditions", [])):
-                conditions.append({
-                    "type": "Suspended", "status": "False", "reason": "JobResumed",
-                    "message": "Job resumed", "lastTransitionTime": now_iso(),
-                })
-            live = [p for p in pods if p["status"]["phase"] in ("Pending", "Running")]
-            succeeded = sum(1 for p in pods if p["status"]["phase"] == "Succeeded")
-            wanted = min(spec["parallelism"], spec["completions"] - succeeded) - len(live)
-            priority = spec["template"]["spec"].get("priorityClassName")
-            if wanted > 0 and priority and priority not in self.priority_classes:
-                # The Priority admission plugin refuses the pods, not the Job: the Job
-                # controller reports FailedCreate and the Job waits with no pods.
-                self.events.append({
-                    "apiVersion": "events.k8s.io/v1", "kind": "Event",
-                    "metadata": self.new_meta({"name": f"{job['metadata']['name']}.failed"},
-                                              namespace),
-                    "type": "Warning", "reason": "FailedCreate",
-                    "reportingController": "job-controller",
-                    "note": f'Error creating: pods "{job["metadata"]["name"]}-" is forbidden: '
-                            f"no PriorityClass with name {priority} was found",
-                    "regarding": {"apiVersion": "batch/v1", "kind": "Job",
-                                  "name": job["metadata"]["name"], "namespace": namespace,
-                                  "uid": job["metadata"]["uid"]},
-                })
-                wanted = 0
-            for _ in range(max(0, wanted)):
-                self._create_pod(job)
-        status["conditions"] = conditions
-        self.update_job_status(job)
-
-    def _create_pod(self, job: dict) -> dict:
-        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        template = job["spec"]["template"]
-        pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
-        pod = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": self.new_meta({
-                "name": pod_name,
-                "labels": copy.deepcopy(template["metadata"]["labels"]),
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                     "uid": job["metadata"]["uid"], "controller": True}],
-            }, namespace),
-            "spec": copy.deepcopy(template["spec"]),
-            "status": {"phase": "Pending"},
-        }
-        self.pods[(namespace, pod_name)] = pod
-        return pod
-
-    def update_job_status(self, job: dict) -> None:
-        pods = self.job_pods(job)
-        status = job["status"]
-        phases = [p["status"]["phase"] for p in pods]
-        status["active"] = sum(1 for p in phases if p in ("Pending", "Running"))
-        status["ready"] = sum(1 for p in phases if p == "Running")
-        status["succeeded"] = sum(1 for p in phases if p == "Succeeded")
-        status["failed"] = sum(1 for p in phases if p == "Failed")
-        for key in ("active", "succeeded", "failed"):
-            if not status[key]:
-                status.pop(key)
-        conditions = status.setdefault("conditions", [])
-        done = {c["type"] for c in conditions if c["status"] == "True"}
-        if status.get("succeeded", 0) >= job["spec"]["completions"] and "Complete" not in done:
-            conditions.append({"type": "Complete", "status": "True", "lastTransitionTime":
-                               now_iso()})
-            status["completionTime"] = now_iso()
-        if status.get("failed", 0) > job["spec"]["backoffLimit"] and "Failed" not in done:
-            conditions.append({
-                "type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                "message": "Job has reached the specified backoff limit",
-                "lastTransitionTime": now_iso(),
-            })
-
-    def set_pod_phases(self, namespace: str, job_name: str, phase: str, count: int | None = None,
-                       *, node: str = "") -> int:
-        """Move up to `count` (None = all) live pods of a Job to `phase`; returns how many."""
-        with self.lock:
-            job = self.get_job(namespace, job_name)
-            moved = 0
-            for pod in sorted(self.job_pods(job), key=lambda p: p["metadata"]["name"]):
-                if count is not None and moved >= count:
-                    break
-                if pod["status"]["phase"] in ("Succeeded", "Failed") or pod["status"][
-                    "phase"
-                ] == phase:
-                    continue
-                pod["status"]["phase"] = phase
-                if node:
-                    pod["spec"]["nodeName"] = node
-                moved += 1
-            self.update_job_status(job)
-            if phase == "Failed" and not job["spec"].get("suspend"):
-                self.reconcile_job(job)  # the controller replaces failed pods until backoff
-            if moved:
-                self.record_job("MODIFIED", job)
-            return moved
-
     # -------------------------------------------------------------- events
     def create_event(self, namespace: str, body: dict) -> dict:
         meta = body.get("metadata") or {}
@@ -724,29 +385,3 @@ class ClusterState:
             patched["metadata"]["resourceVersion"] = self.next_version()
             self.priority_classes[name] = patched
             return patched
-
-
-def forbidden_create(resource: str, name: str, namespace: str = "", group: str = "") -> ApiError:
-    qualified = f"{resource}.{group}" if group else resource
-    where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
-    return ApiError(
-        403,
-        f'{qualified} "{name}" is forbidden: User "system:serviceaccount:allot:allot" cannot '
-        f'create resource "{resource}" in API group "{group}"{where}',
-        details={"name": name, "group": group, "kind": resource},
-    )
-
-
-def apply_patch(obj: dict, patch: Any, content_type: str) -> dict:
-    base = content_type.split(";")[0].strip()
-    if base == "application/merge-patch+json":
-        return merge_patch(obj, patch)
-    if base == "application/strategic-merge-patch+json":
-        return strategic_merge_patch(obj, patch)
-    if base == "application/json-patch+json":
-        if not isinstance(patch, list):
-            raise ApiError(400, "json patch must be a list of operations")
-        return json_patch(obj, patch)
-    raise ApiError(415, f'the body of the request was in an unknown format - accepted media '
-                   f'types include: application/json-patch+json, application/merge-patch+json, '
-                   f'application/strategic-merge-patch+json (got "{content_type}")')

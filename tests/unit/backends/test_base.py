@@ -1,6 +1,4 @@
-"""The protocol's pure parts: naming, refs, the phase of a gang, the backend choice."""
-
-from types import SimpleNamespace
+"""scheduling.backends.base: the protocol's pure parts (refs, the phase of a gang, errors)."""
 
 import pytest
 
@@ -12,37 +10,7 @@ from scheduling.backends import (
     RunPhase,
     WorkloadRef,
     WorkloadStatus,
-    get_backend,
 )
-from scheduling.backends.naming import (
-    job_labels,
-    job_name,
-    parse_job_name,
-    parse_pod_name,
-    pod_name,
-)
-
-
-def test_job_and_pod_names_round_trip():
-    assert job_name(42, 1) == "allot-w42-1"
-    assert pod_name("allot-w42-1", 3) == "allot-w42-1-3"
-    assert parse_job_name("allot-w42-1") == (42, 1)
-    assert parse_job_name("other-job") is None
-    assert parse_pod_name("allot-w42-1-3") == (42, 1)
-    # A real Kubernetes pod name carries a random suffix after the Job name.
-    assert parse_pod_name("allot-w42-1-x7k2p") == (42, 1)
-    assert parse_pod_name("coredns-abc") is None
-
-
-def test_labels_link_back_to_allot():
-    labels = job_labels(workload_id=7, queue_path="rd/vision", pod_set_index=0, flavor="a100-80g")
-    assert labels == {
-        "app.kubernetes.io/managed-by": "allot",
-        "allot.io/workload-id": "7",
-        "allot.io/queue": "rd.vision",
-        "allot.io/pod-set": "0",
-        "allot.io/flavor": "a100-80g",
-    }
 
 
 def test_ref_for_workload_names_each_pod_set():
@@ -94,9 +62,3 @@ def test_errors_carry_reason_status_and_message():
     assert "forbidden" in str(refused)
     error = BackendError("etcd timeout", status=500)
     assert error.retryable and str(error) == "HTTP 500: etcd timeout"
-
-
-def test_unknown_backend_is_a_clear_error():
-    cluster = SimpleNamespace(name="x", backend="slurm", connection={})
-    with pytest.raises(BackendError, match="unknown backend 'slurm'"):
-        get_backend(cluster)

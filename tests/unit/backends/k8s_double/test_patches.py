@@ -1,15 +1,9 @@
-"""The API double's own logic (patches, label selectors), so its answers can be trusted."""
+"""tests.k8s_double.patches: the double's patches, so its answers can be trusted."""
 
 import pytest
 
-from tests.k8s_double.state import (
-    ApiError,
-    apply_patch,
-    json_patch,
-    merge_patch,
-    selector_matches,
-    strategic_merge_patch,
-)
+from tests.k8s_double.errors import ApiError
+from tests.k8s_double.patches import apply_patch, json_patch, merge_patch, strategic_merge_patch
 
 JOB = {
     "spec": {
@@ -59,23 +53,3 @@ def test_unknown_patch_type_is_415():
     with pytest.raises(ApiError) as error:
         apply_patch(JOB, {}, "application/yaml")
     assert error.value.code == 415
-
-
-@pytest.mark.parametrize(
-    ("selector", "expected"),
-    [
-        (None, True),
-        ("app=x", True),
-        ("app==x,tier=web", True),
-        ("app=y", False),
-        ("app!=y", True),
-        ("tier", True),
-        ("!tier", False),
-        ("missing", False),
-        ("app in (x, z)", True),
-        ("app notin (x,z),tier", False),
-        ("app in (a,b)", False),
-    ],
-)
-def test_label_selectors(selector, expected):
-    assert selector_matches(selector, {"app": "x", "tier": "web"}) is expected

@@ -1,0 +1,59 @@
+"""scheduling.backends.k8s.nodes: what a node reports, read into a NodeInfo.
+
+Allocatable quantities are read with core.quantity's parser; on every form a node reports (the
+API server writes them in canonical form) it gives the very Decimal the Kubernetes client's
+parser gives.
+"""
+
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pytest
+from kubernetes.utils.quantity import parse_quantity as client_parse_quantity
+
+from core.quantity import parse_quantity
+from scheduling.backends.base import FlavorMatch
+from scheduling.backends.k8s.nodes import NodesMixin
+
+# cpu, memory and nvidia.com/gpu as real nodes report them (allocatable).
+NODE_QUANTITIES = [
+    "250m", "64", "512Gi", "1Ti", "8", "1.5", "0", "95500m", "7910m", "191",
+    "1056763364Ki", "263921212Ki", "2113526960Ki", "256Gi", "1024Gi",
+]
+A100 = FlavorMatch(name="a100-80g", node_selector={"nvidia.com/gpu.product": "A100"})
+
+
+def node(allocatable, *, labels=None):
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name="n-0", labels=labels or {}),
+        spec=SimpleNamespace(unschedulable=None),
+        status=SimpleNamespace(
+            allocatable=allocatable,
+            conditions=[SimpleNamespace(type="Ready", status="True")],
+        ),
+    )
+
+
+@pytest.mark.parametrize("text", NODE_QUANTITIES)
+def test_node_quantities_parse_as_the_kubernetes_client_parses_them(text):
+    ours, client = parse_quantity(text), client_parse_quantity(text)
+    assert ours == client
+    assert str(ours) == str(client)  # the same exponent too, so the same after quantize
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "gpus", "cpu", "memory_gib"),
+    [
+        ({"nvidia.com/gpu": "8", "cpu": "95500m", "memory": "1056763364Ki"},
+         8, "95.500", "1007.808"),
+        ({"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi"}, 8, "64.000", "512.000"),
+        ({"nvidia.com/gpu": "0", "cpu": "250m", "memory": "1Ti"}, 0, "0.250", "1024.000"),
+        ({"cpu": "1.5", "memory": "263921212Ki"}, 0, "1.500", "251.695"),
+        ({}, 0, "0.000", "0.000"),
+    ],
+)
+def test_node_info_reads_allocatable_gpus_cpu_and_memory(allocatable, gpus, cpu, memory_gib):
+    info = NodesMixin._node_info(node(allocatable, labels=dict(A100.node_selector)), [A100])
+    assert (info.gpus, info.cpu, info.memory_gib) == (gpus, Decimal(cpu), Decimal(memory_gib))
+    assert str(info.cpu) == cpu and str(info.memory_gib) == memory_gib
+    assert info.flavor == "a100-80g" and info.ready
