@@ -202,7 +202,7 @@ ALLOT_WORKERS = {
     "cleanup_ttl_s": env.float("ALLOT_CLEANUP_TTL_S", default=600.0),
     "preempting_stuck_s": env.float("ALLOT_PREEMPTING_STUCK_S", default=600.0),
     # Stuck limits per non-terminal state (seconds; 0 turns one off; unset: the defaults in
-    # scheduling/dispatch.py, stuck_limit_s).
+    # scheduling/fleet/maintenance.py, stuck_limit_s).
     "stuck_pending_s": env.float("ALLOT_STUCK_PENDING_S", default=None),
     "stuck_reserved_s": env.float("ALLOT_STUCK_RESERVED_S", default=None),
     "stuck_running_s": env.float("ALLOT_STUCK_RUNNING_S", default=None),
@@ -212,7 +212,7 @@ ALLOT_WORKERS = {
     "watch_session_s": env.float("ALLOT_WATCH_SESSION_S", default=15.0),
     "watch_interval_s": env.float("ALLOT_WATCH_INTERVAL_S", default=0.1),
     # Clusters whose state is in this database (simulated) dispatched inside the cycle's
-    # transaction (scheduling/dispatch.py, dispatch_in_cycle): the default, so the demo and the
+    # transaction (scheduling/fleet/dispatch.py, dispatch_in_cycle): the default, so the demo and the
     # benchmark run the same way; off: after commit, as other clusters.
     "dispatch_in_cycle": env.bool("ALLOT_DISPATCH_IN_CYCLE", default=True),
     # How often a waiting workload's reason message may be rewritten when only its numbers

@@ -181,7 +181,7 @@ class Workload(models.Model):
             # Lists, newest first (the model's ordering): the admin's and the API's pages read
             # 50 rows from this index instead of sorting every workload.
             models.Index(fields=["-submitted_at", "-id"], name="workload_newest_first"),
-            # The heads of the queues the cycle reads (scheduling/cycle.py, _pending_heads).
+            # The heads of the queues the cycle reads (scheduling/workers/rows.py, _pending_heads).
             models.Index(fields=["queue", "priority_class", "submitted_at", "id"],
                          condition=models.Q(state="pending"), name="workload_pending_head"),
         ]
