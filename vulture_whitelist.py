@@ -205,3 +205,4 @@ _.STUCK_PENDING  # EventCode: built by name, EventCode(f"STUCK_{state}") in flee
 _.STUCK_RESERVED  # EventCode: built by name in fleet/maintenance.py
 _.STUCK_RUNNING  # EventCode: built by name in fleet/maintenance.py
 _.STUCK_PREEMPTING  # EventCode: built by name in fleet/maintenance.py
+_.to_representation  # DRF: a serializer's output (WorkloadDetailSerializer: one function)

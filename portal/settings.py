@@ -212,8 +212,8 @@ ALLOT_WORKERS = {
     "watch_session_s": env.float("ALLOT_WATCH_SESSION_S", default=15.0),
     "watch_interval_s": env.float("ALLOT_WATCH_INTERVAL_S", default=0.1),
     # Clusters whose state is in this database (simulated) dispatched inside the cycle's
-    # transaction (scheduling/fleet/dispatch.py, dispatch_in_cycle): the default, so the demo and the
-    # benchmark run the same way; off: after commit, as other clusters.
+    # transaction (scheduling/fleet/dispatch.py, dispatch_in_cycle): the default, so the demo
+    # and the benchmark run the same way; off: after commit, as other clusters.
     "dispatch_in_cycle": env.bool("ALLOT_DISPATCH_IN_CYCLE", default=True),
     # How often a waiting workload's reason message may be rewritten when only its numbers
     # moved (a new reason code is always written at once, with its event).

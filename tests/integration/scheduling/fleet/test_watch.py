@@ -43,7 +43,8 @@ def test_a_quiet_cluster_costs_a_few_queries_per_look(settings, django_assert_ma
     from scheduling.backends import clear_backend_cache
 
     clear_backend_cache()
-    # No overlap: the Job started just now is not reported again (tests/integration/backends/simulated/test_status.py).
+    # No overlap: the Job started just now is not reported again
+    # (tests/integration/backends/simulated/test_status.py).
     world = make_world(speedup=1, cluster_names=("bj",), connection={"watch_overlap_s": 0})
     w, cluster_id = running_workload(world, "long", duration_s=3600)
     with django_assert_max_num_queries(60):  # ~1 s: a resync, then 3 queries per 0.1 s
