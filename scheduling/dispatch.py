@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Mod
 from django.utils import timezone
 
+from core.history import Source, history_context
 from scheduling.backends.base import (
     BackendError,
     BatchDispatch,
@@ -855,8 +856,13 @@ def _watch_lock(cluster_id: int) -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
+@history_context(Source.SYNC)
 def _sync_nodes(cluster: Cluster, backend: object) -> int:
-    """Update readiness and allocatable resources of known nodes (new nodes are added)."""
+    """Update readiness and allocatable resources of known nodes (new nodes are added).
+
+    A new node is saved (a `sync` row in its history); readiness and capacity of known nodes
+    change by UPDATE, with no history: they flap with every look at the cluster.
+    """
     from quotas.models import Flavor
 
     flavors = {f.name: f for f in Flavor.objects.all()}
