@@ -7,6 +7,7 @@ date) rows for `selectors.history_entries`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from portal.history.kinds import BY_KEY, KIND_CHOICES, kind_of
 
 OBJECT_HELP = ("type:id, e.g. queue:12 (a queue with its quotas), cluster:3 (with its nodes), "
                "budget:2 (with its thresholds), policy:5")
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 MOMENT_HELP = "A date (2026-12-01) or an ISO 8601 moment (2026-12-01T10:00:00Z); UTC if no zone."
 
 
@@ -54,8 +56,9 @@ class MomentField(forms.Field):
             return None
         message = f"{value!r} is not a date (2026-12-01) or an ISO 8601 moment"
         try:
-            moment = parse_datetime(value)
-            day = parse_date(value) if moment is None else None
+            # parse_datetime reads a bare date as its midnight: dates are told apart first.
+            day = parse_date(value) if DATE.fullmatch(value) else None
+            moment = parse_datetime(value) if day is None else None
         except ValueError as exc:
             raise forms.ValidationError(message, code="invalid") from exc
         if moment is None:
