@@ -265,3 +265,27 @@ def test_policy_edits_are_recorded_by_path(org):
         ("changed", "api", "root"), ("created", "api", "root")]
     assert changes(results[0]) == {"mode": ("audit (record, allow)", "enforce"),
                                    "version": ("1", "2")}
+
+
+def test_an_import_writes_its_history_in_one_insert_per_table(org):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from quotas.services import QueueDef, tree_replace
+    from quotas.tree_rules import QuotaSpec
+
+    a100 = ("a100-80g", "gpu")
+    defs = [QueueDef(path="rd", quota={a100: QuotaSpec(Decimal(16), Decimal(32), Decimal(8))}),
+            QueueDef(path="rd/vision", quota={a100: QuotaSpec(Decimal(9))}),
+            QueueDef(path="rd/nlp", quota={a100: QuotaSpec(Decimal(5))}),
+            QueueDef(path="rd/audio", quota={a100: QuotaSpec(Decimal(1))})]
+    with CaptureQueriesContext(connection) as ctx, history_context(Source.IMPORT):
+        tree_replace(queues=defs)
+    inserts = [q["sql"] for q in ctx.captured_queries
+               if q["sql"].startswith('INSERT INTO "quotas_historical')]
+    assert len(inserts) == 2  # the new queue; the three entries that changed
+    assert sorted(QuotaEntry.history.filter(history_source="import")
+                  .values_list("queue__path", "min")) == [
+        ("rd/audio", Decimal(1)), ("rd/nlp", Decimal(5)), ("rd/vision", Decimal(9))]
+    assert list(Queue.history.filter(history_source="import").values_list("path", "history_type")
+                ) == [("rd/audio", "+")]
