@@ -9,7 +9,10 @@ read at every save, so the same process, database and data run both ways, altern
 3. a tree import of N queues whose every quota changes (`tree_replace`, the write half of
    `import_quotas`: N queue saves, N entry saves, so 2N history rows).
 
-Each figure is the median over ROUNDS rounds of the mean of one batch. Runs on a throwaway
+Wall time: the median (and the least, the figure least touched by other work on a shared
+machine) over ROUNDS rounds of the mean of one batch. CPU time: this process's and its
+PostgreSQL backend's (from /proc), summed over the rounds, per operation: on a machine shared
+with other jobs it moves far less than the wall time. Runs on a throwaway
 PostgreSQL database on DATABASE_URL's server (production's engine; `make run`'s SQLite is
 not what the figures are for).
 """
@@ -38,7 +41,7 @@ from django.db import connection  # noqa: E402
 settings.DEBUG = False  # DEBUG logs every query: measure without that, as in production
 
 DEPARTMENTS, TEAMS = 10, 20  # 10 + 200 = 210 queues
-ROUNDS = int(os.environ.get("BENCH_HISTORY_ROUNDS", "7"))
+ROUNDS = int(os.environ.get("BENCH_HISTORY_ROUNDS", "9"))
 BATCH = 50  # single edits per round and mode
 IMPORT_QUEUES = int(os.environ.get("BENCH_HISTORY_IMPORT", "200"))
 
@@ -66,23 +69,52 @@ def history_rows() -> int:
     return Queue.history.count() + QuotaEntry.history.count()
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def backend_cpu_s() -> float:
+    """User + system CPU seconds this connection's PostgreSQL backend has used so far."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:  # a database on another machine: no figure
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def measure(name: str, batch: Callable[[int], int], rounds: int = ROUNDS) -> dict[str, Any]:
     """Run `batch(i)` (it returns how many operations it made) with the history on and off,
-    alternating which goes first; ms per operation, median over the rounds."""
+    alternating which goes first; ms per operation."""
     per_op: dict[bool, list[float]] = {True: [], False: []}
     rows: dict[bool, int] = {True: 0, False: 0}
+    cpu: dict[bool, list[float]] = {True: [0.0, 0.0, 0], False: [0.0, 0.0, 0]}
     for r in range(rounds):
         for enabled in ((True, False) if r % 2 == 0 else (False, True)):
             settings.SIMPLE_HISTORY_ENABLED = enabled
             before = history_rows()
+            db0, py0 = backend_cpu_s(), time.process_time()
             start = time.perf_counter()
             ops = batch(2 * r + enabled)
             per_op[enabled].append((time.perf_counter() - start) * 1000 / ops)
+            py1, db1 = time.process_time(), backend_cpu_s()
+            cpu[enabled][0] += py1 - py0
+            cpu[enabled][1] += db1 - db0
+            cpu[enabled][2] += ops
             rows[enabled] += history_rows() - before
     settings.SIMPLE_HISTORY_ENABLED = True
     on, off = statistics.median(per_op[True]), statistics.median(per_op[False])
-    print(f"{name:<44} off {off:8.3f} ms   on {on:8.3f} ms   +{on - off:7.3f} ms "
-          f"({(on / off - 1) * 100:+5.1f}%)   history rows: {rows[True]} on, {rows[False]} off")
+    low_on, low_off = min(per_op[True]), min(per_op[False])
+    py = {k: v[0] * 1000 / v[2] for k, v in cpu.items()}
+    db = {k: v[1] * 1000 / v[2] for k, v in cpu.items()}
+    print(f"{name}: {rows[True]} history rows written with it on, {rows[False]} off")
+    print(f"  wall  off {off:8.3f} (least {low_off:.3f}) ms   on {on:8.3f} (least {low_on:.3f}) ms"
+          f"   {on - off:+.3f} ms ({(on / off - 1) * 100:+.1f}%)")
+    print(f"  CPU   off {py[False] + db[False]:8.3f} ms (Python {py[False]:.3f} + PostgreSQL "
+          f"{db[False]:.3f})   on {py[True] + db[True]:8.3f} ms (Python {py[True]:.3f} + "
+          f"PostgreSQL {db[True]:.3f})   {py[True] + db[True] - py[False] - db[False]:+.3f} ms")
     return {"name": name, "off": off, "on": on}
 
 
@@ -131,13 +163,13 @@ def main() -> None:
             tree_replace(queues=defs)
             return 1
 
-        print("per operation (median of the rounds' means):")
+        print("per operation; wall: median (least) of the rounds' means; CPU: over all rounds")
         measure("QuotaEntry.save() (one entry)", entry_saves)
         measure("Queue.save() (one queue)", queue_saves)
         measure("quota_set (service: whole tree checked)", quota_sets)
         measure("queue_update (service: a description)", queue_updates)
         measure(f"tree import of {min(IMPORT_QUEUES, len(leaves))} queues (tree_replace)",
-                tree_import, rounds=max(3, ROUNDS // 2))
+                tree_import)
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_total_relation_size('quotas_historicalquotaentry'),"
                            " (SELECT COUNT(*) FROM quotas_historicalquotaentry)")
