@@ -10,10 +10,11 @@ path it came by, `history_source`, read from a context variable that each entry 
 - `with history_context(Source.IMPORT)` (or as a decorator) around an import, a capacity
   request's change, a cluster sync; anything else (Celery beat, the demo seed, a shell) is
   `system`. The innermost context wins: a capacity request approved from a page is
-  `capacity_request`, a tree import run from a page would be `import`.
+  `capacity_request`; the tree editor's save is `page` (it calls the tree service directly,
+  not the importer).
 
 Writes that bypass `save()` (`QuerySet.update`, `bulk_update`, `bulk_create`) write no row;
-docs/quota-tree.md says which ones the project makes and why.
+docs/portal.md ("Change history") says which ones the project makes and why.
 """
 
 from __future__ import annotations
