@@ -91,22 +91,28 @@ class HistoryFilterForm(forms.Form):
         return data
 
 
+_DAY = {"placeholder": "YYYY-MM-DD"}
+
+
 class HistoryFilter(django_filters.FilterSet):
     """Filter changes by object type, object, user, path (source) and date range."""
 
     type = django_filters.MultipleChoiceFilter(
         choices=KIND_CHOICES, method="filter_type", label="Object type",
         help_text="Repeat for several: type=queue&type=quota.")
-    object = ObjectRefFilter(method="filter_object", label="Object", help_text=OBJECT_HELP)
+    object = ObjectRefFilter(method="filter_object", label="Object", help_text=OBJECT_HELP,
+                             widget=forms.TextInput(attrs={"placeholder": "queue:12"}))
     user = django_filters.CharFilter(field_name="history_user__username", label="User",
-                                     help_text="Username of who made the change.")
+                                     help_text="Username of who made the change.",
+                                     widget=forms.TextInput(attrs={"placeholder": "username"}))
     source = django_filters.ChoiceFilter(
         field_name="history_source", choices=Source.choices, label="Path",
-        help_text="Where the change came from.")
+        help_text="Where the change came from.", empty_label="any")
     since = MomentFilter(field_name="history_date", lookup_expr="gte", label="Since",
-                         help_text=MOMENT_HELP)
+                         help_text=MOMENT_HELP, widget=forms.TextInput(attrs=_DAY))
     until = MomentFilter(field_name="history_date", lookup_expr="lt", end_of_day=True,
-                         label="Until", help_text=MOMENT_HELP + " A date includes that day.")
+                         label="Until", help_text=MOMENT_HELP + " A date includes that day.",
+                         widget=forms.TextInput(attrs=_DAY))
 
     class Meta:
         form = HistoryFilterForm
