@@ -190,7 +190,7 @@ _.ssl_ca_cert  # kubernetes.client.Configuration
 _.retries  # kubernetes.client.Configuration
 
 # --- Documentation in code
-_.PARTS  # quotas/policies/context.py: names the parts context_rows reads (its docstring)
+
 
 # --- scheduling
 _.workload_status  # the backend protocol: one workload's status (tests read both backends by it)
@@ -206,3 +206,8 @@ _.STUCK_RESERVED  # EventCode: built by name in fleet/maintenance.py
 _.STUCK_RUNNING  # EventCode: built by name in fleet/maintenance.py
 _.STUCK_PREEMPTING  # EventCode: built by name in fleet/maintenance.py
 _.to_representation  # DRF: a serializer's output (WorkloadDetailSerializer: one function)
+
+# --- portal.history: HistoryEntry fields the page template and the API serializer read by name
+_.object_label  # templates/portal/partials/history_rows.html, HistoryEntrySerializer
+_.source_label  # templates/portal/partials/history_rows.html
+_.before_known  # templates/portal/partials/history_rows.html, HistoryEntrySerializer

@@ -3,6 +3,7 @@
 from django.contrib import admin
 
 from billing import models
+from core.history_admin import HistoryAdmin
 
 
 @admin.register(models.CostCenter)
@@ -21,7 +22,7 @@ class ThresholdInline(admin.TabularInline):
 
 
 @admin.register(models.Budget)
-class BudgetAdmin(admin.ModelAdmin):
+class BudgetAdmin(HistoryAdmin):
     list_display = ["cost_center", "period", "amount", "currency", "active"]
     inlines = [ThresholdInline]
 
@@ -40,7 +41,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.RateCard)
-class RateCardAdmin(ReadOnlyAdmin):
+class RateCardAdmin(HistoryAdmin, ReadOnlyAdmin):
     list_display = ["flavor", "resource", "version", "effective_from", "rate", "frozen_rate",
                     "currency"]
 

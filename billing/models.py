@@ -14,6 +14,8 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from core.history import SourcedHistoricalRecords
+
 QUANTITY_PLACES = Decimal("0.0001")
 MONEY_PLACES = Decimal("0.01")
 
@@ -120,6 +122,8 @@ class RateCard(models.Model):
         related_name="+",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    history = SourcedHistoricalRecords()
 
     class Meta:
         ordering = ["flavor__name", "resource", "-version"]
@@ -400,6 +404,8 @@ class Budget(models.Model):
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    history = SourcedHistoricalRecords()
+
     class Meta:
         ordering = ["cost_center__code", "period"]
         constraints = [
@@ -416,6 +422,8 @@ class BudgetThreshold(models.Model):
     budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="thresholds")
     percent = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     action = models.CharField(max_length=8, choices=BudgetAction.choices)
+
+    history = SourcedHistoricalRecords()
 
     class Meta:
         ordering = ["budget", "percent", "action"]

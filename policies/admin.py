@@ -2,11 +2,13 @@
 
 from django.contrib import admin
 
+from core.history_admin import HistoryAdmin
+
 from .models import Policy, PolicyVersion, PolicyViolation, TeamApproval
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(HistoryAdmin):
     list_display = ("name", "kind", "mode", "version", "hits", "denials", "updated_at")
     list_filter = ("kind", "mode")
     search_fields = ("name", "description")

@@ -3,6 +3,8 @@
 from django.conf import settings
 from django.db import models
 
+from core.history import SourcedHistoricalRecords
+
 
 class PolicyKind(models.TextChoices):
     VALIDATE = "validate", "validate (deny a request whose rule is false)"
@@ -55,6 +57,9 @@ class Policy(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",
     )
+
+    # Counters move with every evaluation (by UPDATE): not part of a policy's history.
+    history = SourcedHistoricalRecords(excluded_fields=["hits", "denials", "updated_at"])
 
     class Meta:
         ordering = ["order", "name"]

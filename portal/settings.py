@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "simple_history",
     "portal",
     "quotas",
     "policies",
@@ -55,6 +56,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Change history (core/history.py): who (the request's user) and by which path.
+    "simple_history.middleware.HistoryRequestMiddleware",
+    "core.history.HistorySourceMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

@@ -18,11 +18,13 @@ urlpatterns = [
     path("api/v1/", include("portal.pages.api_urls")),
     path("api/v1/", include("scheduling.api_urls")),
     path("api/v1/", include("billing.api_urls")),
+    path("api/v1/", include("portal.history.api_urls")),
     path("", include("portal.page_urls")),
     path("", include("policies.urls")),
     path("", include("quotas.capacity.urls")),
     path("", include("portal.pages.urls")),
     path("", include("scheduling.urls")),
     path("", include("billing.urls")),
+    path("", include("portal.history.urls")),
     path("", include("scheduling.backends.simulated.urls")),
 ]

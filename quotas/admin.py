@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from core.history_admin import HistoryAdmin
 from quotas import services
 from quotas.models import Flavor, Queue, QuotaEntry, Team, TeamMembership
 from quotas.tree_rules import QuotaSpec, fmt
@@ -82,7 +83,7 @@ class QuotaEntryInline(admin.TabularInline):
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(HistoryAdmin):
     """The tree, indented by depth; saving runs the tree rules."""
 
     list_display = ("tree_name", "namespace", "strategy", "quota_summary")
@@ -147,13 +148,13 @@ class QueueAdmin(admin.ModelAdmin):
 
 
 @admin.register(Flavor)
-class FlavorAdmin(admin.ModelAdmin):
+class FlavorAdmin(HistoryAdmin):
     list_display = ("name", "gpu_memory_gib", "node_selector", "interconnect_label")
     search_fields = ("name",)
 
 
 @admin.register(QuotaEntry)
-class QuotaEntryAdmin(admin.ModelAdmin):
+class QuotaEntryAdmin(HistoryAdmin):
     """Read-only list: quotas change on their queue's page, where the tree rules run."""
 
     list_display = ("queue", "flavor", "resource", "min", "max", "lendable")

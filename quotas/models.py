@@ -6,6 +6,8 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from core.history import SourcedHistoricalRecords
+
 
 class Resource(models.TextChoices):
     GPU = "gpu", "GPU (whole cards)"
@@ -34,6 +36,8 @@ class Flavor(models.Model):
     mig_profiles = models.JSONField(default=list, blank=True)
     notes = models.TextField(blank=True)
 
+    history = SourcedHistoricalRecords()
+
     class Meta:
         ordering = ["name"]
 
@@ -60,6 +64,9 @@ class Queue(models.Model):
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    # updated_at moves on every save (the engine's snapshot reads it): not a change to keep.
+    history = SourcedHistoricalRecords(excluded_fields=["updated_at"])
 
     class Meta:
         ordering = ["path"]
@@ -102,6 +109,8 @@ class QuotaEntry(models.Model):
         max_digits=14, decimal_places=3, null=True, blank=True,
         validators=[MinValueValidator(0)], help_text="Empty: all of min may be lent.",
     )
+
+    history = SourcedHistoricalRecords()
 
     class Meta:
         ordering = ["queue__path", "flavor__name", "resource"]

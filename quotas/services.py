@@ -17,8 +17,10 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import ProtectedError
+from django.utils import timezone
 
 from core import db
+from core.history import history_batch
 from quotas import selectors
 from quotas.models import Flavor, Queue, QuotaEntry, Resource, Strategy
 from quotas.tree_rules import QueueSpec, QuotaSpec, TreeReport, validate_tree
@@ -140,19 +142,51 @@ def _warnings(report: TreeReport) -> list[str]:
 
 
 def _write_quota(queue: Queue, quota: QuotaMap, flavors: Mapping[str, Flavor]) -> None:
-    """Make the queue's stored entries exactly `quota`."""
+    """Make the queue's stored entries exactly `quota`.
+
+    Entries that already hold their numbers are not saved again: each save is a row in the
+    entry's history, and an import or a tree edit touches a few keys among many.
+    """
     existing = {(e.flavor.name, e.resource): e for e in queue.quotas.select_related("flavor")}
     for key, old in existing.items():
         if key not in quota:
             old.delete()
     for key, spec in quota.items():
         entry: QuotaEntry | None = existing.get(key)
+        numbers = (Decimal(spec.min if spec.min is not None else 0),
+                   None if spec.max is None else Decimal(spec.max),
+                   None if spec.lendable is None else Decimal(spec.lendable))
         if entry is None:
             entry = QuotaEntry(queue=queue, flavor=flavors[key[0]], resource=key[1])
-        entry.min = Decimal(spec.min if spec.min is not None else 0)
-        entry.max = None if spec.max is None else Decimal(spec.max)
-        entry.lendable = None if spec.lendable is None else Decimal(spec.lendable)
+        elif (entry.min, entry.max, entry.lendable) == numbers:
+            continue
+        entry.min, entry.max, entry.lendable = numbers
         entry.save()
+
+
+_QUEUE_FIELDS = ("name", "parent_id", "strategy", "namespace", "description")
+
+
+def _queue_state(queue: Queue) -> tuple[Any, ...]:
+    return tuple(getattr(queue, f) for f in _QUEUE_FIELDS)
+
+
+def _save_queue(queue: Queue, before: tuple[Any, ...] | None) -> None:
+    """Save a new or changed queue (a row in its history); an unchanged one only has its
+    updated_at moved, which the engine's snapshot stamp reads to see its quotas changed."""
+    if before is None or before != _queue_state(queue):
+        queue.save()
+    else:
+        Queue.objects.filter(pk=queue.pk).update(updated_at=timezone.now())
+
+
+def _set_namespace(queue_id: int, namespace: str) -> None:
+    """A queue's namespace changed as a side effect (it became or stopped being a leaf):
+    saved, not updated in bulk, so that its history shows it."""
+    queue = Queue.objects.select_related("parent").get(pk=queue_id)
+    if queue.namespace != namespace:
+        queue.namespace = namespace
+        queue.save(update_fields=["namespace"])
 
 
 def _flavor_map() -> dict[str, Flavor]:
@@ -240,7 +274,7 @@ def queue_create(
     _write_quota(queue, quota or {}, _flavor_map())
     if parent is not None and parent.namespace:
         # A queue with children is no longer a leaf: it maps to no namespace.
-        Queue.objects.filter(pk=parent.pk).update(namespace="")
+        _set_namespace(parent.pk, "")
     return TreeChange(queue=queue, warnings=_warnings(report))
 
 
@@ -263,6 +297,7 @@ def queue_update(
     (with None) clears single keys. Moving or renaming re-paths its whole subtree."""
     _lock_tree()
     queue = Queue.objects.select_for_update().get(pk=queue.pk)
+    before = _queue_state(queue)
     old_path = queue.path
     new_name = queue.name if name is _UNSET else name
     _check_name(new_name)
@@ -331,13 +366,13 @@ def queue_update(
         queue.namespace = namespace or (default_namespace(new_path) if new_path in leaves else "")
     elif new_path in leaves and not queue.namespace:
         queue.namespace = default_namespace(new_path)
-    queue.save()
+    _save_queue(queue, before)
     if old_path != new_path:
         for sub in Queue.objects.filter(path__startswith=f"{old_path}/").order_by("depth"):
             sub.parent = Queue.objects.get(pk=sub.parent_id)  # type: ignore[misc]
             sub.save()
     if new_parent is not None and new_parent.namespace:
-        Queue.objects.filter(pk=new_parent.pk).update(namespace="")
+        _set_namespace(new_parent.pk, "")
     _write_quota(queue, new_quota, _flavor_map())
     queue.refresh_from_db()
     return TreeChange(queue=queue, warnings=_warnings(report))
@@ -367,7 +402,7 @@ def queue_delete(*, queue: Queue) -> TreeChange:
             "it cannot be deleted"
         ) from exc
     if parent is not None and not parent.children.exists() and not parent.namespace:
-        Queue.objects.filter(pk=parent.pk).update(namespace=default_namespace(parent.path))
+        _set_namespace(parent.pk, default_namespace(parent.path))
     return TreeChange(queue=None, warnings=_warnings(report))
 
 
@@ -436,6 +471,9 @@ def flavor_update(*, flavor: Flavor, **fields: Any) -> Flavor:
     if unknown:
         raise ValidationError(f"unknown flavor field(s): {', '.join(sorted(unknown))}")
     _check_flavor_fields({"node_selector": flavor.node_selector, **fields})
+    fields = {n: v for n, v in fields.items() if getattr(flavor, n) != v}
+    if not fields:
+        return flavor  # nothing changed: no save, no row in its history
     for name, value in fields.items():
         setattr(flavor, name, value)
     flavor.full_clean()
@@ -458,6 +496,14 @@ def tree_replace(
     Each queue's stored quota becomes exactly what its definition sets. Queues not named stay
     as they are, unless `prune`, which deletes them (they must hold no workloads).
     """
+    # Hundreds of saves at once: their history goes in one INSERT per table at the end.
+    with history_batch():
+        return _tree_replace(queues=queues, flavors=flavors, prune=prune)
+
+
+def _tree_replace(
+    *, queues: Iterable[QueueDef], flavors: Iterable[FlavorDef], prune: bool
+) -> TreeReplaceResult:
     _lock_tree()
     result = TreeReplaceResult()
     defs = list(queues)
@@ -517,6 +563,7 @@ def tree_replace(
         parent_path, _, name = path.rpartition("/")
         parent_queue = existing[parent_path] if parent_path else None
         queue: Queue | None = existing.get(path)
+        before = None if queue is None else _queue_state(queue)
         ns = d.namespace or (
             (queue.namespace if queue else "") or default_namespace(path)
             if path in leaves else ""
@@ -530,7 +577,7 @@ def tree_replace(
         queue.namespace = ns
         if d.description:
             queue.description = d.description
-        queue.save()
+        _save_queue(queue, before)
         existing[path] = queue
         _write_quota(queue, d.quota, known)
     result.warnings = _warnings(report)

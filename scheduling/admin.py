@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.db.models import Count, QuerySet, Sum
 from django.http import HttpRequest
 
+from core.history_admin import HistoryAdmin
 from scheduling.models import Cluster, Node
 
 
@@ -14,7 +15,7 @@ class NodeInline(admin.TabularInline):
 
 
 @admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin):
+class ClusterAdmin(HistoryAdmin):
     list_display = ("name", "kind", "region", "backend", "health", "price", "enabled",
                     "node_count", "gpu_count")
     list_filter = ("kind", "backend", "enabled")
@@ -36,7 +37,7 @@ class ClusterAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(HistoryAdmin):
     list_display = ("name", "cluster", "flavor", "gpus", "cpu", "memory_gib", "rack", "ready")
     list_filter = ("cluster", "flavor", "ready")
     list_select_related = ("cluster", "flavor")

@@ -7,6 +7,8 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from core.history import SourcedHistoricalRecords
+
 
 class ClusterKind(models.TextChoices):
     ON_PREMISES = "on-prem", "On-premises"
@@ -51,6 +53,9 @@ class Cluster(models.Model):
     health_penalty_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # The dispatch penalty is engine state, set after a refused dispatch: not an edit.
+    history = SourcedHistoricalRecords(excluded_fields=["health_penalty", "health_penalty_until"])
+
     class Meta:
         ordering = ["name"]
 
@@ -78,6 +83,8 @@ class Node(models.Model):
     rack = models.CharField(max_length=63, blank=True)
     ready = models.BooleanField(default=True)
     labels = models.JSONField(default=dict, blank=True)
+
+    history = SourcedHistoricalRecords()
 
     class Meta:
         ordering = ["cluster__name", "name"]

@@ -22,6 +22,7 @@ from quotas import selectors as tree_selectors
 from quotas import services as tree_services
 from quotas.capacity.selectors import capacity_requests_to_decide
 from quotas.models import Queue, Team
+from scheduling.models import Cluster
 from scheduling.request import approvals
 
 INBOX_ROWS = 50  # oldest first: decide these, the next ones follow
@@ -96,7 +97,7 @@ def _tree_context(request: HttpRequest, state: Any = None, post: Any = None) -> 
     rows = editor_rows(specs, keys, post, editable=scope.is_admin,
                        visible=None if scope.is_admin else scope.can_see_queue)
     return {"rows": rows, "keys": keys, "state": state, "can_edit": scope.is_admin,
-            "parents": Queue.objects.order_by("path").only("id", "path")}
+            "parents": Queue.objects.order_by("path").only("id", "path"), "scope": scope}
 
 
 @login_required
@@ -217,7 +218,7 @@ def queue_detail(request: HttpRequest, path: str) -> HttpResponse:
             })
     return render(request, "portal/queue_detail.html", {
         "queue": queue, "node": node, "figures": figures,
-        "can_submit": scope.can_submit_to(queue.pk) and node["is_leaf"],
+        "can_submit": scope.can_submit_to(queue.pk) and node["is_leaf"], "scope": scope,
     })
 
 
@@ -245,7 +246,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
              "title": "Waits per queue (last 7 days)",
              "json": charts.queue_waits_figure(waits)},
         ],
-        "waits": waits,
+        "waits": waits, "scope": scope,
     })
 
 
@@ -255,4 +256,8 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
     found = tree_selectors.cluster_list(name=name)
     if not found:
         raise Http404("no such cluster")
-    return render(request, "portal/cluster_detail.html", {"cluster": found[0]})
+    return render(request, "portal/cluster_detail.html", {
+        "cluster": found[0],
+        # Its History section lists the cluster's and its nodes' changes by id.
+        "cluster_pk": Cluster.objects.filter(name=name).values_list("pk", flat=True).first(),
+    })

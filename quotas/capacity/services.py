@@ -18,6 +18,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from core.history import Source, history_context
 from portal.pages.access import user_scope
 from quotas import selectors as tree_selectors
 from quotas import services as tree_services
@@ -100,21 +101,25 @@ def tree_check_entry(
     return [], [p.message for p in report.warnings]
 
 
-def _set_entry(request: CapacityRequest, values: dict[str, Any] | None) -> list[str]:
+def _set_entry(request: CapacityRequest, values: dict[str, Any] | None, *, actor: Any,
+               reason: str) -> list[str]:
     """Set (or remove) the request's entry through the tree service; return the warnings.
 
     `quotas.services` validates the whole tree with the change and saves nothing on an error.
+    The entry's history records it as `capacity_request`, by `actor` (None: the beat, on no
+    one's behalf), with `reason` naming the request.
     """
-    if values is None:
-        change = tree_services.quota_set(
-            queue=request.queue, flavor=request.flavor.name, resource=request.resource,
-            clear=True,
-        )
-    else:
-        change = tree_services.quota_set(
-            queue=request.queue, flavor=request.flavor.name, resource=request.resource,
-            min=values["min"], max=values["max"], lendable=values["lendable"],
-        )
+    with history_context(Source.CAPACITY_REQUEST, user=actor, reason=reason):
+        if values is None:
+            change = tree_services.quota_set(
+                queue=request.queue, flavor=request.flavor.name, resource=request.resource,
+                clear=True,
+            )
+        else:
+            change = tree_services.quota_set(
+                queue=request.queue, flavor=request.flavor.name, resource=request.resource,
+                min=values["min"], max=values["max"], lendable=values["lendable"],
+            )
     return list(change.warnings)
 
 
@@ -235,7 +240,9 @@ def _apply(request: CapacityRequest, *, actor: Any, now: dt.datetime) -> None:
     entry = _entry(request)
     previous = _entry_values(entry)
     values = _requested_values(request, entry)
-    warnings = _set_entry(request, values)
+    # Applied later by the beat, the change is still the decider's.
+    warnings = _set_entry(request, values, actor=actor or request.decided_by,
+                          reason=f"capacity request #{request.pk} applied")
     _move(request, S.ACTIVE)
     request.previous = previous
     request.save()
@@ -306,7 +313,8 @@ def capacity_request_revert(
         "min": decimal_or_none(prev["min"]), "max": decimal_or_none(prev["max"]),
         "lendable": decimal_or_none(prev["lendable"]),
     }
-    warnings = _set_entry(request, values)
+    warnings = _set_entry(request, values, actor=actor,
+                          reason=f"capacity request #{request.pk} reverted")
     _move(request, S.REVERTED)
     request.save()
     _event(request, type="reverted", actor=actor, at=now,

@@ -15,6 +15,7 @@ import yaml
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.history import Source, history_context
 from quotas.interop import koordinator, kueue, volcano
 from quotas.interop.common import Node, Obj, build_tree, export_tree
 from quotas.interop.loader import load_documents
@@ -56,8 +57,23 @@ def quotas_import(
     default_flavor: str | None = None,
     prune: bool = False,
     dry_run: bool = False,
+    user: Any = None,
 ) -> ImportResult:
-    """Import (source name, YAML text) pairs; all or nothing. Errors name file, object, field."""
+    """Import (source name, YAML text) pairs; all or nothing. Errors name file, object, field.
+
+    The changes are recorded in the history as `import`, by `user` when given.
+    """
+    with history_context(Source.IMPORT, user=user):
+        return _import(sources, default_flavor=default_flavor, prune=prune, dry_run=dry_run)
+
+
+def _import(
+    sources: Iterable[tuple[str, str | bytes]],
+    *,
+    default_flavor: str | None,
+    prune: bool,
+    dry_run: bool,
+) -> ImportResult:
     objs: list[Obj] = []
     skipped: list[str] = []
     systems: dict[str, str] = {}

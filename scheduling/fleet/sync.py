@@ -11,6 +11,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from core import db
+from core.history import Source, history_context
 from quotas.models import Flavor
 from scheduling import enqueue
 from scheduling.backends import registry
@@ -182,8 +183,13 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, RunPhase, st
     db.insert_rows(WorkloadEvent, events)
 
 
+@history_context(Source.SYNC)
 def sync_nodes(cluster: Cluster, backend: object) -> int:
-    """Update readiness and allocatable resources of known nodes (new nodes are added)."""
+    """Update readiness and allocatable resources of known nodes (new nodes are added).
+
+    A new node is saved (a `sync` row in its history); readiness and capacity of known nodes
+    change by UPDATE, with no history: they flap with every look at the cluster.
+    """
     flavors = {f.name: f for f in Flavor.objects.all()}
     matches = [FlavorMatch(name=f.name, node_selector=dict(f.node_selector or {}),
                            interconnect_label=f.interconnect_label) for f in flavors.values()]

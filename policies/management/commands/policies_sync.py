@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.history import Source, history_context
 from policies.services import policies_sync
 from policies.specs import PolicyFileError, read_dir, read_file
 
@@ -38,8 +39,9 @@ class Command(BaseCommand):
                 raise CommandError(f"unknown user {options['user']!r}")
         definitions = [d for f in files for d in f.policies]
         try:
-            report = policies_sync(user=user, definitions=definitions, prune=options["prune"],
-                                   comment=options["comment"])
+            with history_context(Source.IMPORT, user=user):
+                report = policies_sync(user=user, definitions=definitions,
+                                       prune=options["prune"], comment=options["comment"])
         except ValidationError as exc:
             lines = [f"{name}: {m}" for name, ms in exc.message_dict.items() for m in ms]
             raise CommandError("nothing saved:\n  " + "\n  ".join(lines)) from exc

@@ -3,6 +3,7 @@
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -21,6 +22,8 @@ class Command(BaseCommand):
         parser.add_argument("--replace", action="store_true",
                             help="delete queues the files do not name")
         parser.add_argument("--dry-run", action="store_true", help="validate, save nothing")
+        parser.add_argument("--user", default="",
+                            help="username the changes are recorded under in the history")
 
     def handle(self, *args: Any, **options: Any) -> None:
         sources = []
@@ -35,9 +38,15 @@ class Command(BaseCommand):
                 raise CommandError(f"{name}: {path.stat().st_size} bytes is larger than the "
                                    f"limit of {MAX_BYTES}")
             sources.append((name, path.read_bytes()))
+        user = None
+        if options["user"]:
+            user = get_user_model().objects.filter(username=options["user"]).first()
+            if user is None:
+                raise CommandError(f"unknown user {options['user']!r}")
         try:
             result = quotas_import(sources, default_flavor=options["flavor"],
-                                   prune=options["replace"], dry_run=options["dry_run"])
+                                   prune=options["replace"], dry_run=options["dry_run"],
+                                   user=user)
         except ValidationError as exc:
             raise CommandError("import refused, nothing changed:\n  "
                                + "\n  ".join(exc.messages)) from exc

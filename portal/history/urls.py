@@ -1,0 +1,9 @@
+"""The history page."""
+
+from django.urls import path
+
+from portal.history import views
+
+urlpatterns = [
+    path("history/", views.history_list, name="history"),
+]
