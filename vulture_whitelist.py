@@ -191,7 +191,6 @@ _.retries  # kubernetes.client.Configuration
 
 # --- Documentation in code
 
-
 # --- scheduling
 _.workload_status  # the backend protocol: one workload's status (tests read both backends by it)
 _.list_workloads  # the backend protocol: what a cluster runs (tests read both backends by it)
@@ -210,4 +209,6 @@ _.to_representation  # DRF: a serializer's output (WorkloadDetailSerializer: one
 # --- portal.history: HistoryEntry fields the page template and the API serializer read by name
 _.object_label  # templates/portal/partials/history_rows.html, HistoryEntrySerializer
 _.source_label  # templates/portal/partials/history_rows.html
+_.kind_label  # templates/portal/partials/history_rows.html
+_.after_text  # templates/portal/partials/history_rows.html (before_text is read the same way)
 _.before_known  # templates/portal/partials/history_rows.html, HistoryEntrySerializer

@@ -13,8 +13,8 @@ from quotas.capacity.models import CapacityRequest
 from quotas.capacity.services import capacity_requests_process_due
 from quotas.models import Flavor, Queue, QuotaEntry
 from quotas.services import queue_update
-from scheduling import dispatch
 from scheduling.backends.base import NodeInfo
+from scheduling.fleet.sync import sync_nodes
 from scheduling.models import Cluster, Node
 from tests.integration.history.conftest import api_for, changes, history
 
@@ -179,11 +179,11 @@ def test_sync_records_new_nodes_but_not_capacity_flaps(org):
 
     known = [info("bj-a100-0", 8), info("bj-a100-1", 8)]
     before = Node.history.count()
-    dispatch._sync_nodes(org.cluster, Backend([*known, info("bj-a100-9", 4)]))
+    sync_nodes(org.cluster, Backend([*known, info("bj-a100-9", 4)]))
     new = Node.objects.get(name="bj-a100-9")
     assert [(h.history_type, h.history_source) for h in new.history.all()] == [("+", "sync")]
     # Readiness and capacity flap with every look: updated in bulk, not recorded.
-    dispatch._sync_nodes(org.cluster, Backend([info("bj-a100-0", 6, ready=False), known[1],
+    sync_nodes(org.cluster, Backend([info("bj-a100-0", 6, ready=False), known[1],
                                                info("bj-a100-9", 4)]))
     assert Node.objects.get(name="bj-a100-0").gpus == 6
     assert Node.history.count() == before + 1
