@@ -210,5 +210,7 @@ _.to_representation  # DRF: a serializer's output (WorkloadDetailSerializer: one
 _.object_label  # templates/portal/partials/history_rows.html, HistoryEntrySerializer
 _.source_label  # templates/portal/partials/history_rows.html
 _.kind_label  # templates/portal/partials/history_rows.html
-_.after_text  # templates/portal/partials/history_rows.html (before_text is read the same way)
+_.before_text  # templates/portal/partials/history_rows.html
+_.after_text  # templates/portal/partials/history_rows.html
 _.before_known  # templates/portal/partials/history_rows.html, HistoryEntrySerializer
+_.filter_object  # django-filter: the history FilterSet names it in method="filter_object"

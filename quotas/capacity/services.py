@@ -63,7 +63,7 @@ def _move(request: CapacityRequest, to: str) -> None:
 def _lock(request: CapacityRequest) -> CapacityRequest:
     """The tree lock (the one `quotas.services` takes, first, so lock order is the same
     everywhere: two approvals on siblings must not each pass V2 alone), then the request row."""
-    tree_services._lock_tree()
+    tree_services.lock_tree()
     return CapacityRequest.objects.select_for_update().get(pk=request.pk)
 
 
