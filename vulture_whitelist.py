@@ -214,3 +214,16 @@ _.before_text  # templates/portal/partials/history_rows.html
 _.after_text  # templates/portal/partials/history_rows.html
 _.before_known  # templates/portal/partials/history_rows.html, HistoryEntrySerializer
 _.filter_object  # django-filter: the history FilterSet names it in method="filter_object"
+_.filter_type  # django-filter: the history FilterSet names it in method="filter_type"
+
+# --- core.history (django-simple-history)
+_._fill_source  # a pre_create_historical_record receiver (@receiver connects it)
+_.HistorySourceMiddleware  # named in settings.MIDDLEWARE
+_.baseline_rows  # called by the history migrations (vulture skips migrations)
+_.schema_editor  # RunPython's (apps, schema_editor) signature
+_.history_list_display  # SimpleHistoryAdmin: columns of an object's history page
+_.revert_disabled  # SimpleHistoryAdmin: turns reverting off (it would go around the services)
+_.to_python  # Django form fields: the history filters' parsing
+_.field_class  # django-filter: the form field a filter uses
+_.abstract  # Django Meta: the history base model is abstract
+_.filter_backends  # DRF: the history list's filter backend

@@ -65,11 +65,6 @@ _batch: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
     "allot_history_batch", default=None)
 
 
-def current_history_context() -> HistoryContext:
-    """The context the next historical row will be written with."""
-    return _current.get()
-
-
 @contextmanager
 def history_context(source: str, *, user: Any = None, reason: str = "") -> Iterator[None]:
     """Record the writes made inside as coming from `source` (and `user`, `reason` if given).
