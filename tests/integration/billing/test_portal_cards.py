@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from billing import selectors
 from billing.metering import hour_floor
+from billing.selectors import budgets, series, workloads
 from billing.services import charges_post_hour, usage_rollup_hour
 from tests.factories import AdminFactory
 
@@ -25,7 +26,8 @@ def running(world, admit, monkeypatch):
     usage_rollup_hour(hour=h, now=real_now, telemetry={})
     charges_post_hour(hour=h, now=real_now)
     clock = h + timedelta(hours=2, minutes=30)
-    monkeypatch.setattr(selectors, "timezone", SimpleNamespace(now=lambda: clock))
+    for module in (budgets, series, workloads):  # the selectors that read the clock
+        monkeypatch.setattr(module, "timezone", SimpleNamespace(now=lambda: clock))
     return {"workload": adm.workload, "h": h}
 
 

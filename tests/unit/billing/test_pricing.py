@@ -1,9 +1,8 @@
-"""Pricing: bases, frozen rate, a rate change mid-hour, rounding to cents half-even."""
+"""Pricing: bases, frozen rate, a rate change mid-hour, time before the first rate."""
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from billing.models import round_money, round_quantity
 from billing.pricing import RateVersion, UsageInput, price_usage
 
 H = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
@@ -22,13 +21,6 @@ def usage(phase="running", minutes=60, gpus=8, active=None, gap="0", cpu="0", st
         cpu=Decimal(cpu), memory_gib=Decimal(0),
         active_gpu_hours=None if active is None else Decimal(active), gap_gpu_hours=Decimal(gap),
     )
-
-
-def test_rounding_is_half_even():
-    assert round_quantity(Decimal("1.33335")) == Decimal("1.3334")
-    assert round_quantity(Decimal("1.33345")) == Decimal("1.3334")
-    assert round_money(Decimal("0.125")) == Decimal("0.12")
-    assert round_money(Decimal("0.135")) == Decimal("0.14")
 
 
 def test_frozen_part_priced_at_its_own_rate_on_its_own_line():
