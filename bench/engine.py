@@ -46,7 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from scheduling.simulate import load_scenario, run_scenario
+from scheduling.replay import load_scenario, run_scenario
 
 CPU = "cpu"
 PHILLY_FLAVOR = "gpu-24g"

@@ -234,7 +234,7 @@ def _explain(path: Path, problems: list[str], result: dict[str, Any] | None = No
 
 
 def _runner() -> Any:
-    return pytest.importorskip("scheduling.simulate")
+    return pytest.importorskip("scheduling.replay")
 
 
 @pytest.mark.parametrize("path", _params(VALID))

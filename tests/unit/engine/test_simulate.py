@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduling.simulate import ScenarioError, load_scenario, run_scenario
+from scheduling.replay import ScenarioError, load_scenario, run_scenario
 
 BASE: dict[str, Any] = {
     "name": "unit",
