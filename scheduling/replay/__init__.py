@@ -6,7 +6,8 @@
 No database: the command `python manage.py simulate FILE [--out F]` is pure too.
 """
 
-from scheduling.replay.loader import Scenario, ScenarioError, load_scenario
+from scheduling.replay.loader import load_scenario
 from scheduling.replay.runner import run_scenario
+from scheduling.replay.scenario import Scenario, ScenarioError
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "run_scenario"]

@@ -39,7 +39,7 @@ from typing import Any
 
 from scheduling.engine import Engine, Reason, ReasonCode
 from scheduling.engine.accounting import EPS
-from scheduling.replay.loader import Scenario, SimWorkload
+from scheduling.replay.scenario import Scenario, SimWorkload
 
 # Event kinds in the order they apply at one instant: what ends first, then what begins.
 FINISH, CANCEL, GRACE_END, FLEET, RUNNING, SUBMIT, WAKE = range(7)
