@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from scheduling.engine.accounting import EPS, INF, Demand, QuotaTree, fmt
-from scheduling.engine.placement import Pool
+from scheduling.engine.pool import Pool
 from scheduling.engine.preemption import PreemptionMixin
 from scheduling.engine.state import (
     ADMITTED,

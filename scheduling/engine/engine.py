@@ -42,7 +42,8 @@ from collections.abc import Iterable, Sequence
 
 from scheduling.engine.accounting import EPS, Demand, QuotaTree, fmt
 from scheduling.engine.cycle import CycleMixin
-from scheduling.engine.placement import Fleet, Pod, Pool
+from scheduling.engine.placement import Fleet
+from scheduling.engine.pool import Pod, Pool
 from scheduling.engine.state import (
     RC,
     Admitted,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from scheduling.engine.accounting import INF, Demand, QuotaTree
-from scheduling.engine.placement import Fleet, Pod, Pool
+from scheduling.engine.placement import Fleet
+from scheduling.engine.pool import Pod, Pool
 from scheduling.engine.types import (
     DisruptionBudget,
     Reason,
