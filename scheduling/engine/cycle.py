@@ -1,6 +1,21 @@
 """The admission cycle (QUOTA-SEMANTICS.md §4, §7): order, holds, groups, reasons.
 
-Part of `Engine` (a mixin); the choices are listed in `scheduling.engine.engine`.
+Choices where the semantics page is silent:
+- Candidate order: a workload is "within guarantee" when it is on any of its flavors; the
+  borrow score uses its first flavor's GPU key at its leaf.
+- Within one cycle usage only grows (victims keep their capacity until their grace ends), so a
+  workload identical in queue, shape and options to one that already failed in this cycle fails
+  the same way without new checks.
+- A starving workload that does not fit holds a reservation on its first usable flavor for the
+  rest of the cycle: its demand as phantom usage in the quota tree, and, when its quota fits but
+  no nodes do, the nodes that could hold its gang (most free GPUs first) are kept from later
+  workloads. Later workloads that would have fit without the hold get NO_CAPACITY naming it.
+  It does not hold when a policy-lowered max or its cooldown blocks it (holding would idle the
+  flavor and, for a reclaimed borrower, take back what was reclaimed).
+- A preemptor whose victims are all gone goes first in the next cycle, before starving work:
+  the capacity was freed for it (otherwise reclaim can repeat after every cooldown).
+- A preemptor whose victims are still in their grace period does not preempt again; it waits
+  (WAITING_FOR_PREEMPTION).
 """
 
 from __future__ import annotations

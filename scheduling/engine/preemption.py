@@ -1,6 +1,15 @@
 """Preemption (QUOTA-SEMANTICS.md §5): reclaim, priority, minimal victim sets, budgets.
 
-Part of `Engine` (a mixin); the choices are listed in `scheduling.engine.engine`.
+Choices where the semantics page is silent (Kueue's behaviour unless said otherwise):
+- Reclaim victims run on the preemptor's flavor, in another leaf, are preemptible and not in
+  grace, and on some contested key their leaf and every ancestor below the lowest common
+  ancestor are above min. Priority victims are in the same leaf with a strictly lower priority.
+  Reclaim candidates come before priority candidates; the set is filled greedily, then
+  minimised by putting back every victim but the last that is not needed (Kueue).
+- Victims in grace are never chosen twice.
+- A victim's reason: reclaim -> QUOTA_BORROW_UNAVAILABLE, priority -> NO_CAPACITY, naming
+  the preemptor.
+- Disruption budgets count running pods of running workloads not in grace.
 """
 
 from __future__ import annotations
