@@ -85,7 +85,7 @@ class HoldsMixin(PreemptionMixin):
     def _release_holds(self) -> None:
         """End of cycle: give back held quota and nodes. Not counted as freed: groups parked
         while a hold was in place computed their deficits without it, and groups held back by
-        a hold wait for their holders (`cycle`)."""
+        a hold wait for their holders (`CycleMixin._walk`)."""
         for p, _, d, masked in reversed(self._holds):
             self.tree.add(p.leaf, d, -1.0)
             for pool, i in masked:

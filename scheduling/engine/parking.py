@@ -64,7 +64,7 @@ class ParkingMixin(HoldsMixin):
         g.held_by = ()
         if reason.code == RC.NO_CAPACITY and ": capacity held for starving" in reason.message:
             # Parked like any failure, and also tried again as soon as a holder does not
-            # hold again (see `cycle`).
+            # hold again (see `CycleMixin._walk`).
             g.held_by = self._held_by(p)
         self._park(g, p, now)
         if not g.held_by and self._holds and (p.spec.can_preempt or g.reclaims):

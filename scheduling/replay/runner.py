@@ -300,8 +300,7 @@ class Runner(Metrics):
 def run_scenario(scenario: Scenario) -> dict[str, Any]:
     """Replay a loaded scenario; return the output JSON as a dict."""
     # The replay allocates many small long-lived objects and frees them by reference counting;
-    # a frequent cyclic collector would only rescan them (up to a third of a large replay), so
-    # it runs rarely.
+    # a frequent cyclic collector would only rescan them, so it runs rarely.
     threshold = gc.get_threshold()
     gc.collect()
     gc.freeze()

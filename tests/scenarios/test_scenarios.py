@@ -43,7 +43,7 @@ SCENARIO_FILES = sorted(
     p for p in HERE.iterdir() if p.suffix in {".yaml", ".yml", ".json"} and p.is_file()
 )
 
-# file stem -> what the engine gets wrong (relayed to the engine's owner).
+# file stem -> what the engine gets wrong.
 ENGINE_XFAIL: dict[str, str] = {}
 
 # Reason codes that only the portal side produces (admission policies, budgets): the scenario
