@@ -37,30 +37,7 @@ def parse_queues(c: Checker, raw: list[Any], flavors: set[str], clusters: list[C
             path = f"{parent}/{name}" if parent else name
             paths[name] = path
             strategies[path] = c.text(q, "strategy", f"queue {path}", "", STRATEGIES)
-            quota: dict[tuple[str, str], tree_rules.QuotaSpec] = {}
-            raw_q = q.get("quota") or {}
-            if not isinstance(raw_q, Mapping):
-                c.problems.append(f"queue {path}: quota must be a mapping of flavors")
-                raw_q = {}
-            for flavor, per_res in raw_q.items():
-                if flavor not in flavors:
-                    c.problems.append(f"queue {path}: unknown flavor {flavor!r}")
-                    continue
-                if not isinstance(per_res, Mapping):
-                    c.problems.append(f"queue {path} {flavor}: expected resources")
-                    continue
-                for res, vals in per_res.items():
-                    kw = f"queue {path} {flavor}/{res}"
-                    if res not in tree_rules.RESOURCES:
-                        c.problems.append(f"{kw}: unknown resource (one of "
-                                          f"{', '.join(tree_rules.RESOURCES)})")
-                        continue
-                    if not c.keys(vals, {"min", "max", "lendable"}, set(), kw):
-                        continue
-                    quota[(flavor, res)] = tree_rules.QuotaSpec(
-                        min=c.num(vals, "min", kw, None, lo=None),
-                        max=c.num(vals, "max", kw, None, lo=None),
-                        lendable=c.num(vals, "lendable", kw, None, lo=None))
+            quota = _quota(c, q, path, flavors)
             specs.append(tree_rules.QueueSpec(path=path, parent=parent, quota=quota))
             kids = c.items(q, "children", f"queue {path}")
             if kids:
@@ -84,3 +61,33 @@ def parse_queues(c: Checker, raw: list[Any], flavors: set[str], clusters: list[C
                                lendable=float(r.lendable)) for key, r in resolved.items()}
         out.append(QueueSpec(spec.path, spec.parent, quota, strategies.get(spec.path, "")))
     return out, leaves, [p.message for p in report.warnings]
+
+
+def _quota(c: Checker, q: Mapping[str, Any], path: str,
+           flavors: set[str]) -> dict[tuple[str, str], tree_rules.QuotaSpec]:
+    """A queue's `quota` mapping (flavor -> resource -> min, max, lendable)."""
+    quota: dict[tuple[str, str], tree_rules.QuotaSpec] = {}
+    raw_q = q.get("quota") or {}
+    if not isinstance(raw_q, Mapping):
+        c.problems.append(f"queue {path}: quota must be a mapping of flavors")
+        raw_q = {}
+    for flavor, per_res in raw_q.items():
+        if flavor not in flavors:
+            c.problems.append(f"queue {path}: unknown flavor {flavor!r}")
+            continue
+        if not isinstance(per_res, Mapping):
+            c.problems.append(f"queue {path} {flavor}: expected resources")
+            continue
+        for res, vals in per_res.items():
+            kw = f"queue {path} {flavor}/{res}"
+            if res not in tree_rules.RESOURCES:
+                c.problems.append(f"{kw}: unknown resource (one of "
+                                  f"{', '.join(tree_rules.RESOURCES)})")
+                continue
+            if not c.keys(vals, {"min", "max", "lendable"}, set(), kw):
+                continue
+            quota[(flavor, res)] = tree_rules.QuotaSpec(
+                min=c.num(vals, "min", kw, None, lo=None),
+                max=c.num(vals, "max", kw, None, lo=None),
+                lendable=c.num(vals, "lendable", kw, None, lo=None))
+    return quota

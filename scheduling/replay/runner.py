@@ -133,7 +133,8 @@ class Runner(Metrics):
         return nxt
 
     def _apply(self, kind: int, name: str, token: int, t: float) -> None:
-        eng = self.eng
+        """Apply one event at t; a finish, a running or a grace end of a workload's earlier
+        life (an older token) is dropped."""
         if kind == WAKE:
             return
         self.changed = True
@@ -142,63 +143,85 @@ class Runner(Metrics):
             return
         w = self.ws[name]
         if kind == SUBMIT:
-            reasons = eng.check(w.sim.spec)
-            if reasons:
-                w.state = "rejected"
-                for r in reasons:
-                    w.reasons.append((t, str(r.code), r.message))
-                return
-            eng.submit(w.sim.spec)
-            w.counted = True
-            self.demand += w.gpus
-            self.leaf_demand.add(w.sim.spec.queue)
+            self._submit(w, t)
         elif kind == RUNNING:
-            if token != w.token or w.state != "reserved":
-                return
-            eng.mark_running(name)
-            self.reserved_at.pop(name, None)
-            w.state = "running"
-            w.run_start = t
-            self._schedule_finish(w, t)
+            if token == w.token and w.state == "reserved":
+                self._running(w, name, t)
         elif kind == FINISH:
-            if token != w.token or w.state != "running":
-                return
-            a = eng.admitted.get(name)
-            if a is not None and a.grace_until is not None:
-                return  # in grace: the grace end decides
-            eng.end(name, t)
-            self._alloc_end(w, t)
-            self._drop_demand(w)
-            w.state = "finished"
-            w.finished_at = t
+            if token == w.token and w.state == "running":
+                self._finish(w, name, t)
         elif kind == CANCEL:
-            if w.state in ("finished", "rejected", "cancelled"):
-                return
-            w.cancelled = True
-            self._drop_demand(w)
-            if name in eng.pending:
-                eng.remove_pending(name)
-                w.state = "cancelled"
-                return
-            a = eng.admitted.get(name)
-            if a is not None and a.grace_until is None:
-                eng.end(name, t)
-                self._alloc_end(w, t)
-                w.token += 1
-                w.state = "cancelled"
-            elif a is None:
-                w.state = "cancelled"
+            self._cancel(w, name, t)
         elif kind == GRACE_END:
-            if token != w.token:
-                return
+            if token == w.token:
+                self._grace_end(w, name, t)
+
+    def _submit(self, w: WorkloadRecord, t: float) -> None:
+        """Rejected with its reasons when it can never fit, else pending."""
+        eng = self.eng
+        reasons = eng.check(w.sim.spec)
+        if reasons:
+            w.state = "rejected"
+            for r in reasons:
+                w.reasons.append((t, str(r.code), r.message))
+            return
+        eng.submit(w.sim.spec)
+        w.counted = True
+        self.demand += w.gpus
+        self.leaf_demand.add(w.sim.spec.queue)
+
+    def _running(self, w: WorkloadRecord, name: str, t: float) -> None:
+        """Its pods all run: its progress counts from now."""
+        self.eng.mark_running(name)
+        self.reserved_at.pop(name, None)
+        w.state = "running"
+        w.run_start = t
+        self._schedule_finish(w, t)
+
+    def _finish(self, w: WorkloadRecord, name: str, t: float) -> None:
+        eng = self.eng
+        a = eng.admitted.get(name)
+        if a is not None and a.grace_until is not None:
+            return  # in grace: the grace end decides
+        eng.end(name, t)
+        self._alloc_end(w, t)
+        self._drop_demand(w)
+        w.state = "finished"
+        w.finished_at = t
+
+    def _cancel(self, w: WorkloadRecord, name: str, t: float) -> None:
+        """Pending: gone. Holding capacity outside a grace: freed now. In grace: it keeps the
+        capacity until the grace ends, then stays cancelled."""
+        eng = self.eng
+        if w.state in ("finished", "rejected", "cancelled"):
+            return
+        w.cancelled = True
+        self._drop_demand(w)
+        if name in eng.pending:
+            eng.remove_pending(name)
+            w.state = "cancelled"
+            return
+        a = eng.admitted.get(name)
+        if a is not None and a.grace_until is None:
             eng.end(name, t)
             self._alloc_end(w, t)
-            w.run_start = None
-            if w.cancelled:
-                w.state = "cancelled"
-                return
-            w.state = "pending"
-            eng.submit(w.sim.spec)
+            w.token += 1
+            w.state = "cancelled"
+        elif a is None:
+            w.state = "cancelled"
+
+    def _grace_end(self, w: WorkloadRecord, name: str, t: float) -> None:
+        """A preempted workload's grace is over: its capacity is freed and it is pending again
+        (unless it was cancelled meanwhile)."""
+        eng = self.eng
+        eng.end(name, t)
+        self._alloc_end(w, t)
+        w.run_start = None
+        if w.cancelled:
+            w.state = "cancelled"
+            return
+        w.state = "pending"
+        eng.submit(w.sim.spec)
 
     def _schedule_finish(self, w: WorkloadRecord, t: float) -> None:
         if w.sim.duration_s is None:

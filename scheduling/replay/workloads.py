@@ -47,30 +47,7 @@ def parse_workloads(c: Checker, raw: list[Any], flavors: set[str],
         if not isinstance(labels, Mapping):
             c.problems.append(f"{ww}: labels must be a mapping")
             labels = {}
-        pod_sets: list[PodSetSpec] = []
-        raw_pods = c.items(w, "pods", ww)
-        if "pods" in w and not raw_pods:
-            c.problems.append(f"{ww}: pods is empty")
-        for j, ps in enumerate(raw_pods):
-            pw = f"{ww} pods[{j}]"
-            if not c.keys(ps, POD_KEYS, {"flavors"}, pw):
-                continue
-            fl = ps.get("flavors")
-            if isinstance(fl, str):
-                fl = [fl]
-            if not isinstance(fl, list) or not fl:
-                c.problems.append(f"{pw}: flavors must be a non-empty list")
-                fl = []
-            for f in fl:
-                if f not in flavors:
-                    c.problems.append(f"{pw}: unknown flavor {f!r}")
-            count = c.num(ps, "count", pw, 1.0, lo=1.0, integer=True) or 1.0
-            pod_sets.append(PodSetSpec(
-                count=int(count), flavors=tuple(str(f) for f in fl),
-                gpus=int(c.num(ps, "gpus", pw, 0.0, integer=True) or 0),
-                cpu=c.num(ps, "cpu", pw, 0.0) or 0.0,
-                memory_gib=c.num(ps, "memory_gib", pw, 0.0) or 0.0,
-                gpu_memory_gib=c.num(ps, "gpu_memory_gib", pw, None)))
+        pod_sets = _pod_sets(c, w, ww, flavors)
         spec = WorkloadSpec(
             name=name, queue=leaves.get(queue, queue), pod_sets=tuple(pod_sets),
             submitted_at=c.num(w, "submit_at", ww, 0.0) or 0.0,
@@ -90,3 +67,32 @@ def parse_workloads(c: Checker, raw: list[Any], flavors: set[str],
         out.append(SimWorkload(spec, duration, c.num(w, "start_delay_s", ww, 0.0) or 0.0,
                                cancel))
     return out
+
+
+def _pod_sets(c: Checker, w: Mapping[str, Any], ww: str, flavors: set[str]) -> list[PodSetSpec]:
+    """A workload's `pods` list (`ww` names the workload in problems)."""
+    pod_sets: list[PodSetSpec] = []
+    raw_pods = c.items(w, "pods", ww)
+    if "pods" in w and not raw_pods:
+        c.problems.append(f"{ww}: pods is empty")
+    for j, ps in enumerate(raw_pods):
+        pw = f"{ww} pods[{j}]"
+        if not c.keys(ps, POD_KEYS, {"flavors"}, pw):
+            continue
+        fl = ps.get("flavors")
+        if isinstance(fl, str):
+            fl = [fl]
+        if not isinstance(fl, list) or not fl:
+            c.problems.append(f"{pw}: flavors must be a non-empty list")
+            fl = []
+        for f in fl:
+            if f not in flavors:
+                c.problems.append(f"{pw}: unknown flavor {f!r}")
+        count = c.num(ps, "count", pw, 1.0, lo=1.0, integer=True) or 1.0
+        pod_sets.append(PodSetSpec(
+            count=int(count), flavors=tuple(str(f) for f in fl),
+            gpus=int(c.num(ps, "gpus", pw, 0.0, integer=True) or 0),
+            cpu=c.num(ps, "cpu", pw, 0.0) or 0.0,
+            memory_gib=c.num(ps, "memory_gib", pw, 0.0) or 0.0,
+            gpu_memory_gib=c.num(ps, "gpu_memory_gib", pw, None)))
+    return pod_sets
