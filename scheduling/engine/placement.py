@@ -195,20 +195,7 @@ class Fleet:
         healthy = found
         dg = sum(p[0] for p in pods)
         dc = sum(p[1] for p in pods)
-        w_fit, w_aff, w_health, w_cost = weights
-        top_price = max(c.price for c in healthy) or 1.0
-        scored = []
-        for c in healthy:
-            pool = c.pools[flavor]
-            if dg and pool.free_gpus() < dg:
-                continue
-            util = c.utilisation(dg, dc)
-            packing = 1.0 - util if spread else util
-            cached = 1.0 if dataset and dataset in c.datasets else 0.0
-            score = (w_fit * packing + w_aff * cached + w_health * c.health
-                     - w_cost * (c.price / top_price))
-            scored.append((-score, c.name, c))
-        scored.sort(key=lambda t: (t[0], t[1]))
+        scored = self._by_score(flavor, healthy, dg, dc, spread, dataset, weights)
         topology_only = False
         max_pod = max((p[0] for p in pods), default=0)
         for _, _, c in scored:
@@ -238,6 +225,34 @@ class Fleet:
                 for i, p in zip(got, pods, strict=True):
                     pool.give(i, p)
             return c.name, got
+        return self._no_room(flavor, pods, healthy, dg, max_pod, topology_only, brief)
+
+    @staticmethod
+    def _by_score(flavor: str, healthy: list[ClusterState], dg: int, dc: float, spread: bool,
+                  dataset: str, weights: tuple[float, float, float, float]
+                  ) -> list[tuple[float, str, ClusterState]]:
+        """The healthy clusters with enough free GPUs on the flavor, best score first (ties by
+        name): packing (or spreading), dataset affinity, health, price."""
+        w_fit, w_aff, w_health, w_cost = weights
+        top_price = max(c.price for c in healthy) or 1.0
+        scored = []
+        for c in healthy:
+            pool = c.pools[flavor]
+            if dg and pool.free_gpus() < dg:
+                continue
+            util = c.utilisation(dg, dc)
+            packing = 1.0 - util if spread else util
+            cached = 1.0 if dataset and dataset in c.datasets else 0.0
+            score = (w_fit * packing + w_aff * cached + w_health * c.health
+                     - w_cost * (c.price / top_price))
+            scored.append((-score, c.name, c))
+        scored.sort(key=lambda t: (t[0], t[1]))
+        return scored
+
+    @staticmethod
+    def _no_room(flavor: str, pods: Sequence[Pod], healthy: list[ClusterState], dg: int,
+                 max_pod: int, topology_only: bool, brief: bool) -> Reason:
+        """Why no healthy cluster places the pods (`brief`: the code only)."""
         if brief:
             return Reason(ReasonCode.TOPOLOGY_UNSATISFIABLE if topology_only
                           else ReasonCode.NO_CAPACITY, "")
