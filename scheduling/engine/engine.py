@@ -101,8 +101,6 @@ class Engine(SubmissionMixin, CycleMixin):
         self.phantom: dict[tuple[int, int], float] = {}
         self._defer: dict[int, float] = {}
         self._promoted: set[str] = set()
-        self._marks: dict[int, tuple[Pending, list[list[object]]]] = {}
-        self._by_top: dict[int, list[tuple[Pending, list[list[object]]]]] = {}
         self._scores: dict[tuple[int, int | None], tuple[int, float]] = {}
         self._unheld_cache: dict[tuple[object, ...], bool | Reason] = {}
         self._holders_cache: dict[tuple[int, tuple[str, ...]],

@@ -11,7 +11,6 @@ Choices where the semantics page is silent:
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from typing import NamedTuple
 
@@ -22,23 +21,17 @@ from scheduling.engine.types import CycleResult
 
 
 class Turns(NamedTuple):
-    """A cycle's order (`OrderingMixin._order`) and what its walk keeps (`CycleMixin._walk`)."""
+    """A cycle's order as it starts (`OrderingMixin._order`), walked by `CycleMixin._walk`."""
 
-    now: float
-    cutoff: float  # submitted before it: starving
-    full: bool  # every group is evaluated, parked or not
     heap: list[tuple[tuple[object, ...], int, Group]]  # (order key, id, group) per group
     base: dict[int, tuple[int, float]]  # start-of-cycle rank per group id
     hold_only: set[int]  # parked, starving groups that only take their hold at their turn
     start_att: dict[tuple[int, int | None], float]  # their leaf's attainment at the start
     conditional: set[int]  # held back by starving holds last cycle: tried if one does not hold
     preemptors: list[tuple[tuple[object, ...], Group]]  # parked, may get victims this cycle
+    cutoff: float  # submitted before it: starving
+    full: bool  # every group is evaluated, parked or not
     repay_cache: dict[int, float]  # repayment per leaf, fixed for the cycle
-    held: dict[str, str]  # flavor -> the starving workload holding it
-    # Groups whose member failed in this cycle while the next one may not fail the same way:
-    # gid -> (state stamp at that failure (`_stamp`), the failed one starved). The next
-    # member's turn is in the heap (its group stays parked unless it is tried).
-    recheck: dict[int, tuple[tuple[int, int, int], bool]]
 
 
 class OrderingMixin(ParkingMixin):
@@ -58,12 +51,10 @@ class OrderingMixin(ParkingMixin):
         self._holders_cache = {}
         self._defer = {}
         self._promoted = set()
-        self._marks = {}
-        self._by_top = {}
         entries, base, hold_only, start_att, parked, held_back = self._entries(
             now, res, cutoff, full, repay_cache)
-        self._find_deferred(entries, parked + held_back, cutoff)
         heap: list[tuple[tuple[object, ...], int, Group]] = []
+        self._find_deferred(entries, parked + held_back, cutoff)
         for g, rank in entries:
             heap.append((self._order_key(g.members[0], rank, cutoff), id(g), g))
         # Groups held back by a starving workload's hold in their last cycle take their place
@@ -86,8 +77,8 @@ class OrderingMixin(ParkingMixin):
                 head = g.members[0]
                 rank = base[id(g)] = self._rank(head, now, repay_cache)
                 preemptors.append((self._order_key(head, rank, cutoff), g))
-        return Turns(now, cutoff, full, heap, base, hold_only, start_att, conditional,
-                     preemptors, repay_cache, {}, {})
+        return Turns(heap, base, hold_only, start_att, conditional, preemptors, cutoff, full,
+                     repay_cache)
 
     def _entries(self, now: float, res: CycleResult, cutoff: float, full: bool,
                  repay_cache: dict[int, float]
@@ -126,7 +117,7 @@ class OrderingMixin(ParkingMixin):
                         rank = (0, 0.0)
                     else:
                         # Its score is only needed if it is woken: its leaf's attainment
-                        # now is kept for it (`_hold_turn`).
+                        # now is kept for it (`CycleMixin._walk`).
                         rank = (1, 0.0)
                         sk = (head.leaf, head.gpu_key)
                         if sk not in start_att:
@@ -288,45 +279,3 @@ class OrderingMixin(ParkingMixin):
             if leaf in younger:
                 self._defer[leaf] = sub
                 self._promoted.add(tail[2])
-
-    # ---- members re-ranked at their own turn -----------------------------------------------
-    #
-    # A full evaluation re-ranks each within-guarantee workload when its own turn comes: once
-    # a group's member was found to borrow now (`_mark`), each later member is re-ranked at
-    # its own within-guarantee turn too. Ranks change only when the state does (an admission
-    # or a hold): before each evaluation or hold, such a group records the key reached and its
-    # rank then (`_checkpoint`); a member's rank is the one at the first checkpoint after its
-    # within-guarantee turn (`_next_key`). `_marks`: group -> (a member, its checkpoints [key,
-    # rank, state stamp]); `_by_top`: the same per top-level queue (an evaluation or hold
-    # changes only its own top-level queue's usage, which is all a rank depends on).
-
-    def _mark(self, g: Group, gid: int, p: Pending) -> None:
-        """p, whose turn came within guarantee, borrows now: its group's later members are
-        re-ranked at their own turn."""
-        if g.pos + 1 < len(g.members) and gid not in self._marks:
-            mark: tuple[Pending, list[list[object]]] = (p, [])
-            self._marks[gid] = mark
-            self._by_top.setdefault(self.tree.chain[p.leaf][0], []).append(mark)
-
-    def _next_key(self, gid: int, q: Pending, turns: Turns) -> tuple[object, ...]:
-        """The order key of q, the next member of group gid to take its turn."""
-        rank = turns.base[gid]
-        m = self._marks.get(gid)
-        if m is not None:
-            turn = self._order_key(q, rank, turns.cutoff)
-            points = m[1]
-            i = bisect.bisect_right(points, turn, key=lambda c: c[0])  # type: ignore
-            got = points[i][1] if i < len(points) else self._rank(q, turns.now,
-                                                                  turns.repay_cache)
-            rank = got  # type: ignore[assignment]
-        return self._order_key(q, rank, turns.cutoff)
-
-    def _checkpoint(self, key: tuple[object, ...], leaf: int, turns: Turns) -> None:
-        """Before an evaluation or a hold at key in leaf's top-level queue: the ranks of the
-        marked groups there, as they are now."""
-        stamp = (self.changes, len(self._holds))
-        for q, points in self._by_top.get(self.tree.chain[leaf][0], ()):
-            if points and points[-1][2] == stamp:
-                points[-1][0] = key
-            else:
-                points.append([key, self._rank(q, turns.now, turns.repay_cache), stamp])

@@ -178,9 +178,6 @@ class EngineBase:
     # This cycle: per (number of holds, flavors) the holders' names, joined, and the reason.
     _holders_cache: dict[tuple[int, tuple[str, ...]], tuple[tuple[str, ...], str, Reason | None]]
     _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
-    # This cycle: groups whose members are re-ranked at their own turn (`ordering`).
-    _marks: dict[int, tuple[Pending, list[list[object]]]]
-    _by_top: dict[int, list[tuple[Pending, list[list[object]]]]]
     # For the engine's life (what they depend on does not change): "could it ever fit" per
     # flavor, pods and same-rack; requests found valid, by shape; `_shape` per queue and pods.
     _empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None]
