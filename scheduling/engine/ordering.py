@@ -12,26 +12,23 @@ Choices where the semantics page is silent:
 from __future__ import annotations
 
 import heapq
-from typing import NamedTuple
 
 from scheduling.engine.accounting import EPS
 from scheduling.engine.parking import ParkingMixin
 from scheduling.engine.state import Group, Pending
 from scheduling.engine.types import CycleResult
 
-
-class Turns(NamedTuple):
-    """A cycle's order as it starts (`OrderingMixin._order`), walked by `CycleMixin._walk`."""
-
-    heap: list[tuple[tuple[object, ...], int, Group]]  # (order key, id, group) per group
-    base: dict[int, tuple[int, float]]  # start-of-cycle rank per group id
-    hold_only: set[int]  # parked, starving groups that only take their hold at their turn
-    start_att: dict[tuple[int, int | None], float]  # their leaf's attainment at the start
-    conditional: set[int]  # held back by starving holds last cycle: tried if one does not hold
-    preemptors: list[tuple[tuple[object, ...], Group]]  # parked, may get victims this cycle
-    cutoff: float  # submitted before it: starving
-    full: bool  # every group is evaluated, parked or not
-    repay_cache: dict[int, float]  # repayment per leaf, fixed for the cycle
+# A cycle's order as it starts (`OrderingMixin._order`), walked by `CycleMixin._walk`: the heap
+# of (order key, group id, group); the start-of-cycle rank per group id; the parked, starving
+# groups that only take their hold at their turn, and their leaf's attainment at the start; the
+# groups held back by starving holds in their last cycle (tried if one does not hold again); the
+# parked groups that may get victims in this cycle; the starvation cutoff (submitted before it:
+# starving); whether every group is evaluated, parked or not; the repayment per leaf, fixed for
+# the cycle. A plain tuple: it is built in every cycle, and a NamedTuple's constructor is a
+# Python call.
+Turns = tuple[list[tuple[tuple[object, ...], int, Group]], dict[int, tuple[int, float]], set[int],
+              dict[tuple[int, int | None], float], set[int], list[tuple[tuple[object, ...], Group]],
+              float, bool, dict[int, float]]
 
 
 class OrderingMixin(ParkingMixin):
@@ -77,8 +74,8 @@ class OrderingMixin(ParkingMixin):
                 head = g.members[0]
                 rank = base[id(g)] = self._rank(head, now, repay_cache)
                 preemptors.append((self._order_key(head, rank, cutoff), g))
-        return Turns(heap, base, hold_only, start_att, conditional, preemptors, cutoff, full,
-                     repay_cache)
+        return (heap, base, hold_only, start_att, conditional, preemptors, cutoff, full,
+                repay_cache)
 
     def _entries(self, now: float, res: CycleResult, cutoff: float, full: bool,
                  repay_cache: dict[int, float]
