@@ -235,6 +235,7 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
         return rest
 
     def _timeout(self, a: Admitted, now: float, res: CycleResult) -> None:
+        """Its pods did not all run in time: released, and back in the queue after a backoff."""
         s = self.settings
         self.end(a.name, now)
         n = a.spec.backoff_count + 1
