@@ -46,7 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from scheduling.simulate import load_scenario, run_scenario
+from scheduling.replay import load_scenario, run_scenario
 
 CPU = "cpu"
 PHILLY_FLAVOR = "gpu-24g"
@@ -334,7 +334,7 @@ MIN_VIOLATION = (
 
 
 def print_philly_table(elastic: dict[str, Any], static: dict[str, Any]) -> None:
-    """The issue's comparison: elastic Min/Max against static quotas (max = min)."""
+    """Elastic Min/Max side by side with static quotas (max = min)."""
     rows = (
         ("wall time of the replay (s)", "wall_s", "< 60"),
         ("demand-bounded allocation", "demand_bounded_allocation_rate", ">= 0.95"),

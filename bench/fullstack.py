@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     _ensure_database(database_url)
     _setup_django(database_url, broker_url)
 
-    from scheduling.simulate import ScenarioError, load_scenario
+    from scheduling.replay import ScenarioError, load_scenario
 
     data = _scaled(load(path), args.scale)
     try:

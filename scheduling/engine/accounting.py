@@ -51,33 +51,7 @@ class QuotaTree:
         self.keys = keys
         self.kidx: dict[Key, int] = {k: i for i, k in enumerate(keys)}
         nk = len(keys)
-        self.paths: list[str] = ["(root)"]
-        self.parent: list[int] = [-1]
-        self.children: list[list[int]] = [[]]
-        self.index: dict[str, int] = {}
-        self.depth: list[int] = [0]
-        # Parents first, so each queue's parent already has an index.
-        pending = list(queues)
-        placed: set[str] = set()
-        while pending:
-            rest = []
-            for q in pending:
-                if q.parent is None or q.parent in placed:
-                    i = len(self.paths)
-                    self.paths.append(q.path)
-                    p = ROOT if q.parent is None else self.index[q.parent]
-                    self.parent.append(p)
-                    self.children.append([])
-                    self.children[p].append(i)
-                    self.depth.append(self.depth[p] + 1)
-                    self.index[q.path] = i
-                    placed.add(q.path)
-                else:
-                    rest.append(q)
-            if len(rest) == len(pending):
-                names = ", ".join(sorted(q.path for q in rest))
-                raise ValueError(f"queues with unknown parents or cycles: {names}")
-            pending = rest
+        self._link(queues)
         n = len(self.paths)
         self.mn = [[0.0] * nk for _ in range(n)]
         self.mx = [[INF] * nk for _ in range(n)]
@@ -122,6 +96,36 @@ class QuotaTree:
         self.cap = [0.0] * nk
         if capacity:
             self.set_capacity(capacity)
+
+    def _link(self, queues: Sequence[QueueSpec]) -> None:
+        """Index the queues, parents first (the root is 0): paths, parents, children, depth."""
+        self.paths: list[str] = ["(root)"]
+        self.parent: list[int] = [-1]
+        self.children: list[list[int]] = [[]]
+        self.index: dict[str, int] = {}
+        self.depth: list[int] = [0]
+        # Parents first, so each queue's parent already has an index.
+        pending = list(queues)
+        placed: set[str] = set()
+        while pending:
+            rest = []
+            for q in pending:
+                if q.parent is None or q.parent in placed:
+                    i = len(self.paths)
+                    self.paths.append(q.path)
+                    p = ROOT if q.parent is None else self.index[q.parent]
+                    self.parent.append(p)
+                    self.children.append([])
+                    self.children[p].append(i)
+                    self.depth.append(self.depth[p] + 1)
+                    self.index[q.path] = i
+                    placed.add(q.path)
+                else:
+                    rest.append(q)
+            if len(rest) == len(pending):
+                names = ", ".join(sorted(q.path for q in rest))
+                raise ValueError(f"queues with unknown parents or cycles: {names}")
+            pending = rest
 
     # ---- state changes ---------------------------------------------------------------
 

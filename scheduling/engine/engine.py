@@ -1,56 +1,36 @@
-"""The engine's live state and the scheduling cycle (QUOTA-SEMANTICS.md §4-§7).
+"""The engine's live state (QUOTA-SEMANTICS.md §4-§7) and its entry points.
 
 `Engine` holds the tree with usage, the fleet with free resources, the pending and admitted
 workloads, cooldowns, victims in grace and the repayment history. The workers build one from a
 `Snapshot` per cycle (`schedule`); the simulator keeps one alive and feeds it events, so a
 cycle costs what changed, not what exists.
 
-Choices where the semantics page is silent (Kueue's behaviour unless said otherwise):
-- Candidate order: a workload is "within guarantee" when it is on any of its flavors; the
-  borrow score uses its first flavor's GPU key at its leaf.
-- Flavors: a workload whose pod sets ask no GPU tries CPU-only flavors before GPU flavors
-  ("CPU work on GPU nodes only after the cpu nodes are full").
-- Within one cycle usage only grows (victims keep their capacity until their grace ends), so a
-  workload identical in queue, shape and options to one that already failed in this cycle fails
-  the same way without new checks.
-- A starving workload that does not fit holds a reservation on its first usable flavor for the
-  rest of the cycle: its demand as phantom usage in the quota tree, and, when its quota fits but
-  no nodes do, the nodes that could hold its gang (most free GPUs first) are kept from later
-  workloads. Later workloads that would have fit without the hold get NO_CAPACITY naming it.
-  It does not hold when a policy-lowered max or its cooldown blocks it (holding would idle the
-  flavor and, for a reclaimed borrower, take back what was reclaimed).
-- A preemptor whose victims are all gone goes first in the next cycle, before starving work:
-  the capacity was freed for it (otherwise reclaim can repeat after every cooldown).
-- A preemptor whose victims are still in their grace period does not preempt again; it waits
-  (WAITING_FOR_PREEMPTION). Victims in grace are never chosen twice.
-- Reclaim victims run on the preemptor's flavor, in another leaf, are preemptible and not in
-  grace, and on some contested key their leaf and every ancestor below the lowest common
-  ancestor are above min. Priority victims are in the same leaf with a strictly lower priority.
-  Reclaim candidates come before priority candidates; the set is filled greedily, then
-  minimised by putting back every victim but the last that is not needed (Kueue).
-- A victim's reason: reclaim -> QUOTA_BORROW_UNAVAILABLE, priority -> NO_CAPACITY, naming
-  the preemptor.
-- Disruption budgets count running pods of running workloads not in grace.
+Its parts are mixins over `state.EngineBase`; each module's docstring lists the choices it makes
+where the semantics page is silent (Kueue's behaviour unless said otherwise):
+- `submission`: checks at submission, what a request determines, groups of identical workloads;
+- `cycle`: one admission cycle, walking the order of `ordering`; `admission` tries one workload,
+  `holds` keeps capacity for starving ones, `parking` sets failed groups aside, `preemption`
+  chooses victims;
+- this module: building from a snapshot, what ends (finished, cancelled, grace over), fleet
+  changes, the repayment history (§6).
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from scheduling.engine.accounting import EPS, Demand, QuotaTree, fmt
+from scheduling.engine.accounting import Demand, QuotaTree
 from scheduling.engine.cycle import CycleMixin
-from scheduling.engine.placement import Fleet, Pod, Pool
+from scheduling.engine.placement import Fleet
+from scheduling.engine.pool import Pod, Pool
 from scheduling.engine.state import (
-    RC,
     Admitted,
     Group,
     Pending,
     expand_pods,
-    pods_text,
 )
+from scheduling.engine.submission import SubmissionMixin
 from scheduling.engine.types import (
     AdmittedWorkload,
     ClusterSpec,
@@ -60,7 +40,6 @@ from scheduling.engine.types import (
     PodSetSpec,
     QueueSpec,
     Reason,
-    Reject,
     RepaymentRecord,
     Settings,
     Snapshot,
@@ -68,7 +47,7 @@ from scheduling.engine.types import (
 )
 
 
-class Engine(CycleMixin):
+class Engine(SubmissionMixin, CycleMixin):
     """Live scheduling state; `cycle(now)` runs one admission cycle and returns decisions."""
 
     def __init__(self, *, queues: Sequence[QueueSpec], clusters: Sequence[ClusterSpec],
@@ -193,12 +172,6 @@ class Engine(CycleMixin):
             self.reserved[a.name] = a
         self.by_leaf_flavor.setdefault((a.leaf, a.flavor), {})[a.name] = a
 
-    def _demand(self, flavor: str, pods: Sequence[Pod]) -> Demand:
-        g = sum(p[0] for p in pods)
-        c = sum(p[1] for p in pods)
-        m = sum(p[2] for p in pods)
-        return self.tree.demand(flavor, (("gpu", g), ("cpu", c), ("memory", m)))
-
     def refresh_capacity(self) -> None:
         """Recompute the root capacity (after health or node changes)."""
         used: dict[tuple[str, str], float] = {}
@@ -211,198 +184,6 @@ class Engine(CycleMixin):
         cap = self.fleet.capacity(used)
         self.tree.set_capacity(cap)
         self.real.set_capacity(cap)
-
-    # ---- requests --------------------------------------------------------------------
-
-    def check(self, w: WorkloadSpec) -> list[Reason]:
-        """Reasons to reject the request at submission (§4.7); empty when it may wait."""
-        # What it depends on is fixed for the engine's life (tree, flavors, nodes even when
-        # not ready): a request shaped like one that passed passes.
-        key = (w.queue, w.pod_sets, w.preemptible, w.topology_same, w.strategy)
-        if key in self._checked:
-            return []
-        found = self._check(w)
-        if not found:
-            self._checked.add(key)
-        return found
-
-    def _check(self, w: WorkloadSpec) -> list[Reason]:
-        bad = self._invalid(w)
-        if bad:
-            return bad
-        leaf = self.tree.index[w.queue]
-        pods = expand_pods(w)
-        found: list[Reason] = []
-        for f in w.flavors:
-            reasons = self._flavor_static(w, f)
-            reasons += self.tree.static_reasons(leaf, self._demand(f, pods),
-                                                preemptible=w.preemptible)
-            if not any(r.code == RC.FLAVOR_UNAVAILABLE for r in reasons):
-                fit = self._fits_empty(f, pods, w.topology_same == "rack")
-                if fit is not None:
-                    reasons.append(fit)
-            if not reasons:
-                return []
-            found.extend(reasons)
-        return found
-
-    def _invalid(self, w: WorkloadSpec) -> list[Reason]:
-        out: list[str] = []
-        q = self.tree.index.get(w.queue)
-        if q is None:
-            out.append(f"unknown queue {w.queue!r}")
-        elif not self.tree.is_leaf[q]:
-            out.append(f"queue {w.queue} is not a leaf; submit to one of its leaves")
-        if not w.pod_sets:
-            out.append("no pod sets")
-        first = w.flavors
-        if not first:
-            out.append("no flavors listed")
-        for i, ps in enumerate(w.pod_sets):
-            if ps.count < 1:
-                out.append(f"pod set {i}: count {ps.count} < 1")
-            for field_name in ("gpus", "cpu", "memory_gib"):
-                if getattr(ps, field_name) < 0:
-                    out.append(f"pod set {i}: {field_name} {fmt(getattr(ps, field_name))} < 0")
-            if ps.flavors != first:
-                out.append(f"pod set {i}: flavors {list(ps.flavors)} differ from pod set 0's "
-                           f"{list(first)}")
-        for f in first:
-            if f not in self.known_flavors:
-                out.append(f"unknown flavor {f!r}")
-        if w.topology_same not in ("", "rack"):
-            out.append(f"topology same {w.topology_same!r}: only 'rack' is supported")
-        if w.strategy not in ("", "binpack", "spread"):
-            out.append(f"strategy {w.strategy!r}: one of binpack, spread")
-        return [Reason(RC.INVALID_REQUEST, f"workload {w.display_name or w.name}: {m}")
-                for m in out]
-
-    def _flavor_static(self, w: WorkloadSpec, f: str) -> list[Reason]:
-        mem = self.flavor_mem.get(f)
-        for i, ps in enumerate(w.pod_sets):
-            if ps.gpus > 0 and ps.gpu_memory_gib is not None:
-                if not self.gpu_flavor.get(f, False):
-                    return [Reason(RC.GPU_MEMORY_INSUFFICIENT,
-                                   f"flavor {f}: pod set {i} asks {fmt(ps.gpu_memory_gib)} GiB "
-                                   f"per GPU; {f} has no GPUs")]
-                if mem is not None and ps.gpu_memory_gib > mem + EPS:
-                    return [Reason(RC.GPU_MEMORY_INSUFFICIENT,
-                                   f"flavor {f}: pod set {i} asks {fmt(ps.gpu_memory_gib)} GiB "
-                                   f"per GPU > {fmt(mem)} GiB per card")]
-        if f not in self.fleet.flavor_clusters:
-            return [Reason(RC.FLAVOR_UNAVAILABLE, f"flavor {f}: no cluster has {f} nodes")]
-        return []
-
-    def _fits_empty(self, f: str, pods: list[Pod], same_rack: bool) -> Reason | None:
-        """Could one cluster hold the whole gang on flavor f if it were empty?"""
-        key = (f, tuple(pods), same_rack)
-        if key in self._empty_fit:
-            return self._empty_fit[key]
-        result: Reason | None = None
-        topo = False
-        ok = False
-        for c in self.fleet.flavor_clusters.get(f, []):
-            pool = c.pools[f].empty_copy()
-            if same_rack:
-                for rack in pool.racks(False):
-                    if pool.place(pods, False, self.fleet.reserve, rack) is not None:
-                        ok = True
-                        break
-                if not ok and pool.place(pods, False, self.fleet.reserve, None) is not None:
-                    topo = True
-            elif pool.place(pods, False, self.fleet.reserve, None) is not None:
-                ok = True
-            if ok:
-                break
-        if not ok:
-            g = sum(p[0] for p in pods)
-            if topo:
-                result = Reason(RC.TOPOLOGY_UNSATISFIABLE,
-                                f"flavor {f}: {pods_text(len(pods))} ({g} GPUs) fit no single rack "
-                                "of any cluster, even empty")
-            else:
-                result = Reason(RC.NO_CAPACITY,
-                                f"flavor {f}: {pods_text(len(pods))} ({g} GPUs) fit no single "
-                                "cluster, even empty")
-        self._empty_fit[key] = result
-        return result
-
-    def submit(self, w: WorkloadSpec) -> None:
-        """Add a pending workload (checked by `check` beforehand if the caller wants)."""
-        shape = self._shapes.get((w.queue, w.pod_sets))
-        if shape is None:
-            shape = self._shapes[(w.queue, w.pod_sets)] = self._shape(w)
-        p = Pending(w, *shape)
-        if not self.parking:
-            p.sig = ("", w.name)
-        self.pending[w.name] = p
-        if p.not_before is not None:
-            heapq.heappush(self.backoff, (p.not_before, p.name))
-        else:
-            self._join(p)
-
-    def _shape(self, w: WorkloadSpec) -> tuple[int, list[Pod], dict[str, Demand], list[str],
-                                                Reason | None, int | None]:
-        """What a pending workload's queue and pod sets determine (shared by identical
-        requests; never modified): leaf, pods, demand per usable flavor, usable flavors in
-        the order they are tried, the reason when none is usable, the GPU key of the score."""
-        leaf = self.tree.index[w.queue]
-        pods = expand_pods(w)
-        order = list(w.flavors)
-        if all(p[0] == 0 for p in pods):
-            order.sort(key=lambda f: self.gpu_flavor.get(f, False))
-        usable: list[str] = []
-        static: Reason | None = None
-        demand: dict[str, Demand] = {}
-        for f in order:
-            reasons = self._flavor_static(w, f)
-            if reasons:
-                static = static or reasons[0]
-                continue
-            usable.append(f)
-            demand[f] = self._demand(f, pods)
-        gpu_key = self.tree.kidx.get((w.flavors[0], "gpu")) if w.flavors else None
-        return leaf, pods, demand, usable, static, gpu_key
-
-    def _join(self, p: Pending) -> None:
-        g = self.groups.get(p.sig)
-        if g is None:
-            g = self.groups[p.sig] = Group(p.sig)
-        key = p.order_tail
-        members = g.members
-        if not members or members[-1].order_tail <= key:
-            members.append(p)
-        else:
-            # Behind the members whose victims are gone: they go first (`_claim`).
-            lo = 0
-            claims = self.claims
-            while lo < len(members) and members[lo].name in claims:
-                lo += 1
-            members.insert(bisect.bisect_right(members, key, lo=lo,
-                                               key=lambda m: m.order_tail), p)
-        g.unreported.add(p.name)
-        p.group = g
-
-    def _leave(self, p: Pending) -> None:
-        g = p.group
-        if g is None:
-            return
-        p.group = None
-        g.shifted = True
-        try:
-            g.members.remove(p)
-        except ValueError:
-            pass
-        g.unreported.discard(p.name)
-        if not g.members:
-            del self.groups[g.sig]
-
-    def remove_pending(self, name: str) -> None:
-        """Drop a pending workload (cancelled); its preemptions, if any, stay in grace."""
-        p = self.pending.pop(name, None)
-        if p is not None:
-            self._leave(p)
-        self.waiting.pop(name, None)
 
     # ---- what ends -------------------------------------------------------------------
 
@@ -490,37 +271,6 @@ class Engine(CycleMixin):
         self.repay.setdefault(q, deque()).append((at, forced))
         if forced:
             self.repay_forced[q] = self.repay_forced.get(q, 0) + 1
-
-    def _claim(self, name: str) -> None:
-        """The victims of `name` are gone: it goes first next cycle (the freed capacity was
-        taken for it; without this a starving borrower could take it back and the reclaim
-        would repeat after every cooldown)."""
-        p = self.pending.get(name)
-        if p is None:
-            return
-        self.claims.add(name)
-        g = p.group
-        if g is not None:
-            g.parked = False
-            g.shifted = True
-            members = g.members
-            members.remove(p)
-            # In front of the group, among the other preemptors going first in their order.
-            i = 0
-            while (i < len(members) and members[i].name in self.claims
-                   and members[i].order_tail < p.order_tail):
-                i += 1
-            members.insert(i, p)
-
-    # ---- rejection helper ------------------------------------------------------------
-
-    def reject_if_impossible(self, w: WorkloadSpec, res: CycleResult) -> bool:
-        """Check a request; record a Reject in `res` and return True when it can never fit."""
-        reasons = self.check(w)
-        if reasons:
-            res.rejected.append(Reject(w.name, tuple(reasons)))
-            return True
-        return False
 
 
 def schedule(snapshot: Snapshot) -> CycleResult:

@@ -1,180 +1,21 @@
-"""Placement (QUOTA-SEMANTICS.md §7): clusters, node pools per flavor, node-level fit.
+"""Cluster-level placement (QUOTA-SEMANTICS.md §7): the fleet, cluster health and score.
+
+A gang gets every pod in one cluster (`Pool` places it on that cluster's nodes).
 
 Choices where the semantics page is silent:
-- "Most allocated node" means fewest free GPUs (best fit) for GPU pods and least free CPU for
-  CPU-only pods; spread takes the opposite. Ties: the node's index in its pool.
-- Pods are placed one by one in pod-set order (greedy, like Kueue's TAS); a gang either gets
-  every pod in one cluster or the tentative placement is rolled back.
-- `topology: {same: rack}` tries racks in the order of the strategy (binpack: fewest free GPUs
-  first; spread: most), ties by rack name.
-- A CPU-only pod on a GPU node may only use the cores beyond `cpu_per_gpu_reserved` per free
-  GPU, so CPU work cannot strand GPUs.
 - Cluster utilisation (the packing term) is over the cluster's GPUs, or its CPUs when it has
   no GPUs; the cost term divides the price by the highest price among the candidates.
+- Clusters tie on score by name.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduling.engine.accounting import EPS, fmt
+from scheduling.engine.accounting import fmt
+from scheduling.engine.pool import Pod, Pool
 from scheduling.engine.types import ClusterSpec, Reason, ReasonCode
-
-Pod = tuple[int, float, float]  # gpus, cpu, memory of one pod
-
-
-class Pool:
-    """The nodes of one flavor in one cluster, with free resources and a free-GPU index."""
-
-    def __init__(self, cluster: str, flavor: str) -> None:
-        self.cluster = cluster
-        self.flavor = flavor
-        self.names: list[str] = []
-        self.gpus: list[int] = []
-        self.cpu: list[float] = []
-        self.mem: list[float] = []
-        self.rack: list[str] = []
-        self.ready: list[bool] = []
-        self.fg: list[int] = []
-        self.fc: list[float] = []
-        self.fm: list[float] = []
-        self.buckets: list[list[int]] = []  # free GPUs -> sorted ready node indices
-        self.max_gpus = 0
-        self.free = 0  # free GPUs on ready nodes
-
-    def add_node(self, name: str, gpus: int, cpu: float, mem: float, rack: str,
-                 ready: bool) -> None:
-        self.names.append(name)
-        self.gpus.append(gpus)
-        self.cpu.append(cpu)
-        self.mem.append(mem)
-        self.rack.append(rack)
-        self.ready.append(ready)
-        self.fg.append(gpus)
-        self.fc.append(cpu)
-        self.fm.append(mem)
-
-    def build_index(self) -> None:
-        self.max_gpus = max(self.gpus, default=0)
-        self.buckets = [[] for _ in range(self.max_gpus + 1)]
-        self.free = 0
-        for i, r in enumerate(self.ready):
-            if r:
-                self.buckets[self.fg[i]].append(i)
-                self.free += self.fg[i]
-
-    # Totals over ready nodes.
-    def totals(self) -> tuple[int, float, float]:
-        g = c = m = 0.0
-        for i, r in enumerate(self.ready):
-            if r:
-                g += self.gpus[i]
-                c += self.cpu[i]
-                m += self.mem[i]
-        return int(g), c, m
-
-    def free_gpus(self) -> int:
-        return self.free
-
-    def largest_free(self) -> int:
-        for b in range(self.max_gpus, -1, -1):
-            if self.buckets[b]:
-                return b
-        return 0
-
-    def take(self, i: int, pod: Pod) -> None:
-        g, c, m = pod
-        if g and self.ready[i]:
-            b = self.buckets[self.fg[i]]
-            del b[bisect_left(b, i)]
-            insort(self.buckets[self.fg[i] - g], i)
-            self.free -= g
-        self.fg[i] -= g
-        self.fc[i] -= c
-        self.fm[i] -= m
-
-    def give(self, i: int, pod: Pod) -> None:
-        g, c, m = pod
-        if g and self.ready[i]:
-            b = self.buckets[self.fg[i]]
-            del b[bisect_left(b, i)]
-            insort(self.buckets[self.fg[i] + g], i)
-            self.free += g
-        self.fg[i] += g
-        self.fc[i] += c
-        self.fm[i] += m
-
-    def set_ready(self, i: int, ready: bool) -> None:
-        if self.ready[i] == ready:
-            return
-        self.ready[i] = ready
-        if ready:
-            insort(self.buckets[self.fg[i]], i)
-            self.free += self.fg[i]
-        else:
-            b = self.buckets[self.fg[i]]
-            del b[bisect_left(b, i)]
-            self.free -= self.fg[i]
-
-    def _node_fits(self, i: int, pod: Pod, reserve: float) -> bool:
-        g, c, m = pod
-        if self.fg[i] < g or self.fm[i] + EPS < m:
-            return False
-        if g == 0 and self.gpus[i]:
-            return self.fc[i] - reserve * self.fg[i] + EPS >= c
-        return self.fc[i] + EPS >= c
-
-    def pick(self, pod: Pod, spread: bool, reserve: float, rack: str | None) -> int:
-        """The node for one pod (-1 when none fits)."""
-        g = pod[0]
-        if g > 0 and rack is None:
-            rng = range(self.max_gpus, g - 1, -1) if spread else range(g, self.max_gpus + 1)
-            for b in rng:
-                for i in self.buckets[b]:
-                    if self._node_fits(i, pod, reserve):
-                        return i
-            return -1
-        best, best_key = -1, 0.0
-        for i in range(len(self.names)):
-            if not self.ready[i] or (rack is not None and self.rack[i] != rack):
-                continue
-            if not self._node_fits(i, pod, reserve):
-                continue
-            k = float(self.fg[i]) if g > 0 else self.fc[i]
-            if best < 0 or (k > best_key if spread else k < best_key):
-                best, best_key = i, k
-        return best
-
-    def place(self, pods: Sequence[Pod], spread: bool, reserve: float,
-              rack: str | None) -> list[int] | None:
-        """Place every pod (tentatively taking resources); None and rolled back on failure."""
-        chosen: list[int] = []
-        for pod in pods:
-            i = self.pick(pod, spread, reserve, rack)
-            if i < 0:
-                for j, p in zip(chosen, pods, strict=False):
-                    self.give(j, p)
-                return None
-            self.take(i, pod)
-            chosen.append(i)
-        return chosen
-
-    def empty_copy(self) -> Pool:
-        """The same nodes, all ready and empty (for "could it ever fit" checks)."""
-        pool = Pool(self.cluster, self.flavor)
-        for i, name in enumerate(self.names):
-            pool.add_node(name, self.gpus[i], self.cpu[i], self.mem[i], self.rack[i], True)
-        pool.build_index()
-        return pool
-
-    def racks(self, spread: bool) -> list[str]:
-        free: dict[str, int] = {}
-        for i, r in enumerate(self.ready):
-            if r:
-                free[self.rack[i]] = free.get(self.rack[i], 0) + self.fg[i]
-        return sorted(free, key=lambda name: ((-free[name] if spread else free[name]), name))
 
 
 @dataclass
@@ -354,20 +195,7 @@ class Fleet:
         healthy = found
         dg = sum(p[0] for p in pods)
         dc = sum(p[1] for p in pods)
-        w_fit, w_aff, w_health, w_cost = weights
-        top_price = max(c.price for c in healthy) or 1.0
-        scored = []
-        for c in healthy:
-            pool = c.pools[flavor]
-            if dg and pool.free_gpus() < dg:
-                continue
-            util = c.utilisation(dg, dc)
-            packing = 1.0 - util if spread else util
-            cached = 1.0 if dataset and dataset in c.datasets else 0.0
-            score = (w_fit * packing + w_aff * cached + w_health * c.health
-                     - w_cost * (c.price / top_price))
-            scored.append((-score, c.name, c))
-        scored.sort(key=lambda t: (t[0], t[1]))
+        scored = self._by_score(flavor, healthy, dg, dc, spread, dataset, weights)
         topology_only = False
         max_pod = max((p[0] for p in pods), default=0)
         for _, _, c in scored:
@@ -397,6 +225,34 @@ class Fleet:
                 for i, p in zip(got, pods, strict=True):
                     pool.give(i, p)
             return c.name, got
+        return self._no_room(flavor, pods, healthy, dg, max_pod, topology_only, brief)
+
+    @staticmethod
+    def _by_score(flavor: str, healthy: list[ClusterState], dg: int, dc: float, spread: bool,
+                  dataset: str, weights: tuple[float, float, float, float]
+                  ) -> list[tuple[float, str, ClusterState]]:
+        """The healthy clusters with enough free GPUs on the flavor, best score first (ties by
+        name): packing (or spreading), dataset affinity, health, price."""
+        w_fit, w_aff, w_health, w_cost = weights
+        top_price = max(c.price for c in healthy) or 1.0
+        scored = []
+        for c in healthy:
+            pool = c.pools[flavor]
+            if dg and pool.free_gpus() < dg:
+                continue
+            util = c.utilisation(dg, dc)
+            packing = 1.0 - util if spread else util
+            cached = 1.0 if dataset and dataset in c.datasets else 0.0
+            score = (w_fit * packing + w_aff * cached + w_health * c.health
+                     - w_cost * (c.price / top_price))
+            scored.append((-score, c.name, c))
+        scored.sort(key=lambda t: (t[0], t[1]))
+        return scored
+
+    @staticmethod
+    def _no_room(flavor: str, pods: Sequence[Pod], healthy: list[ClusterState], dg: int,
+                 max_pod: int, topology_only: bool, brief: bool) -> Reason:
+        """Why no healthy cluster places the pods (`brief`: the code only)."""
         if brief:
             return Reason(ReasonCode.TOPOLOGY_UNSATISFIABLE if topology_only
                           else ReasonCode.NO_CAPACITY, "")

@@ -1,6 +1,15 @@
 """Preemption (QUOTA-SEMANTICS.md §5): reclaim, priority, minimal victim sets, budgets.
 
-Part of `Engine` (a mixin); the choices are listed in `scheduling.engine.engine`.
+Choices where the semantics page is silent (Kueue's behaviour unless said otherwise):
+- Reclaim victims run on the preemptor's flavor, in another leaf, are preemptible and not in
+  grace, and on some contested key their leaf and every ancestor below the lowest common
+  ancestor are above min. Priority victims are in the same leaf with a strictly lower priority.
+  Reclaim candidates come before priority candidates; the set is filled greedily, then
+  minimised by putting back every victim but the last that is not needed (Kueue).
+- Victims in grace are never chosen twice.
+- A victim's reason: reclaim -> QUOTA_BORROW_UNAVAILABLE, priority -> NO_CAPACITY, naming
+  the preemptor.
+- Disruption budgets count running pods of running workloads not in grace.
 """
 
 from __future__ import annotations
@@ -19,6 +28,9 @@ from scheduling.engine.types import (
     PreemptionKind,
     Reason,
 )
+
+# A victim candidate: (sort key, the admitted workload, why it would be preempted).
+Candidate = tuple[tuple[float, ...], Admitted, PreemptionKind]
 
 
 class PreemptionMixin(EngineBase):
@@ -122,10 +134,23 @@ class PreemptionMixin(EngineBase):
     def _preempt(self, p: Pending, f: str, reclaim: bool, now: float,
                  res: CycleResult) -> Reason | None:
         """Find and apply a minimal victim set on flavor f; None when preemption started."""
+        contested = [k for k, _ in p.demand[f]]
+        cands = self._victim_candidates(p, f, reclaim, contested)
+        if not cands:
+            return self._grace_reason(p, f) or Reason(RC.NO_CAPACITY, "no preemptible victims")
+        found = self._victims(p, f, cands, contested, now)
+        if isinstance(found, Reason):
+            return found
+        self._start_preemption(p, f, found, contested, now, res)
+        return None
+
+    def _victim_candidates(self, p: Pending, f: str, reclaim: bool,
+                           contested: list[int]) -> list[Candidate]:
+        """p's victim candidates on flavor f in the order they are tried (§5): reclaim
+        candidates (from the leaf that borrows most, then lower priority, then most recently
+        admitted), then lower-priority work of p's own leaf when p may preempt."""
         tree = self.tree
-        d = p.demand[f]
-        contested = [k for k, _ in d]
-        cands: list[tuple[tuple[float, ...], Admitted, PreemptionKind]] = []
+        cands: list[Candidate] = []
         if reclaim and contested:
             for (leaf, fl), group in self.by_leaf_flavor.items():
                 if fl != f or leaf == p.leaf or not group:
@@ -144,8 +169,15 @@ class PreemptionMixin(EngineBase):
                    and a.spec.priority < p.spec.priority]
             own.sort(key=lambda a: (a.spec.priority, -a.admitted_at, -a.seq))
             cands.extend(((0.0,), a, PreemptionKind.PRIORITY) for a in own)
-        if not cands:
-            return self._grace_reason(p, f) or Reason(RC.NO_CAPACITY, "no preemptible victims")
+        return cands
+
+    def _victims(self, p: Pending, f: str, cands: list[Candidate], contested: list[int],
+                 now: float) -> list[tuple[Admitted, PreemptionKind]] | Reason:
+        """A minimal victim set that makes p fit on flavor f: filled greedily in candidate
+        order (valid reclaim victims, budgets permitting), then every victim but the last put
+        back when p fits without it. The usage is left as it was. Else why none makes p fit."""
+        tree = self.tree
+        d = p.demand[f]
         budgets = self._budget_state() if self.budgets else []
         removed: list[tuple[Admitted, PreemptionKind]] = []
         budget_block = ""
@@ -208,6 +240,13 @@ class PreemptionMixin(EngineBase):
                 self._lift(a)
         for a, _ in reversed(removed):
             self._drop(a)
+        return removed
+
+    def _start_preemption(self, p: Pending, f: str, removed: list[tuple[Admitted, PreemptionKind]],
+                          contested: list[int], now: float, res: CycleResult) -> None:
+        """The victims enter their grace period with their reason; a reclaim starts its
+        victim's leaf's cooldown; p waits for them."""
+        tree = self.tree
         names = set()
         for a, kind in removed:
             grace_s = a.spec.termination_grace_s
@@ -232,7 +271,6 @@ class PreemptionMixin(EngineBase):
                     f" {p.spec.priority} > {a.spec.priority_class} {a.spec.priority})"))
             res.preempted.append(Preempt(a.name, p.name, kind, a.grace_until, reason))
         self.waiting[p.name] = names
-        return None
 
     def fits_if_borrowed_returned(self, name: str) -> bool:
         """Would pending `name` fit on its first flavor if every borrowing leaf gave back what

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from scheduling.engine.accounting import INF, Demand, QuotaTree
-from scheduling.engine.placement import Fleet, Pod, Pool
+from scheduling.engine.placement import Fleet
+from scheduling.engine.pool import Pod, Pool
 from scheduling.engine.types import (
     DisruptionBudget,
+    PodSetSpec,
     Reason,
     ReasonCode,
     Settings,
@@ -144,6 +146,9 @@ class EngineBase:
     tree: QuotaTree
     real: QuotaTree  # `tree` without the holds of this cycle (real usage only)
     weights: tuple[float, float, float, float]
+    flavor_mem: dict[str, float | None]  # GPU memory per card, by flavor
+    known_flavors: set[str]
+    gpu_flavor: dict[str, bool]  # flavor -> its nodes have GPUs
     pending: dict[str, Pending]
     groups: dict[tuple[object, ...], Group]
     backoff: list[tuple[float, str]]
@@ -173,6 +178,12 @@ class EngineBase:
     # This cycle: per (number of holds, flavors) the holders' names, joined, and the reason.
     _holders_cache: dict[tuple[int, tuple[str, ...]], tuple[tuple[str, ...], str, Reason | None]]
     _holds: list[tuple[Pending, str, Demand, list[tuple[Pool, int]]]]
+    # For the engine's life (what they depend on does not change): "could it ever fit" per
+    # flavor, pods and same-rack; requests found valid, by shape; `_shape` per queue and pods.
+    _empty_fit: dict[tuple[str, tuple[Pod, ...], bool], Reason | None]
+    _checked: set[tuple[object, ...]]
+    _shapes: dict[tuple[str, tuple[PodSetSpec, ...]],
+                  tuple[int, list[Pod], dict[str, Demand], list[str], Reason | None, int | None]]
 
     def submit(self, w: WorkloadSpec) -> None:
         raise NotImplementedError

@@ -43,7 +43,7 @@ SCENARIO_FILES = sorted(
     p for p in HERE.iterdir() if p.suffix in {".yaml", ".yml", ".json"} and p.is_file()
 )
 
-# file stem -> what the engine gets wrong (relayed to the engine's owner).
+# file stem -> what the engine gets wrong.
 ENGINE_XFAIL: dict[str, str] = {}
 
 # Reason codes that only the portal side produces (admission policies, budgets): the scenario
@@ -234,7 +234,7 @@ def _explain(path: Path, problems: list[str], result: dict[str, Any] | None = No
 
 
 def _runner() -> Any:
-    return pytest.importorskip("scheduling.simulate")
+    return pytest.importorskip("scheduling.replay")
 
 
 @pytest.mark.parametrize("path", _params(VALID))

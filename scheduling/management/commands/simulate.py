@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from scheduling.simulate import ScenarioError, load_scenario, run_scenario
+from scheduling.replay import ScenarioError, load_scenario, run_scenario
 
 
 class Command(BaseCommand):

@@ -1,23 +1,13 @@
-"""Placement (§7): GPU memory, node fit, racks, CPU reserve, cluster score, health."""
+"""Cluster-level placement (§7): cluster score, health, racks, gangs in one cluster, flavors
+without ready nodes, clusters allowed by policy."""
 
 from __future__ import annotations
 
 from scheduling.engine import ReasonCode
 
-from .builders import A100, cluster, engine, q, run, wl
+from .builders import cluster, engine, q, run, wl
 
 RC = ReasonCode
-
-
-def test_binpack_and_spread_nodes() -> None:
-    eng = engine([q("a", 0, 64)], [cluster(nodes=3)])
-    run(eng, 0, wl("w1", "a", 4))
-    res = run(eng, 1, wl("w2", "a", 2, t=1))
-    assert res.admitted[0].nodes == ("c-a100-80g-0",)  # binpack: most allocated node
-    eng2 = engine([q("a", 0, 64, strategy="spread")], [cluster(nodes=3)])
-    run(eng2, 0, wl("w1", "a", 4))
-    res = run(eng2, 1, wl("w2", "a", 2, t=1))
-    assert res.admitted[0].nodes == ("c-a100-80g-1",)  # spread: least allocated, lowest index
 
 
 def test_cluster_score_binpack_spread_price_affinity() -> None:
@@ -60,22 +50,6 @@ def test_same_rack_topology() -> None:
     assert "not within one rack" in res.reasons["g2"].message
 
 
-def test_cpu_pod_keeps_cores_for_free_gpus() -> None:
-    # One GPU node: 8 GPUs, 40 cores; reserve 4 per free GPU -> a CPU-only pod may use 8 cores.
-    eng = engine([q("a", 0, 64)], [cluster(nodes=1, cpu=40)])
-    res = run(eng, 0, wl("cpu-big", "a", 0, cpu=10, flavors=(A100,)))
-    assert res.admitted == [] and res.reasons["cpu-big"].code == RC.NO_CAPACITY
-    res = run(eng, 1, wl("cpu-ok", "a", 0, cpu=8, t=1, flavors=(A100,)))
-    assert [a.workload for a in res.admitted] == ["cpu-ok"]
-
-
-def test_cpu_only_work_prefers_cpu_nodes() -> None:
-    eng = engine([q("a", 0, 64)], [cluster("c", nodes=1), cluster("k", nodes=1, gpus=0,
-                                                                  flavor="cpu")])
-    res = run(eng, 0, wl("w", "a", 0, cpu=4, flavors=(A100, "cpu")))
-    assert res.admitted[0].flavor == "cpu"
-
-
 def test_nodes_down_and_flavor_unavailable() -> None:
     eng = engine([q("a", 0, 64)], [cluster("c", nodes=1)])
     eng.set_node_ready("c-a100-80g-0", False)
@@ -92,3 +66,11 @@ def test_policy_restricted_clusters() -> None:
     assert res.reasons["w"].code == RC.POLICY_DENIED
     res = run(eng, 0, wl("w2", "a", 8, allowed_clusters=frozenset({"bb"})))
     assert res.admitted[0].cluster == "bb"
+
+
+def test_gang_all_or_nothing_in_one_cluster() -> None:
+    eng = engine([q("a", 0, 64)], [cluster("c", nodes=1), cluster("d", nodes=1)])
+    res = run(eng, 0, wl("gang", "a", 8, count=2))
+    assert res.admitted == []
+    assert eng.check(wl("gang", "a", 8, count=2))[0].code == RC.NO_CAPACITY
+    assert all(sum(p.fg) == 8 for c in eng.fleet.clusters for p in c.pools.values())

@@ -15,19 +15,8 @@ Choices where the format is silent:
 - A workload preempted and then cancelled during its grace keeps its capacity until the grace
   ends (deleting a terminating pod does not cut its grace), then stays cancelled; a reserved
   or running workload cancelled outside a grace frees its capacity at once.
-- Capacity in the metrics is the GPUs of ready nodes (healthy or not). The p95 is the
-  nearest-rank percentile.
-- `min_guarantee_violation_s`, precisely: a leaf is *violated* after a cycle when one of its
-  pending workloads is within guarantee on its first flavor, the leaf uses less than its min,
-  no reclaim is under way for the workload (no victims of it in grace), the workload does not
-  fit, and it would fit if every other leaf gave back what it borrows (work in grace counted
-  as gone; a starving workload's hold is not borrowing). So waiting while the fleet is full of
-  in-guarantee work (others' or its own), or while its demand is above min, is not a
-  violation. A reclaim needs one grace period (`termination_grace_s`) and then one cycle
-  (`cycle_interval_s`), so a violated episode of a leaf counts only beyond that allowance; the
-  metric is the time during which some leaf is in an episode longer than the allowance.
-- Jain's index skips leaves with min 0 on GPU keys (no min-share); it is 1.0 when fewer than
-  one leaf qualifies.
+
+The metrics are defined in `scheduling.replay.metrics`.
 """
 
 from __future__ import annotations
@@ -39,72 +28,29 @@ from typing import Any
 
 from scheduling.engine import Engine, Reason, ReasonCode
 from scheduling.engine.accounting import EPS
-from scheduling.simulate.loader import Scenario, SimWorkload
+from scheduling.replay.metrics import Metrics, num
+from scheduling.replay.record import WorkloadRecord
+from scheduling.replay.scenario import Scenario
 
 # Event kinds in the order they apply at one instant: what ends first, then what begins.
 FINISH, CANCEL, GRACE_END, FLEET, RUNNING, SUBMIT, WAKE = range(7)
 
 
-class _W:
-    """The simulator's record of one workload."""
-
-    __slots__ = ("sim", "state", "admissions", "preemptions", "reasons", "finished_at",
-                 "last_code", "token", "progress", "run_start", "first_admit", "gpus",
-                 "admitted_at", "cancelled", "counted")
-
-    def __init__(self, sim: SimWorkload) -> None:
-        self.sim = sim
-        self.state = "pending"
-        self.admissions: list[dict[str, Any]] = []
-        self.preemptions: list[dict[str, Any]] = []
-        self.reasons: list[tuple[float, str, str]] = []  # dicts only in the output
-        self.finished_at: float | None = None
-        self.last_code = ""
-        self.token = 0
-        self.progress = 0.0
-        self.run_start: float | None = None
-        self.first_admit: float | None = None
-        self.gpus = sum(ps.count * ps.gpus for ps in sim.spec.pod_sets)
-        self.admitted_at: float | None = None
-        self.cancelled = False
-        self.counted = False  # in demand(t)
-
-
-def _num(v: float) -> float | int:
-    if float(v).is_integer():
-        return int(v)
-    return round(v, 6)
-
-
-class Runner:
+class Runner(Metrics):
     """One replay of one scenario."""
 
     def __init__(self, sc: Scenario) -> None:
         self.sc = sc
         self.eng = Engine(queues=sc.queues, clusters=sc.clusters, flavors=sc.flavors,
                           settings=sc.settings, budgets=sc.budgets)
-        self.ws = {w.spec.name: _W(w) for w in sc.workloads}
+        self.ws = {w.spec.name: WorkloadRecord(w) for w in sc.workloads}
         self.heap: list[tuple[float, int, int, str, int]] = []
         self.seq = 0
         self.now = 0.0
         self.changed = True
         self.preemption_count = 0
-        # Metric integrals.
-        self.t_last = 0.0
-        self.cap = self._ready_gpus()
-        self.demand = 0.0
-        self.alloc = 0.0
-        self.alloc_area = 0.0
-        self.cap_area = 0.0
-        self.bounded_area = 0.0
-        self.leaf_alloc: dict[str, float] = {}
-        self.leaf_demand: set[str] = set()
-        self.violation_s = 0.0
-        # Leaf -> start of its current Min-violation episode (see _advance).
-        self.violated_since: dict[str, float] = {}
-        self.violation_allowance = (sc.settings.termination_grace_s
-                                    + sc.settings.cycle_interval_s)
         self.reserved_at: dict[str, float] = {}
+        self._start_metrics()
 
     # ---- events ------------------------------------------------------------------------
 
@@ -112,45 +58,12 @@ class Runner:
         self.seq += 1
         heapq.heappush(self.heap, (at, kind, self.seq, name, token))
 
-    def _ready_gpus(self) -> float:
-        return float(sum(
-            g for c in self.eng.fleet.clusters for pool in c.pools.values()
-            for g, r in zip(pool.gpus, pool.ready, strict=True) if r))
-
-    def _advance(self, t: float) -> None:
-        dt = t - self.t_last
-        if dt > 0:
-            self.alloc_area += self.alloc * dt
-            self.cap_area += self.cap * dt
-            self.bounded_area += min(self.cap, self.demand) * dt
-            if self.violated_since:
-                # A reclaim takes one grace period, then the next cycle admits: only the part
-                # of an episode beyond that allowance counts (union over leaves).
-                start = min(self.violated_since.values()) + self.violation_allowance
-                if start < t:
-                    self.violation_s += t - max(start, self.t_last)
-            self.t_last = t
-
-    def _reason(self, w: _W, at: float, reason: Reason) -> None:
+    def _reason(self, w: WorkloadRecord, at: float, reason: Reason) -> None:
         code = str(reason.code)
         if code == w.last_code:
             return
         w.last_code = code
         w.reasons.append((at, code, reason.message))
-
-    def _alloc_end(self, w: _W, t: float) -> None:
-        self.reserved_at.pop(w.sim.spec.name, None)
-        if w.admitted_at is None:
-            return
-        leaf = w.sim.spec.queue
-        self.leaf_alloc[leaf] = self.leaf_alloc.get(leaf, 0.0) + w.gpus * (t - w.admitted_at)
-        self.alloc -= w.gpus
-        w.admitted_at = None
-
-    def _drop_demand(self, w: _W) -> None:
-        if w.counted:
-            self.demand -= w.gpus
-            w.counted = False
 
     # ---- the replay --------------------------------------------------------------------
 
@@ -220,7 +133,8 @@ class Runner:
         return nxt
 
     def _apply(self, kind: int, name: str, token: int, t: float) -> None:
-        eng = self.eng
+        """Apply one event at t; a finish, a running or a grace end of a workload's earlier
+        life (an older token) is dropped."""
         if kind == WAKE:
             return
         self.changed = True
@@ -229,65 +143,87 @@ class Runner:
             return
         w = self.ws[name]
         if kind == SUBMIT:
-            reasons = eng.check(w.sim.spec)
-            if reasons:
-                w.state = "rejected"
-                for r in reasons:
-                    w.reasons.append((t, str(r.code), r.message))
-                return
-            eng.submit(w.sim.spec)
-            w.counted = True
-            self.demand += w.gpus
-            self.leaf_demand.add(w.sim.spec.queue)
+            self._submit(w, t)
         elif kind == RUNNING:
-            if token != w.token or w.state != "reserved":
-                return
-            eng.mark_running(name)
-            self.reserved_at.pop(name, None)
-            w.state = "running"
-            w.run_start = t
-            self._schedule_finish(w, t)
+            if token == w.token and w.state == "reserved":
+                self._running(w, name, t)
         elif kind == FINISH:
-            if token != w.token or w.state != "running":
-                return
-            a = eng.admitted.get(name)
-            if a is not None and a.grace_until is not None:
-                return  # in grace: the grace end decides
-            eng.end(name, t)
-            self._alloc_end(w, t)
-            self._drop_demand(w)
-            w.state = "finished"
-            w.finished_at = t
+            if token == w.token and w.state == "running":
+                self._finish(w, name, t)
         elif kind == CANCEL:
-            if w.state in ("finished", "rejected", "cancelled"):
-                return
-            w.cancelled = True
-            self._drop_demand(w)
-            if name in eng.pending:
-                eng.remove_pending(name)
-                w.state = "cancelled"
-                return
-            a = eng.admitted.get(name)
-            if a is not None and a.grace_until is None:
-                eng.end(name, t)
-                self._alloc_end(w, t)
-                w.token += 1
-                w.state = "cancelled"
-            elif a is None:
-                w.state = "cancelled"
+            self._cancel(w, name, t)
         elif kind == GRACE_END:
-            if token != w.token:
-                return
+            if token == w.token:
+                self._grace_end(w, name, t)
+
+    def _submit(self, w: WorkloadRecord, t: float) -> None:
+        """Rejected with its reasons when it can never fit, else pending."""
+        eng = self.eng
+        reasons = eng.check(w.sim.spec)
+        if reasons:
+            w.state = "rejected"
+            for r in reasons:
+                w.reasons.append((t, str(r.code), r.message))
+            return
+        eng.submit(w.sim.spec)
+        w.counted = True
+        self.demand += w.gpus
+        self.leaf_demand.add(w.sim.spec.queue)
+
+    def _running(self, w: WorkloadRecord, name: str, t: float) -> None:
+        """Its pods all run: its progress counts from now."""
+        self.eng.mark_running(name)
+        self.reserved_at.pop(name, None)
+        w.state = "running"
+        w.run_start = t
+        self._schedule_finish(w, t)
+
+    def _finish(self, w: WorkloadRecord, name: str, t: float) -> None:
+        eng = self.eng
+        a = eng.admitted.get(name)
+        if a is not None and a.grace_until is not None:
+            return  # in grace: the grace end decides
+        eng.end(name, t)
+        self._alloc_end(w, t)
+        self._drop_demand(w)
+        w.state = "finished"
+        w.finished_at = t
+
+    def _cancel(self, w: WorkloadRecord, name: str, t: float) -> None:
+        """Pending: gone. Holding capacity outside a grace: freed now. In grace: it keeps the
+        capacity until the grace ends, then stays cancelled."""
+        eng = self.eng
+        if w.state in ("finished", "rejected", "cancelled"):
+            return
+        w.cancelled = True
+        self._drop_demand(w)
+        if name in eng.pending:
+            eng.remove_pending(name)
+            w.state = "cancelled"
+            return
+        a = eng.admitted.get(name)
+        if a is not None and a.grace_until is None:
             eng.end(name, t)
             self._alloc_end(w, t)
-            w.run_start = None
-            if w.cancelled:
-                w.state = "cancelled"
-                return
-            w.state = "pending"
-            eng.submit(w.sim.spec)
+            w.token += 1
+            w.state = "cancelled"
+        elif a is None:
+            w.state = "cancelled"
 
-    def _schedule_finish(self, w: _W, t: float) -> None:
+    def _grace_end(self, w: WorkloadRecord, name: str, t: float) -> None:
+        """A preempted workload's grace is over: its capacity is freed and it is pending again
+        (unless it was cancelled meanwhile)."""
+        eng = self.eng
+        eng.end(name, t)
+        self._alloc_end(w, t)
+        w.run_start = None
+        if w.cancelled:
+            w.state = "cancelled"
+            return
+        w.state = "pending"
+        eng.submit(w.sim.spec)
+
+    def _schedule_finish(self, w: WorkloadRecord, t: float) -> None:
         if w.sim.duration_s is None:
             return
         remaining = max(0.0, w.sim.duration_s - w.progress)
@@ -325,7 +261,7 @@ class Runner:
         self._reason(w, t, Reason(ReasonCode.NO_CAPACITY, f"node {node} went down"))
         self.eng.submit(w.sim.spec)
 
-    def _stop_progress(self, w: _W, t: float) -> None:
+    def _stop_progress(self, w: WorkloadRecord, t: float) -> None:
         if w.run_start is not None:
             if w.sim.spec.checkpoint:
                 w.progress += t - w.run_start
@@ -349,7 +285,7 @@ class Runner:
             w = self.ws[adm.workload]
             w.state = "reserved"
             w.last_code = ""
-            w.admissions.append({"at": _num(t), "cluster": adm.cluster, "flavor": adm.flavor,
+            w.admissions.append({"at": num(t), "cluster": adm.cluster, "flavor": adm.flavor,
                                  "borrowed": adm.borrowed, "nodes": list(adm.nodes)})
             if w.first_admit is None:
                 w.first_admit = t
@@ -369,7 +305,7 @@ class Runner:
             self.reserved_at.pop(pre.workload, None)
             w = self.ws[pre.workload]
             self.preemption_count += 1
-            w.preemptions.append({"at": _num(t), "by": pre.by, "kind": str(pre.kind)})
+            w.preemptions.append({"at": num(t), "by": pre.by, "kind": str(pre.kind)})
             w.last_code = ""
             self._reason(w, t, pre.reason)
             self._stop_progress(w, t)
@@ -379,76 +315,15 @@ class Runner:
             self.push(pre.grace_until, GRACE_END, pre.workload, w.token)
         for name, reason in res.reasons.items():
             self._reason(self.ws[name], t, reason)
-        leaves = eng.violating_leaves()
-        since = self.violated_since
-        for leaf in [q for q in since if q not in leaves]:
-            del since[leaf]
-        for leaf in leaves:
-            since.setdefault(leaf, t)
+        self._track_violations(t)
         # Preemptions free nothing until their graces end, which are events of their own.
         self.changed = bool(res.admitted or res.released)
-
-    # ---- output ------------------------------------------------------------------------
-
-    def _output(self) -> dict[str, Any]:
-        until = self.sc.until
-        waits: list[float] = []
-        workloads: dict[str, Any] = {}
-        for name, w in self.ws.items():
-            if w.admitted_at is not None:
-                self._alloc_end(w, until)
-            if w.first_admit is not None:
-                waits.append(w.first_admit - w.sim.spec.submitted_at)
-            workloads[name] = {
-                "state": w.state,
-                "admissions": w.admissions,
-                "preemptions": w.preemptions,
-                "finished_at": None if w.finished_at is None else _num(w.finished_at),
-                "reasons": [{"at": _num(at), "code": code, "message": message}
-                            for at, code, message in w.reasons],
-            }
-        waits.sort()
-        mean_wait = sum(waits) / len(waits) if waits else 0.0
-        p95 = waits[max(0, math.ceil(0.95 * len(waits)) - 1)] if waits else 0.0
-        return {
-            "scenario": self.sc.name,
-            "workloads": workloads,
-            "metrics": {
-                "gpu_allocation_rate": _num(self.alloc_area / self.cap_area)
-                if self.cap_area > 0 else 0,
-                "demand_bounded_allocation_rate": _num(min(1.0, self.alloc_area
-                                                           / self.bounded_area))
-                if self.bounded_area > 0 else 1,
-                "mean_wait_s": _num(mean_wait),
-                "p95_wait_s": _num(p95),
-                "preemptions": self.preemption_count,
-                "jain_fairness": _num(self._jain()),
-                "min_guarantee_violation_s": _num(self.violation_s),
-            },
-        }
-
-    def _jain(self) -> float:
-        tree = self.eng.tree
-        xs = []
-        for leaf in sorted(self.leaf_demand):
-            q = tree.index[leaf]
-            share = sum(tree.mn[q][k] for k, key in enumerate(tree.keys) if key[1] == "gpu")
-            if share <= 0:
-                continue
-            xs.append(self.leaf_alloc.get(leaf, 0.0) / share)
-        if len(xs) < 1:
-            return 1.0
-        sq = sum(x * x for x in xs)
-        if sq <= 0:
-            return 1.0
-        return sum(xs) ** 2 / (len(xs) * sq)
 
 
 def run_scenario(scenario: Scenario) -> dict[str, Any]:
     """Replay a loaded scenario; return the output JSON as a dict."""
     # The replay allocates many small long-lived objects and frees them by reference counting;
-    # a frequent cyclic collector would only rescan them (up to a third of a large replay), so
-    # it runs rarely.
+    # a frequent cyclic collector would only rescan them, so it runs rarely.
     threshold = gc.get_threshold()
     gc.collect()
     gc.freeze()
