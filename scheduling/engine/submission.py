@@ -22,7 +22,7 @@ from scheduling.engine.state import (
     expand_pods,
     pods_text,
 )
-from scheduling.engine.types import CycleResult, Reason, Reject, WorkloadSpec
+from scheduling.engine.types import Reason, WorkloadSpec
 
 
 class SubmissionMixin(EngineBase):
@@ -146,14 +146,6 @@ class SubmissionMixin(EngineBase):
                                 "cluster, even empty")
         self._empty_fit[key] = result
         return result
-
-    def reject_if_impossible(self, w: WorkloadSpec, res: CycleResult) -> bool:
-        """Check a request; record a Reject in `res` and return True when it can never fit."""
-        reasons = self.check(w)
-        if reasons:
-            res.rejected.append(Reject(w.name, tuple(reasons)))
-            return True
-        return False
 
     def submit(self, w: WorkloadSpec) -> None:
         """Add a pending workload (checked by `check` beforehand if the caller wants)."""

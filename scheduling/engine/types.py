@@ -53,9 +53,6 @@ class Reason:
     code: ReasonCode
     message: str
 
-    def as_dict(self) -> dict[str, str]:
-        return {"code": str(self.code), "message": self.message}
-
 
 @dataclass(frozen=True)
 class Settings:
