@@ -166,9 +166,16 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
             f"must map label keys to strings of at most {MAX_LABEL_VALUE} characters"]
     clean["labels"] = dict(labels) if isinstance(labels, Mapping) else {}
 
-    pods = data.get("pods")
+    clean["pods"] = _validate_pods(data.get("pods"), lk.flavors, errors)
+    if errors:
+        raise ValidationError(errors)
+    return clean
+
+
+def _validate_pods(pods: Any, known_flavors: Mapping[str, Any],
+                   errors: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The pod sets, each checked field by field; every pod set lists the same flavors."""
     clean_pods: list[dict[str, Any]] = []
-    known_flavors = lk.flavors
     if not isinstance(pods, list) or not pods:
         errors["pods"] = ["required: a list of pod sets, e.g. [{\"count\": 1, \"flavors\": "
                           "[\"a100-80g\"], \"gpus\": 8}]"]
@@ -218,7 +225,4 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
                         "a workload runs on one flavor, so every pod set lists the same ones")
             clean_pods.append({"index": i, "count": count, "flavors": flavors, "gpus": gpus,
                                "cpu": cpu, "memory_gib": mem, "gpu_memory_gib": gmem})
-    clean["pods"] = clean_pods
-    if errors:
-        raise ValidationError(errors)
-    return clean
+    return clean_pods

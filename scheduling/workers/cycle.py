@@ -152,42 +152,74 @@ def _reason_refresh_due(workload_id: int) -> bool:
     return True
 
 
+@dataclass
+class _Writes:
+    """What one cycle writes, gathered from its decisions and written in bulk at the end."""
+
+    events: list[WorkloadEvent] = field(default_factory=list)
+    changed: dict[int, Workload] = field(default_factory=dict)
+    new_admissions: list[Admission] = field(default_factory=list)
+    closed: list[Admission] = field(default_factory=list)
+
+
 def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
            report: CycleReport) -> None:
     """Write the engine's decisions: bulk inserts and updates, in the caller's transaction."""
-    events: list[WorkloadEvent] = []
-    changed: dict[int, Workload] = {}
-    new_admissions: list[Admission] = []
-    closed: list[Admission] = []
+    out = _Writes()
+    _admitted(now, result, parts, report, out)
+    if out.new_admissions:
+        # Clusters whose state lives in this database start their workloads in this
+        # transaction (phase two without a trip through the broker).
+        fleet_dispatch.dispatch_in_cycle(now=now, admissions=out.new_admissions, parts=parts,
+                                         events=out.events, report=report)
+    _preempted(now, result, parts, report, out)
+    _rejected(now, result, parts, report, out)
+    _released(now, result, parts, report, out)
+    moved = set(out.changed)  # rows whose state changed; the rest only get a new reason
+    _reasons(now, result, parts, out)
 
+    if out.closed:
+        db.bulk_set(Admission, out.closed, ["ended_at", "end_reason"])
+    db.insert_rows(Admission, out.new_admissions)
+    reasons_only = [w for pk, w in out.changed.items() if pk not in moved]
+    moved_rows = [w for pk, w in out.changed.items() if pk in moved]
+    db.bulk_set(Workload, reasons_only, ["reason_code", "reason_message"])
+    db.bulk_set(Workload, moved_rows,
+                [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
+                 "preempt_kind", "preempted_by", "not_before", "backoff_count"])
+    db.insert_rows(WorkloadEvent, out.events)
+
+
+def _admitted(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
+              report: CycleReport, out: _Writes) -> None:
+    """Admissions: reserved, with a new admission interval each."""
     for adm in result.admitted:
         w = parts.known(adm.workload)
         cluster = parts.clusters[adm.cluster]
-        events.append(workload_transition(
+        out.events.append(workload_transition(
             w, S.RESERVED, at=now, event_type=EventType.ADMITTED,
             message=f"admitted on {adm.cluster} ({adm.flavor}, {len(adm.nodes)} pods"
             f"{', borrowed' if adm.borrowed else ''}): reserving",
             payload={"cluster": adm.cluster, "flavor": adm.flavor, "borrowed": adm.borrowed,
                      "nodes": list(adm.nodes)}))
         w.reason_code, w.reason_message = "", ""
-        changed[w.pk] = w
-        new_admissions.append(Admission(
+        out.changed[w.pk] = w
+        out.new_admissions.append(Admission(
             workload=w, cluster=cluster, flavor_id=parts.flavors[adm.flavor],
             nodes=list(adm.nodes), borrowed=adm.borrowed, gpus=int(adm.gpus),
             cpu=Decimal(str(adm.cpu)), memory_gib=Decimal(str(adm.memory_gib)),
             reserved_at=now))
         report.admitted.append(w.pk)
         report.dispatch_clusters.add(cluster.pk)
-    if new_admissions:
-        # Clusters whose state lives in this database start their workloads in this
-        # transaction (phase two without a trip through the broker).
-        fleet_dispatch.dispatch_in_cycle(now=now, admissions=new_admissions, parts=parts,
-                                         events=events, report=report)
 
+
+def _preempted(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
+               report: CycleReport, out: _Writes) -> None:
+    """Preemptions: preempting until the grace period ends, their Jobs suspended."""
     for pre in result.preempted:
         w = parts.known(pre.workload)
         by = parts.workload(pre.by)
-        events.append(workload_transition(
+        out.events.append(workload_transition(
             w, S.PREEMPTING, at=now, event_type=EventType.PREEMPTED, code=str(pre.reason.code),
             message=pre.reason.message,
             payload={"kind": str(pre.kind), "by": int(pre.by) if pre.by.isdigit() else pre.by,
@@ -195,43 +227,55 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         w.preempt_deadline = dt(pre.grace_until)
         w.preempt_kind = str(pre.kind)
         w.preempted_by = by
-        changed[w.pk] = w
+        out.changed[w.pk] = w
         report.preempted.append(w.pk)
         adm_row = parts.admissions.get(pre.workload)
         if adm_row is not None:
             report.suspend_admissions.append(adm_row.pk)
 
+
+def _rejected(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
+              report: CycleReport, out: _Writes) -> None:
+    """Rejections: rejected, with one reason event per reason."""
     for rej in result.rejected:
         w = parts.known(rej.workload)
-        events.append(workload_transition(
+        out.events.append(workload_transition(
             w, S.REJECTED, at=now, event_type=EventType.REJECTED,
             code=str(rej.reasons[0].code) if rej.reasons else "",
             message=f"rejected: {len(rej.reasons)} reason(s)"))
-        events += [event_new(w, EventType.REASON, at=now, code=str(r.code), message=r.message)
-                   for r in rej.reasons]
+        out.events += [event_new(w, EventType.REASON, at=now, code=str(r.code),
+                                 message=r.message) for r in rej.reasons]
         if rej.reasons:
             w.reason_code, w.reason_message = str(rej.reasons[0].code), rej.reasons[0].message
-        changed[w.pk] = w
+        out.changed[w.pk] = w
         report.rejected.append(w.pk)
 
+
+def _released(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
+              report: CycleReport, out: _Writes) -> None:
+    """Pods-ready timeouts: back to pending with a backoff, the interval ended."""
     for rel in result.released:
         w = parts.known(rel.workload)
         adm_row = parts.admissions.get(rel.workload)
         if adm_row is not None:
             adm_row.ended_at, adm_row.end_reason = now, EndReason.PODS_READY_TIMEOUT
-            closed.append(adm_row)
+            out.closed.append(adm_row)
             report.delete_admissions.append(adm_row.pk)
-        events.append(workload_transition(
+        out.events.append(workload_transition(
             w, S.PENDING, at=now, event_type=EventType.TIMEOUT, code=str(rel.reason.code),
             message=rel.reason.message,
             payload={"backoff_count": rel.backoff_count, "not_before": rel.not_before}))
         w.not_before = dt(rel.not_before)
         w.backoff_count = rel.backoff_count
         w.reason_code, w.reason_message = str(rel.reason.code), rel.reason.message
-        changed[w.pk] = w
+        out.changed[w.pk] = w
         report.released.append(w.pk)
 
-    moved = set(changed)  # rows whose state changed; the rest only get a new reason
+
+def _reasons(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
+             out: _Writes) -> None:
+    """Why the pending ones still wait: a new code is recorded with an event; a moved number
+    under the same code is refreshed at most every `reason_refresh_s`."""
     for name, reason in result.reasons.items():
         row = parts.rows.get(name)
         if row is None or row["state"] != S.PENDING or name in parts.workloads and \
@@ -245,24 +289,8 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         w = parts.known(name)
         if code != w.reason_code:
             # The same code in consecutive cycles is recorded once (its numbers may move).
-            events.append(event_new(w, EventType.REASON, at=now, code=code,
-                                    message=reason.message))
+            out.events.append(event_new(w, EventType.REASON, at=now, code=code,
+                                        message=reason.message))
         if code != w.reason_code or reason.message != w.reason_message:
             w.reason_code, w.reason_message = code, reason.message
-            changed[w.pk] = w
-
-    if closed:
-        db.bulk_set(Admission, closed, ["ended_at", "end_reason"])
-    db.insert_rows(Admission, new_admissions)
-    reasons_only = [w for pk, w in changed.items() if pk not in moved]
-    moved_rows = [w for pk, w in changed.items() if pk in moved]
-    db.bulk_set(Workload, reasons_only, ["reason_code", "reason_message"])
-    db.bulk_set(Workload, moved_rows,
-             [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
-              "preempt_kind", "preempted_by", "not_before", "backoff_count"])
-    db.insert_rows(WorkloadEvent, events)
-
-
-# --- submission check -------------------------------------------------------------------------
-
-
+            out.changed[w.pk] = w
