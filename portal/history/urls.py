@@ -6,4 +6,5 @@ from portal.history import views
 
 urlpatterns = [
     path("history/", views.history_list, name="history"),
+    path("history/section/", views.history_section_rows, name="history-section"),
 ]

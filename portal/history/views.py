@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
+from django.urls import reverse
 
 from portal.history import selectors
 from portal.history.filters import HistoryFilter
 from portal.pages.access import is_platform_admin
 
 PAGE_SIZE = 50
+SECTION_ROWS = 10
 
 
 @login_required
@@ -26,3 +30,26 @@ def history_list(request: HttpRequest) -> HttpResponse:
         "filter": filterset, "page": page, "entries": entries,
         "is_admin": is_platform_admin(request.user),
     }, status=200 if valid else 400)
+
+
+@login_required
+def history_section_rows(request: HttpRequest) -> HttpResponse:
+    """A page's History section, filled in after the page has loaded (`{% history_section %}`):
+    the latest `rows` changes the user may see of an object or of some kinds."""
+    try:
+        rows = max(1, min(int(request.GET.get("rows", SECTION_ROWS)), PAGE_SIZE))
+    except ValueError:
+        rows = SECTION_ROWS
+    wanted = request.GET.getlist("type") or None
+    query = [(k, v) for k, v in request.GET.items() if k in ("object",)]
+    query += [("type", k) for k in wanted or ()]
+    filterset = HistoryFilter(QueryDict(urlencode(query)),
+                              parts=selectors.history_querysets(user=request.user, kinds=wanted))
+    found = list(filterset.qs[:rows + 1]) if filterset.is_valid() else []
+    return render(request, "portal/partials/history_section_rows.html", {
+        "entries": selectors.history_entries(found[:rows]),
+        "more": len(found) > rows,
+        "more_label": "newest first, filterable",
+        "history_url": f"{reverse('history')}?{urlencode(query)}",
+        "hide_object": request.GET.get("hide", "") if request.GET.get("object") else "",
+    })

@@ -1,5 +1,6 @@
 """The history page and the History sections of object pages."""
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -28,6 +29,17 @@ def page(client, user, url, status=200):
     response = client.get(url)
     assert response.status_code == status, response.content.decode()[:500]
     return response.content.decode()
+
+
+def history_section(client, html):
+    """A page's History section as a browser shows it: the frame on the page, then the rows
+    its htmx request loads (same session), after the frame's heading."""
+    frame = html[html.index('id="history"'):]
+    assert 'hx-trigger="load"' in frame[:400], frame[:400]
+    url = re.search(r'hx-get="([^"]+)"', frame).group(1).replace("&amp;", "&")
+    rows = client.get(url)
+    assert rows.status_code == 200, rows.content.decode()[:500]
+    return frame[:frame.index("</section>")] + rows.content.decode()
 
 
 def test_history_page_lists_who_when_path_and_what(client, edits):
@@ -61,7 +73,7 @@ def test_a_researchers_history_page_leaves_out_other_teams_queues(client, edits)
 
 def test_queue_page_has_its_history(client, edits):
     html = page(client, edits.alice, reverse("queue-detail", args=["rd/vision"]))
-    section = html[html.index('id="history"'):]
+    section = history_section(client, html)
     assert "changed quota rd/vision a100-80g/gpu" in section
     assert "<strong>min</strong>: 8 GPUs → 10 GPUs" in section
     assert "rd/nlp" not in section
@@ -70,7 +82,7 @@ def test_queue_page_has_its_history(client, edits):
 
 def test_tree_editor_has_the_trees_recent_changes(client, edits):
     html = page(client, edits.admin, reverse("queue-tree"))
-    section = html[html.index('id="history"'):]
+    section = history_section(client, html)
     assert "8 GPUs → 10 GPUs" in section and "4 GPUs → 6 GPUs" in section
     assert 'href="/history/?type=queue&amp;type=quota"' in section
 
@@ -83,12 +95,12 @@ def test_cluster_and_fleet_pages_have_their_history(client, edits):
     with history_context(Source.ADMIN, user=edits.admin):
         flavor_update(flavor=edits.a100, gpu_memory_gib=96)
     html = page(client, edits.alice, reverse("cluster-detail", args=["bj"]))
-    section = html[html.index('id="history"'):]
+    section = history_section(client, html)
     assert "changed node bj/bj-a100-1" in section
     assert "<strong>gpus</strong>: 8 GPUs → 4 GPUs" in section
     assert "<strong>ready</strong>: yes → no" in section
     html = page(client, edits.alice, reverse("fleet"))
-    section = html[html.index('id="history"'):]
+    section = history_section(client, html)
     assert "<strong>gpu memory gib</strong>: 80 GiB → 96 GiB" in section
     assert "bj/bj-a100-1" in section
 
@@ -102,7 +114,7 @@ def test_policy_page_has_its_history(client, org):
     })
     assert r.status_code == 302, r.content.decode()[:2000]
     html = page(client, org.admin, reverse("policy-edit", args=["cap"]))
-    section = html[html.index('id="history"'):]
+    section = history_section(client, html)
     assert "created" in section and "portal page" in section and ">root<" in section
     assert "<strong>rule</strong>: – → request.gpus &lt;= 64" in section
 
@@ -119,9 +131,29 @@ def test_rates_and_costs_pages_have_their_history(client, org):
                          effective_from=timezone.now())
         budget_create(cost_center=cc, amount=Decimal(5000))
     html = page(client, org.alice, reverse("billing-rates"))
-    section = html[html.index('id="history"'):]
+    section = history_section(client, html)
     assert "a100-80g gpu v1" in section
     assert "<strong>rate</strong>: – → 2.5 EUR per GPU-hour" in section
     html = page(client, org.alice, reverse("billing-overview"))
-    section = html[html.index('id="history"'):]
+    section = history_section(client, html)
     assert "cv monthly" in section and "5,000.00 EUR" in section
+
+
+def test_a_pages_history_section_costs_the_page_no_query(client, edits):
+    """The section's rows load after the page: the page renders only the frame."""
+    client.force_login(edits.admin)
+    url = reverse("queue-detail", args=["rd/vision"])
+    client.get(url)  # caches warm
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        html = client.get(url).content.decode()
+    assert "history" not in " ".join(q["sql"] for q in ctx.captured_queries).lower()
+    assert 'hx-get="/history/section/?object=queue%3A' in html
+
+
+def test_a_section_for_a_queue_the_user_may_not_see_is_empty(client, edits):
+    html = page(client, edits.alice,
+                f"{reverse('history-section')}?object=queue:{edits.nlp.pk}&hide=queue")
+    assert "rd/nlp" not in html and "4 GPUs → 6 GPUs" not in html

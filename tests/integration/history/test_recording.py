@@ -85,9 +85,9 @@ def test_tree_editor_records_page_and_the_cells(org, client):
     row = latest(QuotaEntry, id=org.vision_entry.pk)
     assert (row.history_user, row.history_source, row.min) == (org.admin, Source.PAGE,
                                                                Decimal(10))
-    page = client.get(reverse("queue-detail", args=["rd/vision"])).content.decode()
-    assert "<strong>min</strong>: 8 GPUs → 10 GPUs" in page
-    assert "portal page" in page
+    page = client.get(reverse("history-section") + f"?object=queue:{org.vision.pk}&hide=queue")
+    assert "<strong>min</strong>: 8 GPUs → 10 GPUs" in page.content.decode()
+    assert "portal page" in page.content.decode()
 
 
 def test_import_records_import_with_the_user_given(org, tmp_path: Path):
