@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -150,9 +151,10 @@ def _live_rows(ids: list[int], parts: SnapshotParts,
     return rows
 
 
-def _pending_heads(limit: int) -> list[int]:
+def _pending_heads(limit: int, now: datetime) -> list[int]:
     """Ids of the first `limit` pending workloads of each leaf, in the leaf's order (priority
-    value, then submission).
+    value, then submission), submitted by `now`: one committed while the cycle reads would
+    otherwise be admitted at a time before its own submission (the next cycle takes it).
 
     On PostgreSQL: for each (queue, priority class) an index scan of the partial index
     `workload_pending_head` stops after `limit` rows, so the cost follows queues x classes x
@@ -160,7 +162,7 @@ def _pending_heads(limit: int) -> list[int]:
     """
     if not db.postgres():
         return list(
-            Workload.objects.filter(state=S.PENDING, needs_approval=False)
+            Workload.objects.filter(state=S.PENDING, needs_approval=False, submitted_at__lte=now)
             .annotate(rank=Window(RowNumber(), partition_by=[F("queue_id")],
                                   order_by=[F("priority_class__value").desc(),
                                             F("submitted_at").asc(), F("id").asc()]))
@@ -173,8 +175,8 @@ def _pending_heads(limit: int) -> list[int]:
             f'pc.value DESC, h.submitted_at, h.id) AS rank FROM "{q}" q CROSS JOIN "{pc}" pc '
             f'CROSS JOIN LATERAL (SELECT "id", "queue_id", "submitted_at" FROM "{w}" '
             f'WHERE "queue_id" = q."id" AND "priority_class_id" = pc."id" AND "state" = %s '
-            f'AND NOT "needs_approval" ORDER BY "submitted_at", "id" LIMIT %s) h) heads '
-            f'WHERE rank <= %s', [S.PENDING, limit, limit])
+            f'AND NOT "needs_approval" AND "submitted_at" <= %s ORDER BY "submitted_at", "id" '
+            f'LIMIT %s) h) heads WHERE rank <= %s', [S.PENDING, now, limit, limit])
         return [row[0] for row in cursor.fetchall()]
 
 

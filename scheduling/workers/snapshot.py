@@ -76,7 +76,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     # Pending work enters the cycle up to `max_pending_per_queue` per leaf, in the leaf's own
     # order (priority, then submission): the cycle's cost stays bounded by queues x that
     # number however long the queues grow (Kueue looks at one head per queue per cycle).
-    pending_ids = _pending_heads(max_pending_per_queue())
+    pending_ids = _pending_heads(max_pending_per_queue(), now)
     active_ids = list(Workload.objects.filter(state__in=ACTIVE_STATES, needs_approval=False)
                       .values_list("id", flat=True))
     live = _live_rows(pending_ids + active_ids, parts, queue_paths)

@@ -3,6 +3,8 @@ submission is kept per process, and read again when a pending workload is change
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from scheduling.models import Workload, WorkloadState
@@ -34,3 +36,18 @@ def test_a_pending_workload_changed_in_place_is_read_again(world):
     cycle_run(wait=True)
     w.refresh_from_db()
     assert w.state == S.RUNNING and w.admissions.get().gpus == 8  # the new request
+
+
+def test_a_workload_submitted_after_the_cycle_began_waits_for_the_next(world):
+    """A submission that commits while a cycle reads (its submission time after the cycle's
+    `now`) is left to the next cycle, so no workload is admitted before it was submitted."""
+    w = submit(world, "late")
+    before = w.submitted_at - timedelta(seconds=1)
+    report = cycle_run(wait=True, now=before)
+    assert w.pk not in report.admitted
+    assert Workload.objects.get(pk=w.pk).state == S.PENDING
+    report = cycle_run(wait=True)
+    assert w.pk in report.admitted
+    events = list(w.events.order_by("at", "id").values_list("type", "at"))
+    assert [t for t, _ in events][:2] == ["submitted", "admitted"]
+    assert events[0][1] <= events[1][1]
