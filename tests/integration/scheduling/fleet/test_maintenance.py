@@ -119,6 +119,8 @@ def test_nothing_is_reclaimed_below_the_limits(world, backends, limits):
 def test_stuck_reserved_workload_is_reclaimed(world, backends):
     w = submit(world, "stuck")
     t0 = timezone.now() - timedelta(hours=1)
+    # Submitted before the cycle that admits it, an hour ago.
+    Workload.objects.filter(pk=w.pk).update(submitted_at=t0 - timedelta(seconds=1))
     cycle_run(wait=True, now=t0)
     report = maintenance.workloads_maintain(now=timezone.now())
     w.refresh_from_db()
