@@ -3,13 +3,12 @@
 from decimal import Decimal
 
 import pytest
-from rest_framework.test import APIClient
 
-from portal.models import ApiToken, token_generate, token_hash
 from quotas.models import QuotaEntry, Team, TeamMembership, TeamRole
 from quotas.services import queue_create
 from quotas.tree_rules import QuotaSpec
 from tests.factories import AdminFactory, ClusterFactory, FlavorFactory, NodeFactory, UserFactory
+from tests.integration.portal.conftest import api_for  # noqa: F401 (the history tests import it from here)
 
 A = ("a100-80g", "gpu")
 
@@ -45,15 +44,6 @@ def org(db):
     TeamMembership.objects.create(team=o.vision_team, user=o.bob, role=TeamRole.LEAD)
     TeamMembership.objects.create(team=o.nlp_team, user=o.carol, role=TeamRole.RESEARCHER)
     return o
-
-
-def api_for(user) -> APIClient:
-    """An API client authenticated with a hashed token (as automation is), not a session."""
-    raw = token_generate()
-    ApiToken.objects.create(user=user, key_hash=token_hash(raw), prefix=raw[:8])
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {raw}")
-    return client
 
 
 def history(client, **params):
