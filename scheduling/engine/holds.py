@@ -61,11 +61,11 @@ class HoldsMixin(PreemptionMixin):
                     for i in ready:
                         r = pool.rack[i]
                         total[r] = total.get(r, 0) + pool.gpus[i]
-                        free[r] = free.get(r, 0) + pool.fg[i]
+                        free[r] = free.get(r, 0) + max(pool.fg[i], 0)
                     racks = sorted((r for r in total if total[r] >= need),
                                    key=lambda r: (-free[r], r))
                     order = sorted((i for i in ready if racks and pool.rack[i] == racks[0]),
-                                   key=lambda i: (-pool.fg[i], i))
+                                   key=lambda i: (-max(pool.fg[i], 0), i))
                 else:
                     # The ready nodes by most free GPUs, then index: the free-GPU index's
                     # order, walked only as far as the gang's GPUs.

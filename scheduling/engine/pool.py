@@ -58,8 +58,8 @@ class Pool:
         self.free = 0
         for i, r in enumerate(self.ready):
             if r:
-                self.buckets[self.fg[i]].append(i)
-                self.free += self.fg[i]
+                self.buckets[max(self.fg[i], 0)].append(i)
+                self.free += max(self.fg[i], 0)
 
     # Totals over ready nodes.
     def totals(self) -> tuple[int, float, float]:
@@ -82,44 +82,47 @@ class Pool:
 
     def take(self, i: int, pod: Pod) -> None:
         g, c, m = pod
-        if g and self.ready[i]:
-            b = self.buckets[self.fg[i]]
-            del b[bisect_left(b, i)]
-            insort(self.buckets[self.fg[i] - g], i)
-            self.free -= g
-        self.fg[i] -= g
+        self._move(i, self.fg[i] - g)
         self.fc[i] -= c
         self.fm[i] -= m
 
     def give(self, i: int, pod: Pod) -> None:
         g, c, m = pod
-        if g and self.ready[i]:
-            b = self.buckets[self.fg[i]]
-            del b[bisect_left(b, i)]
-            insort(self.buckets[self.fg[i] + g], i)
-            self.free += g
-        self.fg[i] += g
+        self._move(i, self.fg[i] + g)
         self.fc[i] += c
         self.fm[i] += m
+
+    def _move(self, i: int, fg: int) -> None:
+        """Set node i's free GPUs, keeping the index. Free GPUs go below zero when the
+        workloads on a node hold more than it has (it shrank, or a release is unconfirmed):
+        such a node is indexed, and counted, as having none free."""
+        old, new = max(self.fg[i], 0), max(fg, 0)
+        if old != new and self.ready[i]:
+            b = self.buckets[old]
+            del b[bisect_left(b, i)]
+            insort(self.buckets[new], i)
+            self.free += new - old
+        self.fg[i] = fg
 
     def set_ready(self, i: int, ready: bool) -> None:
         if self.ready[i] == ready:
             return
         self.ready[i] = ready
+        fg = max(self.fg[i], 0)
         if ready:
-            insort(self.buckets[self.fg[i]], i)
-            self.free += self.fg[i]
+            insort(self.buckets[fg], i)
+            self.free += fg
         else:
-            b = self.buckets[self.fg[i]]
+            b = self.buckets[fg]
             del b[bisect_left(b, i)]
-            self.free -= self.fg[i]
+            self.free -= fg
 
     def _node_fits(self, i: int, pod: Pod, reserve: float) -> bool:
         g, c, m = pod
         if self.fg[i] < g or self.fm[i] + EPS < m:
             return False
         if g == 0 and self.gpus[i]:
-            return self.fc[i] - reserve * self.fg[i] + EPS >= c
+            return self.fc[i] - reserve * max(self.fg[i], 0) + EPS >= c
         return self.fc[i] + EPS >= c
 
     def pick(self, pod: Pod, spread: bool, reserve: float, rack: str | None) -> int:
@@ -138,7 +141,7 @@ class Pool:
                 continue
             if not self._node_fits(i, pod, reserve):
                 continue
-            k = float(self.fg[i]) if g > 0 else self.fc[i]
+            k = float(max(self.fg[i], 0)) if g > 0 else self.fc[i]
             if best < 0 or (k > best_key if spread else k < best_key):
                 best, best_key = i, k
         return best
@@ -169,5 +172,5 @@ class Pool:
         free: dict[str, int] = {}
         for i, r in enumerate(self.ready):
             if r:
-                free[self.rack[i]] = free.get(self.rack[i], 0) + self.fg[i]
+                free[self.rack[i]] = free.get(self.rack[i], 0) + max(self.fg[i], 0)
         return sorted(free, key=lambda name: ((-free[name] if spread else free[name]), name))

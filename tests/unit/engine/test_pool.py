@@ -34,3 +34,26 @@ def test_gang_spans_nodes() -> None:
     res = run(eng, 0, wl("gang", "a", 4, count=4))
     assert res.admitted[0].nodes == ("c-a100-80g-0", "c-a100-80g-0", "c-a100-80g-1",
                                      "c-a100-80g-1")
+
+
+def test_an_overcommitted_node_has_no_free_gpus_and_does_not_break_the_cycle() -> None:
+    # The node reports fewer GPUs than the workloads on it hold (it shrank, or a release is
+    # not confirmed yet): the cycle must go on, count the node as full, and place elsewhere.
+    from scheduling.engine import AdmittedWorkload
+
+    eng = engine([q("a", 0, 64)], [cluster(nodes=4)])
+    node = "c-a100-80g-0"
+    for i, gpus in enumerate((8, 8, 4)):  # 20 GPUs held on an 8-GPU node
+        eng.add_admitted(AdmittedWorkload(wl(f"held{i}", "a", gpus), "c", A100, (node,),
+                                          borrowed=False, admitted_at=0.0, admission_seq=i))
+    eng.refresh_capacity()
+    res = run(eng, 1, wl("new", "a", 8, t=1), wl("more", "a", 1, t=1.5))
+    assert [(a.workload, a.nodes) for a in res.admitted] == [
+        ("new", ("c-a100-80g-1",)), ("more", ("c-a100-80g-2",))]
+    # Ending what was held gives the node back only as far as it has GPUs: 8 - 4 = 4 free.
+    eng.end("held0", 2)
+    eng.end("held1", 2)
+    res = run(eng, 3, wl("five", "a", 5, t=3), wl("four", "a", 4, t=3.5),
+              wl("three", "a", 3, t=4))
+    assert [(a.workload, a.nodes) for a in res.admitted] == [
+        ("five", ("c-a100-80g-2",)), ("four", (node,)), ("three", ("c-a100-80g-3",))]
