@@ -5,12 +5,15 @@ queues, 3 clusters (150 nodes, 1,200 GPUs), 20,000 workloads and 200,000 events:
 
 1. p50 and p95 server time of every page and list endpoint (target p95 < 150 ms), measured
    in-process through Django's test client with DEBUG off, as a researcher and as an admin.
-2. Requests per second of `POST /api/v1/workloads` from 20 concurrent clients against
-   gunicorn on 127.0.0.1:8701 (target > 300/s on a 2-core machine).
+2. Requests per second and p50/p95/p99 latency of `POST /api/v1/workloads` against gunicorn
+   on 127.0.0.1:8701 (`bench/load.py`): 20 clients with no workers (target > 300/s on a 2-core
+   machine), then 20 and 200 clients with a Celery worker and its beat scheduling on the same
+   database, as in production (target at 200: > 200/s, p99 < 1 s).
 
 Environment: BENCH_PG (server URL, default postgres://postgres@127.0.0.1:5432),
 BENCH_REDIS (broker for the submit nudges, default redis://127.0.0.1:6379/3, flushed after),
-BENCH_SECONDS (load duration, default 15), BENCH_GUNICORN (gunicorn worker options,
+BENCH_SECONDS (each load's duration, default 15), BENCH_LOADS (the loads, as
+`clients:workers` pairs, default `20:0,20:1,200:1`), BENCH_GUNICORN (gunicorn worker options,
 default `-w 2 -k gthread --threads 4`: two processes for two cores, four threads each; ten
 threads each cost 5-15% more CPU per request in lock contention, for no more throughput),
 BENCH_PARTS (`pages`, `post` or both, the default: `pages,post`), BENCH_URLS (measure only
@@ -22,22 +25,19 @@ and BENCH_REUSE=1 (measure a kept database again without seeding it anew).
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import random
 import secrets
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import psycopg
+
+from bench.load import load_test, report
 
 BENCH_DB = os.environ.get("BENCH_DB", "allot_bench")
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
@@ -50,7 +50,9 @@ URL_FILTER = [u for u in os.environ.get("BENCH_URLS", "").split(",") if u]
 KEEP = os.environ.get("BENCH_KEEP", "") == "1"
 REUSE = os.environ.get("BENCH_REUSE", "") == "1"
 PORT = 8701
-CLIENTS = 20
+CLIENTS = 20  # tokens (users); more clients share them round robin
+LOADS = [tuple(int(x) for x in pair.split(":"))
+         for pair in os.environ.get("BENCH_LOADS", "20:0,20:1,200:1").split(",")]
 ROOT = Path(__file__).resolve().parent.parent
 
 ENV = {
@@ -265,150 +267,17 @@ def measure_pages(h: dict, runs: int = 30) -> list[tuple[str, str, float, float]
     return out
 
 
-_TICK = os.sysconf("SC_CLK_TCK")
+def _forget_load() -> None:
+    """The next load (and a BENCH_REUSE run) measures the same database, not a fuller one."""
+    from django.db import connection
 
+    from scheduling.models import Admission, Workload
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rpartition(")")[2].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
-
-
-def _server_cpu(master: int) -> tuple[float, float]:
-    """CPU seconds so far of the gunicorn workers and of the bench database's backends."""
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        backends = [r[0] for r in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (BENCH_DB,))]
-    return (sum(_cpu_s(p) for p in [master, *_children(master)]),
-            sum(_cpu_s(p) for p in backends))
-
-
-def _post(conn: http.client.HTTPConnection, headers: dict[str, str], body: bytes
-          ) -> tuple[int, bytes]:
-    conn.request("POST", "/api/v1/workloads", body=body, headers=headers)
-    response = conn.getresponse()
-    data = response.read()
-    if response.will_close:
-        conn.close()  # sync workers close after each response; the next request reconnects
-    return response.status, data
-
-
-def load_test(h: dict) -> dict:
-    """20 clients, each a thread with a keep-alive HTTP/1.1 connection (plain http.client:
-    the load generator shares the 2 cores, so it should cost as little as it can)."""
-    env = {**os.environ, **ENV}
-    # The server's log goes to a file: an unread pipe fills up and blocks the workers.
-    log = tempfile.NamedTemporaryFile("w+", prefix="allot-bench-gunicorn-", suffix=".log")
-    proc = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{PORT}",
-         *GUNICORN.split(), "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
-                conn.request("GET", "/login/")
-                conn.getresponse().read()
-                conn.close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        counts = {"ok": 0, "other": 0}
-        latencies: list[float] = []
-        lock = threading.Lock()
-        start_at = time.monotonic() + 2.0  # the first 2 s warm the workers up, not counted
-        stop_at = start_at + SECONDS
-
-        def client(n: int, token: str, queue: str) -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
-            headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
-            i = 0
-            while True:
-                now = time.monotonic()
-                if now >= stop_at:
-                    conn.close()
-                    return
-                body = json.dumps({
-                    "name": f"load-{n}-{i}", "queue": queue, "priority_class": "training",
-                    "duration_hint_s": 3600,
-                    "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 1, "cpu": 4,
-                              "memory_gib": 16}]}).encode()
-                t0 = time.perf_counter()
-                try:
-                    status, data = _post(conn, headers, body)
-                except (OSError, http.client.HTTPException) as exc:
-                    conn.close()
-                    with lock:
-                        counts["other"] += 1
-                        if counts["other"] <= 3:
-                            print(f"  POST failed: {exc!r}", file=sys.stderr)
-                    i += 1
-                    continue
-                dt = time.perf_counter() - t0
-                i += 1
-                if now < start_at:
-                    continue
-                with lock:
-                    if status == 201:
-                        counts["ok"] += 1
-                        latencies.append(dt * 1000)
-                    else:
-                        counts["other"] += 1
-                        if counts["other"] <= 3:
-                            print(f"  POST -> {status}: {data[:200]!r}", file=sys.stderr)
-
-        threads = [threading.Thread(target=client, args=(n, tok, q))
-                   for n, (tok, q) in enumerate(h["tokens"])]
-        for t in threads:
-            t.start()
-        # CPU used per request by the server side (gunicorn and PostgreSQL) and by the load
-        # clients: on a shared machine the rate depends on the neighbours, these do not.
-        time.sleep(max(0.0, start_at - time.monotonic()))
-        cpu0, client0 = _server_cpu(proc.pid), time.process_time()
-        time.sleep(max(0.0, stop_at - time.monotonic()))
-        cpu1, client1 = _server_cpu(proc.pid), time.process_time()
-        for t in threads:
-            t.join()
-        latencies.sort()
-        n = max(1, counts["ok"])
-        return {
-            "rps": counts["ok"] / SECONDS, "ok": counts["ok"], "errors": counts["other"],
-            "p50_ms": statistics.median(latencies) if latencies else None,
-            "p95_ms": latencies[int(0.95 * len(latencies)) - 1] if latencies else None,
-            "cpu_ms": ((cpu1[0] - cpu0[0]) * 1000 / n, (cpu1[1] - cpu0[1]) * 1000 / n,
-                       (client1 - client0) * 1000 / n),
-            "load": os.getloadavg()[0],
-        }
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.seek(0)
-        tail = log.read()[-2000:]
-        log.close()
-        if tail.strip():
-            print(f"  (gunicorn log, last lines)\n{tail}", file=sys.stderr)
+    Admission.objects.filter(workload__name__startswith="load-").delete()
+    Workload.objects.filter(name__startswith="load-").delete()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")  # no dead rows left for the next load to visit
+    connection.close()
 
 
 def flush_redis() -> None:
@@ -449,21 +318,12 @@ def main() -> None:
         connections.close_all()
         if "post" not in PARTS:
             return
-        r = load_test(h)
-        if KEEP:  # the next BENCH_REUSE run measures the same database, not a fuller one
-            from scheduling.models import Workload
-
-            Workload.objects.filter(name__startswith="load-").delete()
-            with __import__("django").db.connection.cursor() as cursor:
-                cursor.execute("VACUUM ANALYZE")  # no dead rows left for the next run to visit
-        print(f"\nPOST /api/v1/workloads, {CLIENTS} clients, {SECONDS:g} s, gunicorn {GUNICORN}: "
-              f"{r['rps']:.0f} req/s ({r['ok']} created, {r['errors']} errors), latency p50 "
-              f"{r['p50_ms'] or 0:.0f} ms, p95 {r['p95_ms'] or 0:.0f} ms (target > 300 req/s)")
-        web, db, client = r["cpu_ms"]
-        print(f"CPU per request: gunicorn {web:.2f} ms + PostgreSQL {db:.2f} ms + load clients "
-              f"{client:.2f} ms = {web + db + client:.2f} ms; 2 cores / that = "
-              f"{2000 / (web + db + client):.0f} req/s if nothing else ran "
-              f"(load average {r['load']:.1f})")
+        for clients, workers in LOADS:
+            r = load_test(tokens=h["tokens"], clients=clients, workers=workers,
+                          seconds=SECONDS, env={**os.environ, **ENV}, gunicorn=GUNICORN,
+                          port=PORT, pg=PG, db=BENCH_DB)
+            _forget_load()
+            print("\n" + report(r, GUNICORN))
     finally:
         if KEEP:
             from django.db import connections

@@ -1,0 +1,258 @@
+"""The portal's POST load, for `bench.portal`: `POST /api/v1/workloads` from N concurrent
+clients against gunicorn, optionally with the Celery workers (cycle, dispatch, sync, beat)
+scheduling on the same database, as in production.
+
+Each client is a thread with a keep-alive HTTP/1.1 connection (plain http.client: the load
+generator shares the 2 cores, so it should cost as little as it can) and no think time, so the
+latency is what a client waits with N in flight (Little's law: N / throughput on average).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class LoadResult:
+    clients: int
+    workers: int
+    seconds: float
+    ok: int
+    errors: int
+    latencies_ms: list[float]
+    cpu_ms: tuple[float, float, float, float]  # gunicorn, PostgreSQL, workers, clients
+    load: float
+    admitted: int  # workloads the cycle admitted meanwhile (with workers)
+
+    @property
+    def rps(self) -> float:
+        return self.ok / self.seconds
+
+    def pct(self, q: float) -> float:
+        if not self.latencies_ms:
+            return 0.0
+        return self.latencies_ms[min(len(self.latencies_ms) - 1,
+                                     max(0, int(round(q * len(self.latencies_ms))) - 1))]
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _tree(pid: int) -> list[int]:
+    """A process and all its descendants."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(parents.get(p, []))
+    return out
+
+
+def _cpu(pg: str, db: str, gunicorn: int, workers: list[int]) -> tuple[float, float, float]:
+    """CPU seconds so far of the gunicorn workers, the database's backends and the workers."""
+    with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:
+        backends = [r[0] for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (db,))]
+    return (sum(_cpu_s(p) for p in _tree(gunicorn)), sum(_cpu_s(p) for p in backends),
+            sum(_cpu_s(p) for w in workers for p in _tree(w)))
+
+
+def _post(conn: http.client.HTTPConnection, headers: dict[str, str], body: bytes
+          ) -> tuple[int, bytes]:
+    conn.request("POST", "/api/v1/workloads", body=body, headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    if response.will_close:
+        conn.close()  # sync workers close after each response; the next request reconnects
+    return response.status, data
+
+
+def _wait_up(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/login/")
+            conn.getresponse().read()
+            conn.close()
+            return
+        except OSError:
+            time.sleep(0.2)
+
+
+def start_workers(n: int, env: dict[str, str], log: Path) -> list[subprocess.Popen]:
+    """n Celery workers (concurrency 2), the first with the beat, each in a session of its own
+    so stopping it stops its pool."""
+    celery = str(Path(sys.executable).parent / "celery")
+    procs = []
+    for i in range(n):
+        cmd = [celery, "-A", "portal", "worker", "--loglevel=WARNING", "--concurrency=2",
+               "-n", f"load{i}@%h", "--without-gossip", "--without-mingle",
+               "--without-heartbeat"]
+        if i == 0:
+            cmd += ["-B", "-s", str(log.with_suffix(".beat"))]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("ab"),
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    time.sleep(3.0)
+    for p in procs:
+        if p.poll() is not None:
+            raise SystemExit(f"a worker exited at start; see {log}")
+    return procs
+
+
+def stop_workers(procs: list[subprocess.Popen]) -> None:
+    """A warm shutdown (the task in hand finishes), then the whole session if it hangs."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def _admitted(pg: str, db: str) -> int:
+    with psycopg.connect(f"{pg}/{db}", autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM scheduling_admission").fetchone()
+    return int(row[0]) if row else 0
+
+
+def load_test(*, tokens: list[tuple[str, str]], clients: int, workers: int, seconds: float,
+              env: dict[str, str], gunicorn: str, port: int, pg: str, db: str) -> LoadResult:
+    """`clients` threads POSTing for `seconds` (after 2 s of warm-up) with `workers` Celery
+    workers running; the clients share `tokens` (token, queue path) round robin."""
+    log = Path(tempfile.mkdtemp(prefix="allot-bench-load-")) / "server.log"
+    proc = subprocess.Popen(
+        [str(ROOT / ".venv/bin/gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}",
+         *gunicorn.split(), "--log-level", "warning", "--backlog", "2048"],
+        cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+    )
+    procs: list[subprocess.Popen] = []
+    try:
+        _wait_up(port)
+        procs = start_workers(workers, env, log) if workers else []
+        counts = {"ok": 0, "other": 0}
+        latencies: list[float] = []
+        lock = threading.Lock()
+        start_at = time.monotonic() + 2.0  # the first 2 s warm the workers up, not counted
+        stop_at = start_at + seconds
+
+        def client(n: int) -> None:
+            token, queue = tokens[n % len(tokens)]
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+            i = 0
+            while True:
+                now = time.monotonic()
+                if now >= stop_at:
+                    conn.close()
+                    return
+                body = json.dumps({
+                    "name": f"load-{n}-{i}", "queue": queue, "priority_class": "training",
+                    "duration_hint_s": 3600,
+                    "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 1, "cpu": 4,
+                              "memory_gib": 16}]}).encode()
+                t0 = time.perf_counter()
+                try:
+                    status, data = _post(conn, headers, body)
+                except (OSError, http.client.HTTPException) as exc:
+                    conn.close()
+                    with lock:
+                        counts["other"] += 1
+                        if counts["other"] <= 3:
+                            print(f"  POST failed: {exc!r}", file=sys.stderr)
+                    i += 1
+                    continue
+                dt = time.perf_counter() - t0
+                i += 1
+                if now < start_at:
+                    continue
+                with lock:
+                    if status == 201:
+                        counts["ok"] += 1
+                        latencies.append(dt * 1000)
+                    else:
+                        counts["other"] += 1
+                        if counts["other"] <= 3:
+                            print(f"  POST -> {status}: {data[:200]!r}", file=sys.stderr)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+        for t in threads:
+            t.start()
+        # CPU per request of each side: on a shared machine the rate depends on the
+        # neighbours, these do not.
+        time.sleep(max(0.0, start_at - time.monotonic()))
+        worker_pids = [p.pid for p in procs]
+        cpu0, client0 = _cpu(pg, db, proc.pid, worker_pids), time.process_time()
+        admitted0 = _admitted(pg, db)
+        time.sleep(max(0.0, stop_at - time.monotonic()))
+        cpu1, client1 = _cpu(pg, db, proc.pid, worker_pids), time.process_time()
+        admitted1 = _admitted(pg, db)
+        for t in threads:
+            t.join()
+        latencies.sort()
+        n = max(1, counts["ok"])
+        return LoadResult(
+            clients=clients, workers=workers, seconds=seconds, ok=counts["ok"],
+            errors=counts["other"], latencies_ms=latencies,
+            cpu_ms=((cpu1[0] - cpu0[0]) * 1000 / n, (cpu1[1] - cpu0[1]) * 1000 / n,
+                    (cpu1[2] - cpu0[2]) * 1000 / n, (client1 - client0) * 1000 / n),
+            load=os.getloadavg()[0], admitted=admitted1 - admitted0)
+    finally:
+        stop_workers(procs)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        tail = log.read_text(errors="replace")[-2000:]
+        if tail.strip():
+            print(f"  (server and worker log, last lines)\n{tail}", file=sys.stderr)
+
+
+def report(r: LoadResult, gunicorn: str) -> str:
+    web, db, workers, client = r.cpu_ms
+    total = web + db + workers + client
+    with_workers = f"{r.workers} worker(s) scheduling" if r.workers else "no workers"
+    return (f"POST /api/v1/workloads, {r.clients} clients, {with_workers}, {r.seconds:g} s, "
+            f"gunicorn {gunicorn}: {r.rps:.0f} req/s ({r.ok} created, {r.errors} errors), "
+            f"latency p50 {r.pct(0.5):.0f} ms, p95 {r.pct(0.95):.0f} ms, p99 "
+            f"{r.pct(0.99):.0f} ms" + (f"; {r.admitted} admitted meanwhile" if r.workers else "")
+            + f"\n  CPU per request: gunicorn {web:.2f} ms + PostgreSQL {db:.2f} ms + workers "
+            f"{workers:.2f} ms + load clients {client:.2f} ms = {total:.2f} ms; 2 cores / that "
+            f"= {2000 / max(total, 0.01):.0f} req/s if nothing else ran "
+            f"(load average {r.load:.1f})")
