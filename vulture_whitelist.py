@@ -88,6 +88,7 @@ _.created_by  # billing.RateCard
 _.decided_at  # capacity.CapacityRequest
 _.decided_by  # capacity.CapacityRequest and its serializer
 _.decision_comment  # capacity.CapacityRequest
+_.delivered_at  # scheduling.OutboxMessage (its admin; the delivery filters on it)
 _.diff  # policies.PolicyVersion and its serializer
 _.done_at  # simulated.SimJob
 _.entry_count  # billing.Invoice (invoice page)
@@ -123,6 +124,7 @@ _.inlines  # ModelAdmin: inline formsets
 _.actions  # ModelAdmin: changelist actions (None: no bulk delete)
 _.has_add_permission  # ModelAdmin hook
 _.has_change_permission  # ModelAdmin hook
+_.retry_now  # ModelAdmin action, named in OutboxMessageAdmin.actions
 _.save_model  # ModelAdmin hook
 _.save_related  # ModelAdmin hook
 _.new_objects  # admin formsets: read by the admin's change message

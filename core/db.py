@@ -135,6 +135,16 @@ def _lock_wait(cursor: Any, key: int, wait_s: float | None) -> bool:
         cursor.execute("RESET lock_timeout")
 
 
+def skip_locked(queryset: Any) -> Any:
+    """`queryset` locked for the caller's transaction, leaving out rows another transaction
+    holds (several workers each take different rows, none waits): SELECT ... FOR UPDATE SKIP
+    LOCKED on PostgreSQL. SQLite locks no rows (one writer at a time, one worker under
+    `make run`): the rows as they are, so callers must be safe to repeat."""
+    if postgres():
+        return queryset.select_for_update(skip_locked=True)
+    return queryset
+
+
 def any_of(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
     """`column` is one of `values`, as SQL and its parameters: one array parameter on
     PostgreSQL (one statement text whatever the count, so it is prepared once), an IN list

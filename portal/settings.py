@@ -178,6 +178,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 # a busy worker never works through a backlog of stale cycles and syncs.
 _CYCLE_S = env.float("ALLOT_CYCLE_INTERVAL_S", default=3.0)
 _SYNC_S = env.float("ALLOT_SYNC_INTERVAL_S", default=2.0)
+_OUTBOX_S = env.float("ALLOT_OUTBOX_INTERVAL_S", default=5.0)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduling.cycle", "schedule": _CYCLE_S,
@@ -189,6 +190,10 @@ CELERY_BEAT_SCHEDULE = {
                          "options": {"expires": 10.0}},
     "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0,
                             "options": {"expires": 60.0}},
+    # Delivers the cluster calls of the outbox that are due (each write also nudges it), so a
+    # broker outage only delays a delete, a suspend or a dispatch (docs/architecture.md).
+    "scheduling-outbox": {"task": "scheduling.outbox_deliver", "schedule": _OUTBOX_S,
+                          "options": {"expires": max(1.0, 2 * _OUTBOX_S)}},
     "capacity-process-due": {"task": "capacity.process_due", "schedule": 60.0},
     # Billing (billing/tasks.py): meter, price and check budgets after each hour; reconcile
     # the previous day; invoice the previous month on the 1st.
@@ -223,6 +228,15 @@ ALLOT_WORKERS = {
     # moved (a new reason code is always written at once, with its event).
     "reason_refresh_s": env.float("ALLOT_REASON_REFRESH_S", default=5.0),
     "max_pending_per_queue": env.int("ALLOT_MAX_PENDING_PER_QUEUE", default=100),
+    # The outbox of cluster calls (scheduling/fleet/delivery.py): a failed delivery is retried
+    # after base * 2^(attempts - 1) seconds, at most max; from `outbox_alarm_attempts` failed
+    # attempts on, each failure is logged at error level (and the workload gets an event once).
+    # A delivery not finished within the lease is taken again by another worker.
+    "outbox_backoff_base_s": env.float("ALLOT_OUTBOX_BACKOFF_BASE_S", default=2.0),
+    "outbox_backoff_max_s": env.float("ALLOT_OUTBOX_BACKOFF_MAX_S", default=300.0),
+    "outbox_alarm_attempts": env.int("ALLOT_OUTBOX_ALARM_ATTEMPTS", default=5),
+    "outbox_lease_s": env.float("ALLOT_OUTBOX_LEASE_S", default=120.0),
+    "outbox_keep_s": env.float("ALLOT_OUTBOX_KEEP_S", default=86400.0),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.

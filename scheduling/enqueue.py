@@ -3,6 +3,10 @@
 The flow modules (submission, the cycle, dispatch) queue tasks through here, looked up by
 their registered names, so none of them imports `scheduling.tasks`, which imports them. The
 tasks are registered when Django starts (`SchedulingConfig.ready`).
+
+Only nudges go through here, and they never raise: what must reach a cluster (deletes,
+suspends, dispatch passes) is an outbox row written with the state change
+(`scheduling/outbox.py`), which the nudge merely hurries.
 """
 
 from __future__ import annotations
@@ -20,24 +24,16 @@ def _task(name: str) -> Any:
     return current_app.tasks[name]
 
 
-def dispatch_cluster(cluster_id: int, **options: Any) -> None:
-    """Queue a dispatch pass for one cluster."""
-    _task("scheduling.dispatch_cluster").apply_async((cluster_id,), **options)
+def outbox_nudge() -> None:
+    """Ask for a delivery of the outbox soon (its rows are committed: this only hurries them).
 
-
-def admissions_suspend(admission_ids: list[int]) -> None:
-    """Queue the suspension of these admissions' backend objects (preemption)."""
-    _task("scheduling.backend_suspend_many").delay(admission_ids)
-
-
-def admissions_delete(admission_ids: list[int]) -> None:
-    """Queue the deletion of these admissions' backend objects."""
-    _task("scheduling.backend_delete_many").delay(admission_ids)
-
-
-def admission_delete(admission_id: int) -> None:
-    """Queue the deletion of one admission's backend objects."""
-    _task("scheduling.backend_delete").delay(admission_id)
+    Never raises: a broker error is logged, and the beat's delivery pass sends them anyway.
+    """
+    try:
+        _task("scheduling.outbox_deliver").apply_async(expires=30)
+    except Exception:
+        logger.warning("could not nudge the outbox delivery; the beat will deliver it",
+                       exc_info=True)
 
 
 _NUDGE_WINDOW_S = 0.3

@@ -235,6 +235,13 @@ class EndReason(models.TextChoices):
     RECLAIMED_STUCK = "reclaimed_stuck", "Reclaimed (stuck)"
 
 
+# Ends the portal decided while the pods may still run (the cluster did not end them): an
+# ended, dispatched admission with one of these keeps its nodes' capacity until the cluster
+# confirms the delete (`cleaned_at`). Finished and failed pods hold nothing.
+UNCONFIRMED_END_REASONS = (EndReason.CANCELLED, EndReason.PREEMPTED,
+                           EndReason.PODS_READY_TIMEOUT, EndReason.RECLAIMED_STUCK)
+
+
 class Admission(models.Model):
     """One admission interval of a workload: where it was placed and when it ran."""
 
@@ -264,6 +271,10 @@ class Admission(models.Model):
         ordering = ["reserved_at", "id"]
         indexes = [
             models.Index(fields=["cluster", "ended_at"], name="admission_cluster_ended"),
+            # Ended, not yet cleaned up: what each cycle reads as still holding its nodes and
+            # what maintenance cleans up after the TTL (a few rows of a table that only grows).
+            models.Index(fields=["ended_at"], name="admission_uncleaned",
+                         condition=models.Q(ended_at__isnull=False, cleaned_at__isnull=True)),
         ]
         constraints = [
             # At most one open admission per workload: no workload is admitted twice.
@@ -293,6 +304,7 @@ class EventType(models.TextChoices):
     TIMEOUT = "timeout", "Timeout"
     RECLAIMED = "reclaimed", "Reclaimed (stuck)"
     POLICY = "policy", "Policy"
+    UNCONFIRMED = "unconfirmed", "Not confirmed by the cluster"
 
 
 class EventCode(enum.StrEnum):
@@ -309,6 +321,8 @@ class EventCode(enum.StrEnum):
     STUCK_RESERVED = "STUCK_RESERVED"
     STUCK_RUNNING = "STUCK_RUNNING"
     STUCK_PREEMPTING = "STUCK_PREEMPTING"
+    DELETE_UNCONFIRMED = "DELETE_UNCONFIRMED"
+    SUSPEND_UNCONFIRMED = "SUSPEND_UNCONFIRMED"
 
 
 class WorkloadEvent(models.Model):
@@ -334,3 +348,38 @@ class WorkloadEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workload_id} {self.type} {self.code}"
+
+
+class OutboxKind(models.TextChoices):
+    DELETE = "delete", "Delete the admission's objects"
+    SUSPEND = "suspend", "Suspend the admission's objects (preempted)"
+    DISPATCH = "dispatch", "Dispatch pass on the cluster"
+
+
+class OutboxMessage(models.Model):
+    """A call to a cluster, written in the transaction of the state change that needs it and
+    delivered by the workers until the cluster confirms it (scheduling/fleet/delivery.py)."""
+
+    kind = models.CharField(max_length=16, choices=OutboxKind.choices)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    admission = models.ForeignKey(Admission, null=True, blank=True, on_delete=models.CASCADE,
+                                  related_name="+")
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # The due ones, oldest first: what every delivery pass reads.
+            models.Index(fields=["next_attempt_at", "id"], name="outbox_due",
+                         condition=models.Q(delivered_at__isnull=True)),
+            models.Index(fields=["delivered_at"], name="outbox_delivered"),
+        ]
+
+    def __str__(self) -> str:
+        target = f"admission {self.admission_id}" if self.admission_id else "cluster"
+        return f"{self.kind} {target} on {self.cluster_id}"

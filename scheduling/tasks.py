@@ -1,28 +1,25 @@
-"""Celery tasks: the scheduling cycle, dispatch, suspension, cleanup, sync, maintenance.
+"""Celery tasks: the scheduling cycle, the outbox's delivery (dispatch, suspension, cleanup),
+sync, maintenance.
 
-Tasks hold no logic: they load ids, call the workers' and the fleet's services, and retry
-retryable backend errors. Every task is idempotent.
+Tasks hold no logic: they load ids and call the workers' and the fleet's services; cluster
+calls that must not be lost are outbox rows, retried by their delivery. Every task is
+idempotent.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from celery import shared_task
+from django.db import transaction
 from django.utils import timezone
 
-from scheduling.backends.base import BackendError
+from scheduling import outbox
+from scheduling.fleet.delivery import outbox_deliver, outbox_prune
 from scheduling.fleet.dispatch import cluster_dispatch
 from scheduling.fleet.maintenance import workloads_maintain
 from scheduling.fleet.sync import cluster_sync
-from scheduling.fleet.teardown import (
-    admission_delete,
-    admissions_delete,
-    admissions_suspend,
-)
 from scheduling.fleet.watch import cluster_watch
 from scheduling.models import Admission, Cluster
 from scheduling.workers.cycle import cycle_run
@@ -30,21 +27,12 @@ from scheduling.workers.cycle import cycle_run
 logger = logging.getLogger(__name__)
 
 
-def _retrying(task, call: Callable[..., Any], **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
-    """Run a backend call for `task`: a retryable BackendError retries the task, others raise."""
-    try:
-        call(**kwargs)
-    except BackendError as exc:
-        if not exc.retryable:
-            raise
-        raise task.retry(exc=exc) from exc
-
-
 def cycle_and_dispatch(*, wait: bool = False) -> dict[str, int] | None:
     """One cycle, then phase two of dispatch for what it admitted, in this task.
 
     Dispatching here saves a trip through the broker between a reservation and its Jobs; a
-    cluster whose dispatch pass is busy elsewhere gets a queued pass instead.
+    cluster whose dispatch pass is busy elsewhere or failed gets an outbox row (a pass
+    delivered later, retried until it succeeds).
     """
     report = cycle_run(enqueue_dispatch=False, wait=wait)
     if not report.ran:
@@ -58,7 +46,9 @@ def cycle_and_dispatch(*, wait: bool = False) -> dict[str, int] | None:
         # Another pass on the cluster is short: wait for it rather than a broker trip.
         result = cluster_dispatch(cluster_id=cluster_id, wait_s=2.0)
         if result.skipped or result.errors:
-            dispatch_cluster.apply_async((cluster_id,), countdown=0.5, expires=30)
+            with transaction.atomic():
+                outbox.messages_write([outbox.message_dispatch(cluster_id=cluster_id,
+                                                               at=timezone.now())])
     return {"admitted": len(report.admitted), "preempted": len(report.preempted),
             "pending": report.pending}
 
@@ -76,34 +66,11 @@ def scheduling_cycle(nudged: bool = False) -> dict[str, int] | None:
     return cycle_and_dispatch()
 
 
-@shared_task(name="scheduling.dispatch_cluster", ignore_result=True, bind=True,
-             max_retries=5, default_retry_delay=2)
-def dispatch_cluster(self, cluster_id: int) -> None:  # type: ignore[no-untyped-def]
-    """Create and start the cluster's admitted workloads (phase two of dispatch)."""
-    report = cluster_dispatch(cluster_id=cluster_id)
-    if report.errors:
-        raise self.retry()
-
-
-@shared_task(name="scheduling.backend_suspend_many", ignore_result=True, bind=True,
-             max_retries=5, default_retry_delay=2)
-def backend_suspend_many(self, admission_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
-    """Suspend the workloads one cycle preempted."""
-    _retrying(self, admissions_suspend, admission_ids=admission_ids)
-
-
-@shared_task(name="scheduling.backend_delete_many", ignore_result=True, bind=True,
-             max_retries=5, default_retry_delay=5)
-def backend_delete_many(self, admission_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
-    """Delete the objects of the admissions one cycle ended."""
-    _retrying(self, admissions_delete, admission_ids=admission_ids)
-
-
-@shared_task(name="scheduling.backend_delete", ignore_result=True, bind=True,
-             max_retries=5, default_retry_delay=5)
-def backend_delete(self, admission_id: int) -> None:  # type: ignore[no-untyped-def]
-    """Delete an ended admission's objects on its cluster."""
-    _retrying(self, admission_delete, admission_id=admission_id)
+@shared_task(name="scheduling.outbox_deliver", ignore_result=True)
+def deliver_outbox() -> None:
+    """Send the cluster calls of the outbox that are due (deletes, suspends, dispatch
+    passes); what one pass leaves is the next's (the beat's, or a nudge's)."""
+    outbox_deliver()
 
 
 @shared_task(name="scheduling.sync_cluster", ignore_result=True)
@@ -206,5 +173,7 @@ def watch_clusters(seconds: float | None = None) -> None:
 
 @shared_task(name="scheduling.maintain", ignore_result=True)
 def maintain() -> None:
-    """Clean up finished workloads' objects after the TTL; reclaim stuck workloads."""
+    """Clean up finished workloads' objects after the TTL; reclaim stuck workloads; forget
+    outbox rows delivered long ago."""
     workloads_maintain()
+    outbox_prune()

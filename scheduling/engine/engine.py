@@ -37,6 +37,7 @@ from scheduling.engine.types import (
     CycleResult,
     DisruptionBudget,
     FlavorSpec,
+    HeldCapacity,
     PodSetSpec,
     QueueSpec,
     Reason,
@@ -124,6 +125,8 @@ class Engine(SubmissionMixin, CycleMixin):
                   repayment=snap.repayment)
         for adm in sorted(snap.admitted, key=lambda a: (a.admission_seq, a.admitted_at)):
             eng.add_admitted(adm)
+        for held in snap.held:
+            eng.add_held(held)
         for w in snap.pending:
             eng.submit(w)
         for path, until in snap.cooldowns.items():
@@ -165,6 +168,22 @@ class Engine(SubmissionMixin, CycleMixin):
             self.in_grace.setdefault(a.flavor, {})[a.name] = a
         a.preempted_by = adm.preempted_by
         self._index_admitted(a)
+
+    def add_held(self, held: HeldCapacity) -> None:
+        """Take node capacity an ended workload has not given back yet (no quota counts it).
+
+        Only what is free on the node is taken: a node already full (its workloads and the
+        held capacity together beyond it) stays full, never below empty.
+        """
+        loc = self.fleet.node_loc.get(held.node)
+        if loc is None or loc[0] != held.cluster:
+            return  # the node is gone
+        pool = self.fleet.by_name[held.cluster].pools[loc[1]]
+        i = loc[2]
+        pod = (max(0, min(int(held.gpus), pool.fg[i])), max(0.0, min(held.cpu, pool.fc[i])),
+               max(0.0, min(held.memory_gib, pool.fm[i])))
+        self.fleet.assign(held.cluster, loc[1], [i], [pod])
+        pool.held += pod[0]
 
     def _index_admitted(self, a: Admitted) -> None:
         self.admitted[a.name] = a

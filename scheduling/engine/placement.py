@@ -263,6 +263,9 @@ class Fleet:
                           f"flavor {flavor}: {shape} fit in a cluster but not within one rack")
         best = max(healthy, key=lambda c: (c.pools[flavor].free_gpus(), c.name))
         bp = best.pools[flavor]
+        held = sum(c.pools[flavor].held for c in healthy)
         return Reason(ReasonCode.NO_CAPACITY, (
             f"flavor {flavor}: no healthy cluster can place {shape} ({dg} GPUs); most free: "
-            f"{best.name} {bp.free_gpus()} GPUs, largest node {bp.largest_free()} free"))
+            f"{best.name} {bp.free_gpus()} GPUs, largest node {bp.largest_free()} free"
+            + (f"; {held} GPUs still held by ended workloads until their clusters confirm "
+               "the delete" if held else "")))

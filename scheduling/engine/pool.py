@@ -39,6 +39,7 @@ class Pool:
         self.buckets: list[list[int]] = []  # free GPUs -> sorted ready node indices
         self.max_gpus = 0
         self.free = 0  # free GPUs on ready nodes
+        self.held = 0  # GPUs taken by ended workloads not confirmed gone (HeldCapacity)
 
     def add_node(self, name: str, gpus: int, cpu: float, mem: float, rack: str,
                  ready: bool) -> None:

@@ -245,9 +245,22 @@ class RepaymentRecord:
 
 
 @dataclass(frozen=True)
+class HeldCapacity:
+    """What a node still gives to a workload that has ended (cancelled, requeued) but whose
+    pods the cluster has not confirmed gone: used on the node, counted in no quota."""
+
+    cluster: str
+    node: str
+    gpus: int = 0
+    cpu: float = 0.0
+    memory_gib: float = 0.0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one cycle needs. `cooldowns` maps leaf path -> end of its reclaim cooldown;
-    `waiting` maps a pending workload -> names of its victims still in grace."""
+    `waiting` maps a pending workload -> names of its victims still in grace; `held` is node
+    capacity that ended workloads have not given back yet."""
 
     now: float
     queues: tuple[QueueSpec, ...]
@@ -260,6 +273,7 @@ class Snapshot:
     repayment: tuple[RepaymentRecord, ...] = ()
     cooldowns: Mapping[str, float] = field(default_factory=dict)
     waiting: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    held: tuple[HeldCapacity, ...] = ()
 
 
 # ---- decisions --------------------------------------------------------------------------

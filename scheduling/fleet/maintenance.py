@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from core import db
-from scheduling import enqueue
+from scheduling import enqueue, outbox
 from scheduling.backends.base import (
     BackendError,
 )
@@ -128,7 +127,8 @@ def workloads_maintain(*, now: datetime | None = None) -> MaintainReport:
 def _reclaim_stuck(state: str, candidates: list[int], limit_s: float, now: datetime,
                    report: MaintainReport) -> None:
     """Under the scheduling lock: move the workloads still stuck in `state` on, end their
-    open admission (capacity reclaimed), record why; their Jobs are deleted after commit."""
+    open admission (capacity reclaimed), record why; their Jobs are deleted after commit
+    (outbox rows written here)."""
     setting, to = STUCK_RULES[state]
     limit = now - timedelta(seconds=limit_s)
     stuck = list(Workload.objects.select_for_update().filter(
@@ -164,6 +164,6 @@ def _reclaim_stuck(state: str, candidates: list[int], limit_s: float, now: datet
     db.bulk_set(Workload, stuck, ["state", "state_changed_at", "finished_at", "preempt_deadline",
                                "reason_code", "reason_message"])
     WorkloadEvent.objects.bulk_create(events)
-    dispatched = [a.pk for a in closed if a.dispatched_at is not None]
-    if dispatched:
-        transaction.on_commit(lambda: enqueue.admissions_delete(dispatched))
+    outbox.messages_write([outbox.message_delete(admission_id=a.pk, cluster_id=a.cluster_id,
+                                                 at=now)
+                           for a in closed if a.dispatched_at is not None])

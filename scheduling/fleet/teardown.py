@@ -31,18 +31,30 @@ from scheduling.models import (
 )
 
 
-def admissions_suspend(*, admission_ids: list[int]) -> None:
-    """Suspend several preempted workloads (one pass per cluster, one transaction each)."""
+def admissions_suspend(*, admission_ids: list[int], reasons: dict[int, str] | None = None
+                       ) -> None:
+    """Suspend several preempted workloads (one pass per cluster, one transaction each) and
+    post why beside each (`reasons` by admission id; else its latest preemption's message).
+
+    An admission that has ended meanwhile is left alone: its delete follows, and its Jobs'
+    names may belong to a newer interval by now.
+    """
     by_cluster: dict[int, list[Admission]] = {}
-    for adm in _admissions(pk__in=admission_ids, dispatched_at__isnull=False):
+    for adm in _admissions(pk__in=admission_ids, dispatched_at__isnull=False,
+                           ended_at__isnull=True):
         by_cluster.setdefault(adm.cluster_id, []).append(adm)
     if not by_cluster:
         return
     messages = {}
-    for wid, message in (WorkloadEvent.objects.filter(
-            workload_id__in=[a.workload_id for adms in by_cluster.values() for a in adms],
-            type=EventType.PREEMPTED).order_by("at", "id").values_list("workload_id", "message")):
-        messages[wid] = message  # the latest preemption's reason
+    if reasons is None:
+        for wid, message in (WorkloadEvent.objects.filter(
+                workload_id__in=[a.workload_id for adms in by_cluster.values() for a in adms],
+                type=EventType.PREEMPTED).order_by("at", "id").values_list("workload_id",
+                                                                           "message")):
+            messages[wid] = message  # the latest preemption's reason
+    else:
+        messages = {a.workload_id: reasons[a.pk] for adms in by_cluster.values() for a in adms
+                    if reasons.get(a.pk)}
     for adms in by_cluster.values():
         backend = registry.get_backend(adms[0].cluster)
         with transaction.atomic():

@@ -1,4 +1,5 @@
-"""Cancellation: who may stop a workload, and stopping it (its capacity is released at once)."""
+"""Cancellation: who may stop a workload, and stopping it (its quota released at once, its
+nodes once the cluster confirms the delete)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from quotas.models import TeamRole
-from scheduling import enqueue
+from scheduling import enqueue, outbox
 from scheduling.locks import scheduling_lock
 from scheduling.models import (
     OPEN_STATES,
@@ -35,7 +36,8 @@ def user_may_manage(user: Any, workload: Workload) -> bool:
 
 @transaction.atomic
 def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = None) -> Workload:
-    """Cancel a workload that has not ended; its capacity is released at once.
+    """Cancel a workload that has not ended; its quota is released at once, its nodes once
+    the cluster confirms the delete of its objects (an outbox row written with the cancel).
 
     Under the scheduling lock: a cycle in flight read the workload before this cancel and
     would write its earlier decision (an admission, a preemption) over it, so the cancel waits
@@ -59,7 +61,8 @@ def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = Non
                                      "preempt_deadline"])
         event.save()
         admission = admission_close(workload=workload, at=now, reason=EndReason.CANCELLED)
-    if admission is not None:
-        transaction.on_commit(lambda: enqueue.admission_delete(admission.pk))
+        if admission is not None:
+            outbox.messages_write([outbox.message_delete(
+                admission_id=admission.pk, cluster_id=admission.cluster_id, at=now)])
     transaction.on_commit(enqueue.cycle_nudge)
     return workload

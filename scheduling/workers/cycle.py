@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import db
-from scheduling import engine, enqueue
+from scheduling import engine, enqueue, outbox
 from scheduling.engine.engine import schedule
 from scheduling.fleet import dispatch as fleet_dispatch
 from scheduling.locks import scheduling_lock
@@ -27,6 +27,7 @@ from scheduling.models import (
     Admission,
     EndReason,
     EventType,
+    OutboxMessage,
     Workload,
     WorkloadEvent,
     WorkloadState,
@@ -58,11 +59,17 @@ class CycleReport:
     dispatch_clusters: set[int] = field(default_factory=set)
     suspend_admissions: list[int] = field(default_factory=list)
     delete_admissions: list[int] = field(default_factory=list)
+    # The cluster calls these decisions need, written to the outbox with them.
+    outbox_rows: list[OutboxMessage] = field(default_factory=list, repr=False)
 
 
 def cycle_run(*, now: datetime | None = None, wait: bool = False,
               after_snapshot: Any = None, enqueue_dispatch: bool = True) -> CycleReport:
     """Run one scheduling cycle under the lock; skip (ran=False) if another cycle runs.
+
+    The suspends, deletes and (with `enqueue_dispatch`) dispatch passes its decisions need are
+    outbox rows written in its transaction (one insert), delivered by the workers after
+    commit. Without `enqueue_dispatch` the caller dispatches `report.dispatch_clusters`.
 
     `after_snapshot` is a test hook called between the engine and the writes (to inject a
     crash); the whole cycle is one transaction, so a crash leaves nothing half-written.
@@ -80,21 +87,21 @@ def cycle_run(*, now: datetime | None = None, wait: bool = False,
             after_snapshot(snapshot, result)
         _apply(now, result, parts, report)
         report.pending = len(snapshot.pending) - len(report.admitted) - len(report.rejected)
-        transaction.on_commit(lambda: _after_commit(report, enqueue_dispatch))
+        if enqueue_dispatch:
+            report.outbox_rows += [outbox.message_dispatch(cluster_id=pk, at=now)
+                                   for pk in sorted(report.dispatch_clusters)]
+        outbox.messages_write(report.outbox_rows)
+        if report.refused:
+            transaction.on_commit(enqueue.cycle_nudge)  # placed elsewhere by the next cycle
     report.seconds = time.monotonic() - started
     return report
 
 
-def _after_commit(report: CycleReport, enqueue_dispatch: bool) -> None:
-    if report.refused:
-        enqueue.cycle_nudge()  # placed elsewhere by the next cycle
-    # Expiring: a dispatch that waited this long is done by the beat's sync pass anyway.
-    for cluster_id in sorted(report.dispatch_clusters) if enqueue_dispatch else ():
-        enqueue.dispatch_cluster(cluster_id, expires=30)
-    if report.suspend_admissions:
-        enqueue.admissions_suspend(report.suspend_admissions)
-    if report.delete_admissions:
-        enqueue.admissions_delete(report.delete_admissions)
+def _delete(adm: Admission, now: datetime, report: CycleReport) -> None:
+    """The ended admission's objects are deleted after commit (through the outbox)."""
+    report.delete_admissions.append(adm.pk)
+    report.outbox_rows.append(outbox.message_delete(admission_id=adm.pk,
+                                                    cluster_id=adm.cluster_id, at=now))
 
 
 def _requeue_expired_grace(now: datetime, report: CycleReport) -> None:
@@ -112,7 +119,7 @@ def _requeue_expired_grace(now: datetime, report: CycleReport) -> None:
         if adm is not None:
             adm.ended_at, adm.end_reason = now, EndReason.PREEMPTED
             closed.append(adm)
-            report.delete_admissions.append(adm.pk)
+            _delete(adm, now, report)
             if adm.running_at is not None and w.checkpoint:
                 # Progress counts up to the preemption decision; the grace is for saving.
                 decided = (w.preempt_deadline or now) - timedelta(seconds=w.termination_grace_s)
@@ -232,6 +239,9 @@ def _preempted(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         adm_row = parts.admissions.get(pre.workload)
         if adm_row is not None:
             report.suspend_admissions.append(adm_row.pk)
+            report.outbox_rows.append(outbox.message_suspend(
+                admission_id=adm_row.pk, cluster_id=adm_row.cluster_id, at=now,
+                reason=pre.reason.message))
 
 
 def _rejected(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
@@ -260,7 +270,7 @@ def _released(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         if adm_row is not None:
             adm_row.ended_at, adm_row.end_reason = now, EndReason.PODS_READY_TIMEOUT
             out.closed.append(adm_row)
-            report.delete_admissions.append(adm_row.pk)
+            _delete(adm_row, now, report)
         out.events.append(workload_transition(
             w, S.PENDING, at=now, event_type=EventType.TIMEOUT, code=str(rel.reason.code),
             message=rel.reason.message,

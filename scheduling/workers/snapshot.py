@@ -19,10 +19,12 @@ from quotas.models import Flavor, Queue
 from scheduling import engine, extensions
 from scheduling.models import (
     ACTIVE_STATES,
+    UNCONFIRMED_END_REASONS,
     Admission,
     Cluster,
     EventType,
     Node,
+    PodSet,
     PriorityClass,
     Workload,
     WorkloadEvent,
@@ -136,6 +138,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
         pending=tuple(pending), admitted=tuple(admitted), settings=eng_settings,
         repayment=_repayment(now, eng_settings), cooldowns=_cooldowns(now, eng_settings),
         waiting={k: tuple(v) for k, v in waiting.items()},
+        held=_held({c.pk: c.name for c in clusters}),
     )
     return snapshot, parts
 
@@ -238,6 +241,38 @@ def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
         allowed_policy=ctx.cluster_reasons.get(r["id"], ""),
         not_before=ts(r["not_before"]), backoff_count=r["backoff_count"],
     )
+
+
+def _held(cluster_names: dict[int, str]) -> tuple[engine.HeldCapacity, ...]:
+    """Node capacity the cluster has not confirmed released: admissions that were dispatched,
+    ended by the portal (cancelled, requeued: pods may still run) and whose delete is not
+    confirmed yet (`cleaned_at`), per node. Their quota is free; their nodes are not."""
+    rows = list(Admission.objects.filter(
+        ended_at__isnull=False, cleaned_at__isnull=True, dispatched_at__isnull=False,
+        end_reason__in=UNCONFIRMED_END_REASONS, cluster_id__in=list(cluster_names))
+        .values_list("workload_id", "cluster_id", "nodes", "gpus", "cpu", "memory_gib"))
+    if not rows:
+        return ()
+    sets: dict[int, list[tuple[int, float, float]]] = defaultdict(list)
+    for wid, count, gpus, cpu, mem in PodSet.objects.filter(
+            workload_id__in={r[0] for r in rows}).order_by("workload_id", "index").values_list(
+            "workload_id", "count", "gpus", "cpu", "memory_gib"):
+        sets[wid] += [(gpus, _f(cpu), _f(mem))] * count
+    held: dict[tuple[str, str], list[float]] = {}
+    for wid, cid, nodes, gpus, cpu, mem in rows:
+        pods = sets.get(wid, [])
+        if len(pods) != len(nodes) or sum(p[0] for p in pods) != gpus:
+            # Pod sets changed since (a requeued workload edited): split the interval's own
+            # totals evenly over its pods.
+            n = max(1, len(nodes))
+            pods = [(gpus // n, _f(cpu) / n, _f(mem) / n)] * len(nodes)
+        for node, (g, c, m) in zip(nodes, pods, strict=False):
+            acc = held.setdefault((cluster_names[cid], node), [0, 0.0, 0.0])
+            acc[0] += g
+            acc[1] += c
+            acc[2] += m
+    return tuple(engine.HeldCapacity(cluster=c, node=n, gpus=int(g), cpu=cpu, memory_gib=m)
+                 for (c, n), (g, cpu, m) in sorted(held.items()))
 
 
 def _repayment(now: datetime, s: engine.Settings) -> tuple[engine.RepaymentRecord, ...]:

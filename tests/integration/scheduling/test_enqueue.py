@@ -1,5 +1,5 @@
 """What the services send to the workers (scheduling/enqueue.py): the cycle's nudges are
-debounced."""
+debounced; no nudge raises when the broker is down."""
 
 from __future__ import annotations
 
@@ -23,4 +23,19 @@ def test_nudges_are_debounced(org, classes, django_capture_on_commit_callbacks):
                 services.workload_submit(user=org["alice"], data=body(f"n{i}"))
     assert send.call_count == 1
     assert send.call_args.kwargs["kwargs"] == {"nudged": True}
+    enqueue._next_nudge_eta = 0.0
+
+
+def test_nudges_never_raise_when_the_broker_is_down(caplog):
+    from kombu.exceptions import OperationalError
+
+    enqueue._next_nudge_eta = 0.0
+    down = OperationalError("[Errno 111] Connection refused")
+    with mock.patch("scheduling.tasks.scheduling_cycle.apply_async", side_effect=down), \
+            mock.patch("scheduling.tasks.deliver_outbox.apply_async", side_effect=down) as send:
+        enqueue.cycle_nudge()
+        enqueue.outbox_nudge()
+    assert send.call_count == 1
+    assert "could not nudge the scheduling cycle" in caplog.text
+    assert "could not nudge the outbox delivery" in caplog.text
     enqueue._next_nudge_eta = 0.0

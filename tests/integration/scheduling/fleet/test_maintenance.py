@@ -10,7 +10,15 @@ from django.utils import timezone
 
 from scheduling.fleet import dispatch, maintenance
 from scheduling.fleet import sync as fleet_sync
-from scheduling.models import EndReason, EventType, Workload, WorkloadState
+from scheduling.fleet.delivery import outbox_deliver
+from scheduling.models import (
+    EndReason,
+    EventType,
+    OutboxKind,
+    OutboxMessage,
+    Workload,
+    WorkloadState,
+)
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
 from tests.integration.scheduling.world import make_world, request, submit
@@ -70,12 +78,7 @@ def test_stuck_pending_fails_with_the_reason(world, backends, limits):
     assert list(w.events.values_list("type", flat=True))[-2:] == ["reclaimed", "failed"]
 
 
-def test_stuck_running_fails_reclaims_capacity_and_deletes_its_jobs(
-        world, backends, limits, django_capture_on_commit_callbacks, monkeypatch):
-    from scheduling import tasks
-
-    deleted: list[list[int]] = []
-    monkeypatch.setattr(tasks.backend_delete_many, "delay", deleted.append)
+def test_stuck_running_fails_reclaims_capacity_and_deletes_its_jobs(world, backends, limits):
     w = workload_submit(user=world.alice, data=request("hung"))
     cycle_run(wait=True)
     adm = w.admissions.get()
@@ -83,8 +86,7 @@ def test_stuck_running_fails_reclaims_capacity_and_deletes_its_jobs(
     backends[adm.cluster.name].phase[w.pk] = "running"
     fleet_sync.cluster_sync(cluster_id=adm.cluster_id, nodes=False)
     backdate(w, 7300)
-    with django_capture_on_commit_callbacks(execute=True):
-        report = maintenance.workloads_maintain()
+    report = maintenance.workloads_maintain()
     w.refresh_from_db()
     adm.refresh_from_db()
     assert report.failed == [w.pk] and w.state == S.FAILED
@@ -92,7 +94,12 @@ def test_stuck_running_fails_reclaims_capacity_and_deletes_its_jobs(
     message = w.events.get(type=EventType.RECLAIMED).message
     assert "stuck in running for 7300s (2.0 h), more than the 7200s (2.0 h) limit" in message
     assert "capacity reclaimed, failed" in message
-    assert deleted == [[adm.pk]]  # its Jobs are deleted at once, not after the cleanup TTL
+    # Its Jobs are deleted at once (through the outbox), not after the cleanup TTL.
+    row = OutboxMessage.objects.get(kind=OutboxKind.DELETE)
+    assert row.admission_id == adm.pk and row.delivered_at is None
+    assert row.pk in outbox_deliver().delivered
+    adm.refresh_from_db()
+    assert ("delete", w.pk) in backends[adm.cluster.name].calls and adm.cleaned_at is not None
 
 
 def test_stuck_preempting_and_reserved_go_back_to_the_queue(world, backends, limits):

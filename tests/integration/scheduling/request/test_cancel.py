@@ -1,4 +1,5 @@
-"""Cancellation (scheduling/request/cancel.py): by the owner, once, with its event."""
+"""Cancellation (scheduling/request/cancel.py): by the owner, once, with its event; the delete
+of its Jobs is an outbox row committed with it, delivered even when the broker is down."""
 
 from __future__ import annotations
 
@@ -8,10 +9,21 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from scheduling.models import Admission, EndReason, EventType, WorkloadEvent, WorkloadState
+from scheduling.backends.simulated.models import SimJob
+from scheduling.fleet.delivery import outbox_deliver
+from scheduling.models import (
+    Admission,
+    EndReason,
+    EventType,
+    OutboxKind,
+    OutboxMessage,
+    WorkloadEvent,
+    WorkloadState,
+)
 from scheduling.services import workload_cancel, workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.scheduling.world import make_world, request
+from tests.integration.api.conftest import client_for
+from tests.integration.scheduling.world import make_world, request, running_workload
 
 pytestmark = pytest.mark.django_db
 
@@ -80,3 +92,38 @@ def test_a_cancel_during_a_cycle_waits_for_it_and_is_not_undone(settings):
     cycle_run(wait=True)
     w.refresh_from_db()
     assert w.state == WorkloadState.CANCELLED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_cancel_with_the_broker_down_commits_answers_200_and_deletes_later(monkeypatch, caplog):
+    """The broker refuses every task: the cancel still commits and answers 200 with the delete
+    of its Jobs in the outbox; a delivery pass (the beat's, once the broker is back) deletes
+    them on the cluster and notes it."""
+    from celery.app.task import Task
+    from kombu.exceptions import OperationalError
+
+    monkeypatch.setattr(Task, "apply_async", lambda self, *a, **kw: None)
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=1)
+    w, _ = running_workload(world, "doomed", 3600)
+    assert SimJob.objects.filter(workload_id=w.pk).exists()
+
+    def broker_down(self, *args, **kwargs):
+        raise OperationalError("[Errno 111] Connection refused")
+
+    monkeypatch.setattr(Task, "apply_async", broker_down)
+    resp = client_for(world.alice).post(f"/api/v1/workloads/{w.pk}/cancel")
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["state"] == "cancelled"
+    assert "could not nudge the outbox delivery" in caplog.text
+    adm = Admission.objects.get(workload=w)
+    row = OutboxMessage.objects.get(admission=adm)
+    assert row.kind == OutboxKind.DELETE and row.delivered_at is None
+    assert adm.end_reason == EndReason.CANCELLED and adm.cleaned_at is None
+    assert SimJob.objects.filter(workload_id=w.pk).exists()  # its pods run on, for now
+
+    assert outbox_deliver().delivered == [row.pk]
+    adm.refresh_from_db()
+    row.refresh_from_db()
+    assert row.delivered_at is not None and adm.cleaned_at is not None
+    assert not SimJob.objects.filter(workload_id=w.pk).exists()

@@ -9,20 +9,28 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from scheduling.backends.base import BackendError
+from scheduling.backends.simulated.models import SimJob
+from scheduling.fleet.delivery import outbox_deliver
 from scheduling.locks import LOCK_KEY
 from scheduling.models import (
     Admission,
     EndReason,
     EventType,
+    OutboxKind,
+    OutboxMessage,
     Workload,
     WorkloadEvent,
     WorkloadState,
 )
 from scheduling.selectors import queue_usage
+from scheduling.services import workload_cancel
 from scheduling.workers.cycle import cycle_run
-from tests.integration.scheduling.world import make_world, submit
+from tests.integration.scheduling.fakes import FakeBackend
+from tests.integration.scheduling.world import make_world, running_workload, submit
 
 S = WorkloadState
 
@@ -107,7 +115,7 @@ def test_reclaim_then_requeue_after_grace_keeps_progress(db, backends):
     assert report.suspend_admissions == [victim.admissions.get().pk]
     # In grace: capacity still counts as used, so v1 waits.
     assert cycle_run(wait=True, now=t1 + timedelta(seconds=2)).admitted == []
-    # Grace over: the victim is requeued with its 100 s of progress; v1 takes its place.
+    # Grace over: the victim is requeued with its 100 s of progress...
     t2 = t1 + timedelta(seconds=6)
     report = cycle_run(wait=True, now=t2)
     victim.refresh_from_db()
@@ -115,8 +123,13 @@ def test_reclaim_then_requeue_after_grace_keeps_progress(db, backends):
     assert victim.progress_s == pytest.approx(100.0)
     assert victim.submitted_at < t1 and victim.state == S.PENDING
     assert victim.admissions.get(end_reason=EndReason.PREEMPTED).ended_at == t2
-    assert report.admitted == [mine.pk]
     assert report.delete_admissions == [victim.admissions.get().pk]
+    # ...but its node is not free before the cluster confirms the delete of its Jobs.
+    assert report.admitted == []
+    outbox_deliver(now=t2)
+    assert victim.admissions.get().cleaned_at == t2
+    # Confirmed: v1 takes its place.
+    assert cycle_run(wait=True, now=t2 + timedelta(seconds=1)).admitted == [mine.pk]
     # The victim waits again: its queue is in its reclaim cooldown and the fleet is full
     # (which of the two the engine names first is its choice).
     victim.refresh_from_db()
@@ -141,6 +154,59 @@ def test_priority_preemption_in_one_leaf(db, backends):
     assert training.state == S.PENDING  # training does not preempt batch (can_preempt false)
 
 
+def test_preemption_suspends_go_through_the_outbox(db, backends):
+    """The suspend of a victim's Jobs and the event posted beside them are an outbox row of
+    the preempting cycle; a failed suspend is retried until the cluster takes it."""
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=1)  # 8 GPUs
+    low = submit(world, "low", priority_class="batch-low", termination_grace_s=30)
+    t0 = timezone.now()
+    cycle_run(wait=True, now=t0)
+    Admission.objects.filter(workload=low).update(running_at=t0, dispatched_at=t0)
+    Workload.objects.filter(pk=low.pk).update(state=S.RUNNING)
+    submit(world, "serve", priority_class="inference-high")
+    report = cycle_run(wait=True, now=t0 + timedelta(seconds=10))
+    assert report.preempted == [low.pk]
+    adm = low.admissions.get()
+    row = OutboxMessage.objects.get(kind=OutboxKind.SUSPEND)
+    assert row.admission_id == adm.pk and row.cluster_id == adm.cluster_id
+    assert row.payload["reason"] == low.events.get(type=EventType.PREEMPTED).message
+
+    class Unreachable(FakeBackend):
+        def suspend_workload(self, ref, grace_s):
+            raise BackendError("connection refused")
+
+    backends["bj"] = Unreachable("bj")
+    t1 = t0 + timedelta(seconds=11)
+    assert row.pk in outbox_deliver(now=t1).failed
+    backends["bj"] = FakeBackend("bj")
+    assert row.pk in outbox_deliver(now=t1 + timedelta(seconds=60)).delivered
+    assert [c for c in backends["bj"].calls if c[1] == low.pk] == [("suspend", low.pk),
+                                                                   ("event", low.pk)]
+
+
+def test_a_cancelled_workloads_gpus_stay_used_until_its_delete_is_confirmed(db, settings):
+    """A cancelled workload's pods run until the cluster confirms their delete: until then no
+    cycle places another workload on the GPUs they hold (no 16 GPUs on an 8-GPU node)."""
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": True}
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=1)  # one node of 8 GPUs
+    first, _ = running_workload(world, "first", 3600)
+    workload_cancel(user=world.alice, workload=first)
+    second = submit(world, "second")
+
+    assert cycle_run(wait=True).admitted == []
+    second.refresh_from_db()
+    assert second.state == S.PENDING and second.reason_code == "NO_CAPACITY"
+    assert "most free: bj 0 GPUs" in second.reason_message
+    assert "8 GPUs still held by ended workloads" in second.reason_message
+    jobs = SimJob.objects.filter(nodes__contains=["bj-a100-0"])
+    assert sum(j.pods * j.gpus_per_pod for j in jobs) == 8  # the cancelled one's, still there
+
+    outbox_deliver()  # the cluster confirms the delete
+    assert first.admissions.get().cleaned_at is not None
+    assert cycle_run(wait=True).admitted == [second.pk]
+    assert [j.workload_id for j in SimJob.objects.all()] == [second.pk]
+
+
 def test_pods_ready_timeout_releases_with_backoff(world, settings):
     settings.ALLOT_ENGINE = {**settings.ALLOT_ENGINE, "pods_ready_timeout_s": 300.0}
     w = submit(world, "slow")
@@ -157,6 +223,29 @@ def test_pods_ready_timeout_releases_with_backoff(world, settings):
     # not before the backoff ends
     assert w.pk not in cycle_run(wait=True, now=t0 + timedelta(seconds=320)).admitted
     assert w.pk in cycle_run(wait=True, now=t0 + timedelta(seconds=362)).admitted
+
+
+def test_a_cycle_writes_its_outbox_rows_in_one_insert(world, settings, monkeypatch):
+    """Three pods-ready timeouts: three deletes, written with the decisions in one insert, no
+    query per row."""
+    from core import db
+    from scheduling import outbox
+
+    settings.ALLOT_ENGINE = {**settings.ALLOT_ENGINE, "pods_ready_timeout_s": 300.0}
+    slow = [submit(world, f"slow{i}") for i in range(3)]
+    t0 = timezone.now()
+    cycle_run(wait=True, now=t0)
+    inserts: list[tuple[type, int]] = []
+    insert_rows = db.insert_rows
+    monkeypatch.setattr(outbox.db, "insert_rows", lambda model, objs: (
+        inserts.append((model, len(objs))), insert_rows(model, objs)))
+    with CaptureQueriesContext(connection) as queries:
+        report = cycle_run(wait=True, now=t0 + timedelta(seconds=301))
+    assert sorted(report.released) == sorted(w.pk for w in slow)
+    assert [i for i in inserts if i[0] is OutboxMessage] == [(OutboxMessage, 3)]
+    assert not [q for q in queries.captured_queries if "outboxmessage" in (q["sql"] or "")]
+    assert sorted(OutboxMessage.objects.filter(kind=OutboxKind.DELETE).values_list(
+        "admission__workload_id", flat=True)) == sorted(w.pk for w in slow)
 
 
 @pytest.mark.django_db(transaction=True)
