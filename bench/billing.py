@@ -7,8 +7,11 @@
 2. A month's invoice for a cost center with 20,000 workloads (target < 10 s).
 3. `billing_verify` over 1,000,000 ledger entries (target < 30 s).
 
-Runs on a throwaway PostgreSQL test database (DATABASE_URL's server) and a Prometheus on a
-loopback port in 9091-9099.
+Runs on a throwaway PostgreSQL test database (DATABASE_URL's server; TEST_DATABASE_NAME names
+it, default `test_allot_bench_billing`) and a Prometheus on a loopback port in 9091-9099.
+`python -m bench.billing verify` runs only part 3. BENCH_EXPLAIN=1 prints the verify query's
+plan with its timings and buffers; BENCH_KEEP=1 keeps the database, so two trees' databases can
+be queried again side by side.
 """
 
 from __future__ import annotations
@@ -241,6 +244,11 @@ def bench_verify(w) -> None:
     result = ledger_verify()
     t3 = time.perf_counter()
     assert result.ok, result.problem
+    if os.environ.get("BENCH_EXPLAIN"):
+        from billing.services.ledger import VERIFY_SQL
+        with connection.cursor() as cur:
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, SETTINGS) " + VERIFY_SQL)
+            print("\n".join(r[0] for r in cur.fetchall()))
     with connection.cursor() as cur:
         cur.execute("UPDATE billing_ledgerentry SET amount = amount + 0.01 WHERE seq = %s",
                     [seq - 10])
@@ -268,7 +276,10 @@ def main() -> None:
         if "verify" in only:
             bench_verify(w)
     finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
+        if os.environ.get("BENCH_KEEP"):
+            print(f"kept database {connection.settings_dict['NAME']}")
+        else:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
 
 
 if __name__ == "__main__":
