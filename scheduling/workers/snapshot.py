@@ -31,6 +31,7 @@ from scheduling.models import (
 from scheduling.workers.rows import (
     SnapshotParts,
     _live_rows,
+    _nominated,
     _pending_heads,
     max_pending_per_queue,
 )
@@ -77,6 +78,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     # order (priority, then submission): the cycle's cost stays bounded by queues x that
     # number however long the queues grow (Kueue looks at one head per queue per cycle).
     pending_ids = _pending_heads(max_pending_per_queue(), now)
+    pending_ids += sorted(set(_nominated(now)) - set(pending_ids))
     active_ids = list(Workload.objects.filter(state__in=ACTIVE_STATES, needs_approval=False)
                       .values_list("id", flat=True))
     live = _live_rows(pending_ids + active_ids, parts, queue_paths)
@@ -96,11 +98,14 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     pending: list[engine.WorkloadSpec] = []
     admitted: list[engine.AdmittedWorkload] = []
     waiting: dict[str, list[str]] = defaultdict(list)
+    nominations: dict[str, engine.Nomination] = {}
     cluster_by_id = {c.pk: c for c in clusters}
     for r in live:
         parts.rows[str(r["id"])] = r
         if r["state"] == S.PENDING:
             pending.append(_workload_spec(r, priorities, ctx, parts))
+            if r["nomination"]:
+                nominations[str(r["id"])] = nomination_from_json(r["nomination"])
             continue
         adm = open_adm.get(r["id"])
         if adm is None:
@@ -119,7 +124,8 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
             admitted_at=adm.reserved_at.timestamp(),
             running=adm.running_at is not None, admission_seq=adm.pk,
             grace_until=ts(r["preempt_deadline"]) if preempting else None,
-            preempted_by=str(r["preempted_by_id"] or ""),
+            # (The column keeps the last preemptor after the victim is requeued.)
+            preempted_by=str(r["preempted_by_id"] or "") if preempting else "",
         ))
 
     cluster_specs = tuple(
@@ -135,9 +141,27 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
                       for f in flavor_rows),
         pending=tuple(pending), admitted=tuple(admitted), settings=eng_settings,
         repayment=_repayment(now, eng_settings), cooldowns=_cooldowns(now, eng_settings),
-        waiting={k: tuple(v) for k, v in waiting.items()},
+        waiting={k: tuple(v) for k, v in waiting.items()}, nominations=nominations,
     )
     return snapshot, parts
+
+
+def nomination_json(nom: engine.Nomination) -> dict[str, Any]:
+    """A nomination as stored on its preemptor (`Workload.nomination`)."""
+    return {"flavor": nom.flavor, "at": nom.at, "victims": [
+        {"name": v.name, "queue": v.queue, "cluster": v.cluster, "nodes": list(v.nodes),
+         "pods": [list(p) for p in v.pods]} for v in nom.victims]}
+
+
+def nomination_from_json(data: dict[str, Any]) -> engine.Nomination:
+    """The stored nomination as the engine takes it."""
+    return engine.Nomination(
+        flavor=str(data["flavor"]), at=float(data["at"]), victims=tuple(
+            engine.NominatedVictim(
+                name=str(v["name"]), queue=str(v["queue"]), cluster=str(v["cluster"]),
+                nodes=tuple(str(n) for n in v["nodes"]),
+                pods=tuple((int(p[0]), float(p[1]), float(p[2])) for p in v["pods"]))
+            for v in data["victims"]))
 
 
 def _tree() -> tuple[dict[str, Any], Any]:

@@ -8,7 +8,14 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from scheduling.models import Admission, EndReason, EventType, WorkloadEvent, WorkloadState
+from scheduling.models import (
+    Admission,
+    EndReason,
+    EventType,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
 from scheduling.services import workload_cancel, workload_submit
 from scheduling.workers.cycle import cycle_run
 from tests.integration.scheduling.world import make_world, request
@@ -30,6 +37,16 @@ def test_events_are_never_missing_for_state_changes(world):
     workload_cancel(user=world.alice, workload=w)
     assert list(WorkloadEvent.objects.filter(workload=w).values_list("type", flat=True)) == [
         "submitted", "cancelled"]
+
+
+def test_cancel_ends_a_preemptors_nomination(world):
+    """What its victims free is no longer kept for it (the next cycle reads no nomination)."""
+    w = workload_submit(user=world.alice, data=request("pre"))
+    Workload.objects.filter(pk=w.pk).update(
+        nomination={"flavor": "a100-80g", "at": 0.0, "victims": []})
+    workload_cancel(user=world.alice, workload=w)
+    w.refresh_from_db()
+    assert w.state == WorkloadState.CANCELLED and w.nomination is None
 
 
 def _in_thread(fn, out):
