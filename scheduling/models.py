@@ -175,6 +175,10 @@ class Workload(models.Model):
     preempted_by = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # While pending after it preempted: its nomination (scheduling/engine/nomination.py), the
+    # victims chosen for it and where their capacity is, so every cycle keeps that capacity
+    # for it (scheduling/workers/snapshot.py reads it, the cycle writes and clears it).
+    nomination = models.JSONField(null=True, blank=True)
     # The latest reason given (why pending / rejected); a new reason event is written only
     # when it changes, so consecutive cycles with the same reason record it once.
     reason_code = models.CharField(max_length=40, blank=True)
@@ -191,6 +195,9 @@ class Workload(models.Model):
             # The heads of the queues the cycle reads (scheduling/workers/rows.py, _pending_heads).
             models.Index(fields=["queue", "priority_class", "submitted_at", "id"],
                          condition=models.Q(state="pending"), name="workload_pending_head"),
+            # Nominated preemptors the cycle reads beyond the heads (workers/rows.py).
+            models.Index(fields=["id"], name="workload_nominated",
+                         condition=models.Q(state="pending", nomination__isnull=False)),
         ]
 
     def __str__(self) -> str:

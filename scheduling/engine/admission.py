@@ -4,7 +4,8 @@ waits.
 
 Choices where the semantics page is silent:
 - A preemptor whose victims are still in their grace period does not preempt again; it waits
-  (WAITING_FOR_PREEMPTION).
+  (WAITING_FOR_PREEMPTION), and is still admitted if it fits elsewhere meanwhile (its
+  nomination then ends, `nomination`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ class AdmissionMixin(HoldsMixin):
         """Try one workload: admit, preempt for it, or say why it waits."""
         name = p.name
         self.claims.discard(name)
+        if name in self.nominations and name not in self.waiting:
+            # Its first turn since its victims ended: its nomination has done its work.
+            self._denominate(name, res)
         reasons: dict[str, Reason] = {}
         if not p.flavors:
             return FAILED, p.static_reason or Reason(
@@ -172,6 +176,8 @@ class AdmissionMixin(HoldsMixin):
         self.all_admits[f] = self.all_admits.get(f, 0) + 1
         del self.pending[p.name]
         self.waiting.pop(p.name, None)
+        if p.name in self.nominations:
+            self._denominate(p.name, res)
         g = sum(x[0] for x in p.pods)
         res.admitted.append(Admit(p.name, cluster, f, names, borrowed, g,
                                   sum(x[1] for x in p.pods), sum(x[2] for x in p.pods)))

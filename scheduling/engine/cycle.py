@@ -50,6 +50,7 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
             return res
         self._walk(now, res, turns)
         self._release_holds()
+        self._free_deferred()
         return res
 
     def _walk(self, now: float, res: CycleResult, turns: Turns) -> None:

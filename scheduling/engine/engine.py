@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import chain
 
 from scheduling.engine.accounting import Demand, QuotaTree
 from scheduling.engine.cycle import CycleMixin
@@ -38,6 +39,7 @@ from scheduling.engine.types import (
     DisruptionBudget,
     FlavorSpec,
     HeldCapacity,
+    Nomination,
     PodSetSpec,
     QueueSpec,
     Reason,
@@ -60,6 +62,8 @@ class Engine(SubmissionMixin, CycleMixin):
         parked engine with; the decisions are the same, only slower."""
         s = self.settings = settings or Settings()
         self.parking = parking
+        # As given: what `export.snapshot_of` writes back (with the fleet's current state).
+        self.specs = (tuple(queues), tuple(clusters), tuple(flavors))
         self.fleet = Fleet(clusters, s.min_cluster_health, s.cpu_per_gpu_reserved)
         self.tree = QuotaTree(queues)
         # The same tree with real usage only (admissions and ends; no starving workload's
@@ -94,6 +98,10 @@ class Engine(SubmissionMixin, CycleMixin):
         self.changes = 0
         self.cooldown: dict[int, float] = {}
         self.waiting: dict[str, set[str]] = {}
+        self.nominations: dict[str, Nomination] = {}
+        self.held: dict[str, list[Admitted]] = {}
+        self.unreleased: frozenset[str] = frozenset()
+        self._freeing: list[Admitted] = []
         self.repay: dict[int, deque[tuple[float, bool]]] = {}
         self.repay_forced: dict[int, int] = {}
         for rec in sorted(repayment, key=lambda r: r.ended_at):
@@ -127,6 +135,7 @@ class Engine(SubmissionMixin, CycleMixin):
             eng.add_admitted(adm)
         for held in snap.held:
             eng.add_held(held)
+        eng.unreleased = snap.unreleased
         for w in snap.pending:
             eng.submit(w)
         for path, until in snap.cooldowns.items():
@@ -137,6 +146,8 @@ class Engine(SubmissionMixin, CycleMixin):
             live = {v for v in victims if v in eng.admitted}
             if live:
                 eng.waiting[name] = live
+        for name, nom in snap.nominations.items():
+            eng.renominate(name, nom)
         eng.refresh_capacity()
         return eng
 
@@ -194,7 +205,7 @@ class Engine(SubmissionMixin, CycleMixin):
     def refresh_capacity(self) -> None:
         """Recompute the root capacity (after health or node changes)."""
         used: dict[tuple[str, str], float] = {}
-        for a in self.admitted.values():
+        for a in chain(self.admitted.values(), *self.held.values()):
             c = self.fleet.by_name.get(a.cluster)
             if c is not None and not self.fleet.healthy(c):
                 for k, amount in a.demand:
@@ -217,6 +228,8 @@ class Engine(SubmissionMixin, CycleMixin):
         """Free an admitted workload's capacity (finished, cancelled, refused, grace over).
 
         A borrowing admission adds to its queue's repayment history: returned, or `forced`.
+        A victim whose preemptor still waits for other victims keeps its capacity, held for
+        the preemptor (`nomination`); the last one frees them all and the preemptor goes first.
         """
         a = self.admitted.pop(name, None)
         if a is None:
@@ -225,6 +238,26 @@ class Engine(SubmissionMixin, CycleMixin):
         self.by_leaf_flavor[(a.leaf, a.flavor)].pop(name, None)
         if a.grace_until is not None:
             self.in_grace.get(a.flavor, {}).pop(name, None)
+        if a.borrowed:
+            self.record_repayment(a.leaf, now, forced=forced)
+        by = a.preempted_by
+        if by and self._hand_over(a):
+            return a
+        self._free(a)
+        if by:
+            victims = self.waiting.get(by)
+            if victims is not None:
+                victims.discard(name)
+                if not victims:
+                    del self.waiting[by]
+                    for h in self.held.pop(by, ()):
+                        self._free(h)
+                    self._claim(by)
+        return a
+
+    def _free(self, a: Admitted) -> None:
+        """Give an ended workload's capacity back: quota, nodes, and what parked groups
+        watch."""
         self.tree.add(a.leaf, a.demand, -1.0)
         self.real.add(a.leaf, a.demand, -1.0)
         self.changes += 1
@@ -238,19 +271,9 @@ class Engine(SubmissionMixin, CycleMixin):
             self.freed[k] = self.freed.get(k, 0.0) + amount
         if a.cluster in self.fleet.by_name and a.nodes:
             self.fleet.unassign(a.cluster, a.flavor, a.nodes, a.pods)
-        if a.borrowed:
-            self.record_repayment(a.leaf, now, forced=forced)
-        if a.preempted_by:
-            victims = self.waiting.get(a.preempted_by)
-            if victims is not None:
-                victims.discard(name)
-                if not victims:
-                    del self.waiting[a.preempted_by]
-                    self._claim(a.preempted_by)
         c = self.fleet.by_name.get(a.cluster)
         if c is not None and not self.fleet.healthy(c):
             self.refresh_capacity()
-        return a
 
     def set_health(self, cluster: str, health: float) -> None:
         """Change a cluster's health (every pending group is re-examined next cycle)."""

@@ -6,7 +6,8 @@ Choices where the semantics page is silent:
 - A workload is "within guarantee" when it is on any of its flavors; the borrow score uses its
   first flavor's GPU key at its leaf.
 - A preemptor whose victims are all gone goes first in the next cycle, before starving work:
-  the capacity was freed for it (otherwise reclaim can repeat after every cooldown).
+  the capacity was freed for it (otherwise reclaim can repeat after every cooldown, or another
+  workload takes the node and the preemptor preempts again; `nomination`).
 """
 
 from __future__ import annotations

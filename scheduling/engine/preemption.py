@@ -6,7 +6,9 @@ Choices where the semantics page is silent (Kueue's behaviour unless said otherw
   ancestor are above min. Priority victims are in the same leaf with a strictly lower priority.
   Reclaim candidates come before priority candidates; the set is filled greedily, then
   minimised by putting back every victim but the last that is not needed (Kueue).
-- Victims in grace are never chosen twice.
+- Victims in grace are never chosen twice. The preemptor is nominated for what its victims
+  free (`nomination`): it chooses no new victims until they have ended, and what they free is
+  kept for it.
 - A victim's reason: reclaim -> QUOTA_BORROW_UNAVAILABLE, priority -> NO_CAPACITY, naming
   the preemptor.
 - Disruption budgets count running pods of running workloads not in grace.
@@ -15,10 +17,10 @@ Choices where the semantics page is silent (Kueue's behaviour unless said otherw
 from __future__ import annotations
 
 from scheduling.engine.accounting import EPS, INF, fmt, key_name
+from scheduling.engine.nomination import NominationMixin
 from scheduling.engine.state import (
     RC,
     Admitted,
-    EngineBase,
     Pending,
 )
 from scheduling.engine.types import (
@@ -33,7 +35,7 @@ from scheduling.engine.types import (
 Candidate = tuple[tuple[float, ...], Admitted, PreemptionKind]
 
 
-class PreemptionMixin(EngineBase):
+class PreemptionMixin(NominationMixin):
     """Victim search and the what-if checks it needs."""
 
     def _place(self, p: Pending, f: str, *, commit: bool,
@@ -245,7 +247,7 @@ class PreemptionMixin(EngineBase):
     def _start_preemption(self, p: Pending, f: str, removed: list[tuple[Admitted, PreemptionKind]],
                           contested: list[int], now: float, res: CycleResult) -> None:
         """The victims enter their grace period with their reason; a reclaim starts its
-        victim's leaf's cooldown; p waits for them."""
+        victim's leaf's cooldown; p waits for them, nominated for what they free."""
         tree = self.tree
         names = set()
         for a, kind in removed:
@@ -271,6 +273,7 @@ class PreemptionMixin(EngineBase):
                     f" {p.spec.priority} > {a.spec.priority_class} {a.spec.priority})"))
             res.preempted.append(Preempt(a.name, p.name, kind, a.grace_until, reason))
         self.waiting[p.name] = names
+        self._nominate(p.name, f, [a for a, _ in removed], now, res)
 
     def fits_if_borrowed_returned(self, name: str) -> bool:
         """Would pending `name` fit on its first flavor if every borrowing leaf gave back what

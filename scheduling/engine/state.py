@@ -6,7 +6,9 @@ from scheduling.engine.accounting import INF, Demand, QuotaTree
 from scheduling.engine.placement import Fleet
 from scheduling.engine.pool import Pod, Pool
 from scheduling.engine.types import (
+    CycleResult,
     DisruptionBudget,
+    Nomination,
     PodSetSpec,
     Reason,
     ReasonCode,
@@ -168,6 +170,10 @@ class EngineBase:
     changes: int  # admissions and ends so far (what a parked group's wake conditions read)
     cooldown: dict[int, float]
     waiting: dict[str, set[str]]
+    nominations: dict[str, Nomination]  # pending preemptor -> its nomination
+    held: dict[str, list[Admitted]]  # preemptor -> ended victims whose capacity is kept for it
+    unreleased: frozenset[str]  # ended workloads whose nodes the cluster has not given back
+    _freeing: list[Admitted]  # this cycle: held capacity to free at its end (`_denominate`)
     budgets: list[DisruptionBudget]
     claims: set[str]
     phantom: dict[tuple[int, int], float]  # held (not used) demand per queue and key
@@ -198,4 +204,19 @@ class EngineBase:
         raise NotImplementedError
 
     def _join(self, p: Pending) -> None:
+        raise NotImplementedError
+
+    def _claim(self, name: str) -> None:
+        raise NotImplementedError
+
+    def _demand(self, flavor: str, pods: list[Pod]) -> Demand:
+        raise NotImplementedError
+
+    def _free(self, a: Admitted) -> None:
+        raise NotImplementedError
+
+    def _denominate(self, name: str, res: CycleResult | None) -> None:
+        raise NotImplementedError
+
+    def _free_deferred(self) -> None:
         raise NotImplementedError

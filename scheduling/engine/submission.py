@@ -223,6 +223,7 @@ class SubmissionMixin(EngineBase):
         if p is not None:
             self._leave(p)
         self.waiting.pop(name, None)
+        self._denominate(name, None)
 
     def _claim(self, name: str) -> None:
         """The victims of `name` are gone: it goes first next cycle (the freed capacity was

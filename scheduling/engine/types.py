@@ -257,10 +257,38 @@ class HeldCapacity:
 
 
 @dataclass(frozen=True)
+class NominatedVictim:
+    """One victim of a nomination and the capacity it holds: its leaf, cluster, nodes (one
+    name per pod) and pods (GPUs, CPU, memory GiB each), so that what it frees can be kept for
+    the preemptor after it has ended."""
+
+    name: str
+    queue: str
+    cluster: str
+    nodes: tuple[str, ...]
+    pods: tuple[tuple[int, float, float], ...]
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """A preemptor's claim on the capacity its victims free (Kubernetes' nominatedNodeName):
+    the flavor it preempted on, at what time, and every victim chosen for it. While some
+    victims are in their grace, what the others freed stays held for it; once all have ended
+    it goes first in the next cycle. It ends when the preemptor is admitted, leaves, or has had
+    that turn."""
+
+    flavor: str
+    at: float
+    victims: tuple[NominatedVictim, ...]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one cycle needs. `cooldowns` maps leaf path -> end of its reclaim cooldown;
     `waiting` maps a pending workload -> names of its victims still in grace; `held` is node
-    capacity that ended workloads have not given back yet."""
+    capacity that ended workloads have not given back yet, and `unreleased` names those
+    workloads; `nominations` maps a pending preemptor -> its nomination (what the last cycles
+    reported)."""
 
     now: float
     queues: tuple[QueueSpec, ...]
@@ -274,6 +302,8 @@ class Snapshot:
     cooldowns: Mapping[str, float] = field(default_factory=dict)
     waiting: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     held: tuple[HeldCapacity, ...] = ()
+    nominations: Mapping[str, Nomination] = field(default_factory=dict)
+    unreleased: frozenset[str] = frozenset()
 
 
 # ---- decisions --------------------------------------------------------------------------
@@ -324,7 +354,9 @@ class Release:
 
 @dataclass
 class CycleResult:
-    """What one cycle decided. `reasons` holds one reason per workload left waiting."""
+    """What one cycle decided. `reasons` holds one reason per workload left waiting;
+    `nominations` the nominations that began (a preemption) or ended (None) in it, per
+    preemptor."""
 
     now: float
     admitted: list[Admit] = field(default_factory=list)
@@ -333,3 +365,4 @@ class CycleResult:
     released: list[Release] = field(default_factory=list)
     reasons: dict[str, Reason] = field(default_factory=dict)
     cooldowns: dict[str, float] = field(default_factory=dict)
+    nominations: dict[str, Nomination | None] = field(default_factory=dict)

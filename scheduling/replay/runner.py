@@ -15,6 +15,9 @@ Choices where the format is silent:
 - A workload preempted and then cancelled during its grace keeps its capacity until the grace
   ends (deleting a terminating pod does not cut its grace), then stays cancelled; a reserved
   or running workload cancelled outside a grace frees its capacity at once.
+- `rebuild` (Python API, not a scenario key) replays as the workers do: before every cycle the
+  engine is rebuilt from a snapshot of itself (`scheduling.engine.export`), so nothing but what
+  a snapshot carries survives from one cycle to the next. It must give the same result.
 
 The metrics are defined in `scheduling.replay.metrics`.
 """
@@ -28,6 +31,7 @@ from typing import Any
 
 from scheduling.engine import Engine, Reason, ReasonCode
 from scheduling.engine.accounting import EPS
+from scheduling.engine.export import snapshot_of
 from scheduling.replay.metrics import Metrics, num
 from scheduling.replay.record import WorkloadRecord
 from scheduling.replay.scenario import Scenario
@@ -39,8 +43,9 @@ FINISH, CANCEL, GRACE_END, FLEET, RUNNING, SUBMIT, WAKE = range(7)
 class Runner(Metrics):
     """One replay of one scenario."""
 
-    def __init__(self, sc: Scenario) -> None:
+    def __init__(self, sc: Scenario, *, rebuild: bool = False) -> None:
         self.sc = sc
+        self.rebuild = rebuild
         self.eng = Engine(queues=sc.queues, clusters=sc.clusters, flavors=sc.flavors,
                           settings=sc.settings, budgets=sc.budgets)
         self.ws = {w.spec.name: WorkloadRecord(w) for w in sc.workloads}
@@ -270,6 +275,8 @@ class Runner(Metrics):
         w.run_start = None
 
     def _cycle(self, t: float) -> None:
+        if self.rebuild:
+            self.eng = Engine.from_snapshot(snapshot_of(self.eng, t))
         eng = self.eng
         res = eng.cycle(t)
         self.changed = False
@@ -320,8 +327,9 @@ class Runner(Metrics):
         self.changed = bool(res.admitted or res.released)
 
 
-def run_scenario(scenario: Scenario) -> dict[str, Any]:
-    """Replay a loaded scenario; return the output JSON as a dict."""
+def run_scenario(scenario: Scenario, *, rebuild: bool = False) -> dict[str, Any]:
+    """Replay a loaded scenario; return the output JSON as a dict (`rebuild`: as the workers
+    do, from a fresh snapshot every cycle)."""
     # The replay allocates many small long-lived objects and frees them by reference counting;
     # a frequent cyclic collector would only rescan them, so it runs rarely.
     threshold = gc.get_threshold()
@@ -329,7 +337,7 @@ def run_scenario(scenario: Scenario) -> dict[str, Any]:
     gc.freeze()
     gc.set_threshold(500_000, 50, 1000)
     try:
-        return Runner(scenario).run()
+        return Runner(scenario, rebuild=rebuild).run()
     finally:
         gc.set_threshold(*threshold)
         gc.unfreeze()

@@ -57,8 +57,9 @@ def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = Non
             workload, WorkloadState.CANCELLED, at=now, event_type=EventType.CANCELLED,
             actor=user, message=f"cancelled by {user.get_username()} (was {was})")
         workload.preempt_deadline = None
+        workload.nomination = None  # what is held for it is freed by the next cycle
         workload.save(update_fields=["state", "state_changed_at", "finished_at",
-                                     "preempt_deadline"])
+                                     "preempt_deadline", "nomination"])
         event.save()
         admission = admission_close(workload=workload, at=now, reason=EndReason.CANCELLED)
         if admission is not None:

@@ -38,7 +38,7 @@ from scheduling.transitions import (
     workload_transition,
 )
 from scheduling.workers.rows import SnapshotParts
-from scheduling.workers.snapshot import build_snapshot, dt
+from scheduling.workers.snapshot import build_snapshot, dt, nomination_json
 
 logger = logging.getLogger(__name__)
 S = WorkloadState
@@ -183,17 +183,19 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
     _rejected(now, result, parts, report, out)
     _released(now, result, parts, report, out)
     moved = set(out.changed)  # rows whose state changed; the rest only get a new reason
+    # (or a nomination begun or ended: their preemptor stays pending)
     _reasons(now, result, parts, out)
+    _nominations(result, parts, out)
 
     if out.closed:
         db.bulk_set(Admission, out.closed, ["ended_at", "end_reason"])
     db.insert_rows(Admission, out.new_admissions)
     reasons_only = [w for pk, w in out.changed.items() if pk not in moved]
     moved_rows = [w for pk, w in out.changed.items() if pk in moved]
-    db.bulk_set(Workload, reasons_only, ["reason_code", "reason_message"])
+    db.bulk_set(Workload, reasons_only, ["reason_code", "reason_message", "nomination"])
     db.bulk_set(Workload, moved_rows,
                 [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
-                 "preempt_kind", "preempted_by", "not_before", "backoff_count"])
+                 "preempt_kind", "preempted_by", "not_before", "backoff_count", "nomination"])
     db.insert_rows(WorkloadEvent, out.events)
 
 
@@ -242,6 +244,15 @@ def _preempted(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
             report.outbox_rows.append(outbox.message_suspend(
                 admission_id=adm_row.pk, cluster_id=adm_row.cluster_id, at=now,
                 reason=pre.reason.message))
+
+
+def _nominations(result: engine.CycleResult, parts: SnapshotParts, out: _Writes) -> None:
+    """Nominations that began or ended: stored on their preemptor (or cleared), so the next
+    cycles keep the capacity its victims free for it."""
+    for name, nom in result.nominations.items():
+        w = parts.known(name)
+        w.nomination = nomination_json(nom) if nom is not None else None
+        out.changed[w.pk] = w
 
 
 def _rejected(now: datetime, result: engine.CycleResult, parts: SnapshotParts,

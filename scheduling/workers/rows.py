@@ -76,7 +76,7 @@ STATIC_FIELDS = (
 MOVING_FIELDS = (
     "id", "queue_id", "state", "not_before", "backoff_count",
     "preempt_deadline", "preempted_by_id", "preempt_kind", "reason_code", "reason_message",
-    "progress_s", "state_changed_at", "finished_at",
+    "progress_s", "state_changed_at", "finished_at", "nomination",
 )
 
 
@@ -178,6 +178,14 @@ def _pending_heads(limit: int, now: datetime) -> list[int]:
             f'AND NOT "needs_approval" AND "submitted_at" <= %s ORDER BY "submitted_at", "id" '
             f'LIMIT %s) h) heads WHERE rank <= %s', [S.PENDING, now, limit, limit])
         return [row[0] for row in cursor.fetchall()]
+
+
+def _nominated(now: datetime) -> list[int]:
+    """Ids of the pending workloads with a nomination (partial index `workload_nominated`):
+    read even when they are not among the heads, so what is held for them stays held."""
+    return list(Workload.objects.filter(state=S.PENDING, nomination__isnull=False,
+                                        needs_approval=False, submitted_at__lte=now)
+                .values_list("id", flat=True))
 
 
 def max_pending_per_queue() -> int:

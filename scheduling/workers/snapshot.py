@@ -33,6 +33,7 @@ from scheduling.models import (
 from scheduling.workers.rows import (
     SnapshotParts,
     _live_rows,
+    _nominated,
     _pending_heads,
     max_pending_per_queue,
 )
@@ -79,6 +80,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     # order (priority, then submission): the cycle's cost stays bounded by queues x that
     # number however long the queues grow (Kueue looks at one head per queue per cycle).
     pending_ids = _pending_heads(max_pending_per_queue(), now)
+    pending_ids += sorted(set(_nominated(now)) - set(pending_ids))
     active_ids = list(Workload.objects.filter(state__in=ACTIVE_STATES, needs_approval=False)
                       .values_list("id", flat=True))
     live = _live_rows(pending_ids + active_ids, parts, queue_paths)
@@ -98,11 +100,14 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     pending: list[engine.WorkloadSpec] = []
     admitted: list[engine.AdmittedWorkload] = []
     waiting: dict[str, list[str]] = defaultdict(list)
+    nominations: dict[str, engine.Nomination] = {}
     cluster_by_id = {c.pk: c for c in clusters}
     for r in live:
         parts.rows[str(r["id"])] = r
         if r["state"] == S.PENDING:
             pending.append(_workload_spec(r, priorities, ctx, parts))
+            if r["nomination"]:
+                nominations[str(r["id"])] = nomination_from_json(r["nomination"])
             continue
         adm = open_adm.get(r["id"])
         if adm is None:
@@ -121,7 +126,8 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
             admitted_at=adm.reserved_at.timestamp(),
             running=adm.running_at is not None, admission_seq=adm.pk,
             grace_until=ts(r["preempt_deadline"]) if preempting else None,
-            preempted_by=str(r["preempted_by_id"] or ""),
+            # (The column keeps the last preemptor after the victim is requeued.)
+            preempted_by=str(r["preempted_by_id"] or "") if preempting else "",
         ))
 
     cluster_specs = tuple(
@@ -131,6 +137,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
             datasets=frozenset(c.datasets or ()))
         for c in clusters
     )
+    held, unreleased = _held({c.pk: c.name for c in clusters})
     snapshot = engine.Snapshot(
         now=now.timestamp(), queues=tuple(queues), clusters=cluster_specs,
         flavors=tuple(engine.FlavorSpec(name=f["name"], gpu_memory_gib=f["gpu_memory_gib"])
@@ -138,9 +145,28 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
         pending=tuple(pending), admitted=tuple(admitted), settings=eng_settings,
         repayment=_repayment(now, eng_settings), cooldowns=_cooldowns(now, eng_settings),
         waiting={k: tuple(v) for k, v in waiting.items()},
-        held=_held({c.pk: c.name for c in clusters}),
+        held=held, unreleased=unreleased,
+        nominations=nominations,
     )
     return snapshot, parts
+
+
+def nomination_json(nom: engine.Nomination) -> dict[str, Any]:
+    """A nomination as stored on its preemptor (`Workload.nomination`)."""
+    return {"flavor": nom.flavor, "at": nom.at, "victims": [
+        {"name": v.name, "queue": v.queue, "cluster": v.cluster, "nodes": list(v.nodes),
+         "pods": [list(p) for p in v.pods]} for v in nom.victims]}
+
+
+def nomination_from_json(data: dict[str, Any]) -> engine.Nomination:
+    """The stored nomination as the engine takes it."""
+    return engine.Nomination(
+        flavor=str(data["flavor"]), at=float(data["at"]), victims=tuple(
+            engine.NominatedVictim(
+                name=str(v["name"]), queue=str(v["queue"]), cluster=str(v["cluster"]),
+                nodes=tuple(str(n) for n in v["nodes"]),
+                pods=tuple((int(p[0]), float(p[1]), float(p[2])) for p in v["pods"]))
+            for v in data["victims"]))
 
 
 def _tree() -> tuple[dict[str, Any], Any]:
@@ -243,16 +269,18 @@ def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
     )
 
 
-def _held(cluster_names: dict[int, str]) -> tuple[engine.HeldCapacity, ...]:
+def _held(cluster_names: dict[int, str]
+          ) -> tuple[tuple[engine.HeldCapacity, ...], frozenset[str]]:
     """Node capacity the cluster has not confirmed released: admissions that were dispatched,
     ended by the portal (cancelled, requeued: pods may still run) and whose delete is not
-    confirmed yet (`cleaned_at`), per node. Their quota is free; their nodes are not."""
+    confirmed yet (`cleaned_at`), per node, and their workloads. Their quota is free; their
+    nodes are not."""
     rows = list(Admission.objects.filter(
         ended_at__isnull=False, cleaned_at__isnull=True, dispatched_at__isnull=False,
         end_reason__in=UNCONFIRMED_END_REASONS, cluster_id__in=list(cluster_names))
         .values_list("workload_id", "cluster_id", "nodes", "gpus", "cpu", "memory_gib"))
     if not rows:
-        return ()
+        return (), frozenset()
     sets: dict[int, list[tuple[int, float, float]]] = defaultdict(list)
     for wid, count, gpus, cpu, mem in PodSet.objects.filter(
             workload_id__in={r[0] for r in rows}).order_by("workload_id", "index").values_list(
@@ -271,8 +299,9 @@ def _held(cluster_names: dict[int, str]) -> tuple[engine.HeldCapacity, ...]:
             acc[0] += g
             acc[1] += c
             acc[2] += m
-    return tuple(engine.HeldCapacity(cluster=c, node=n, gpus=int(g), cpu=cpu, memory_gib=m)
-                 for (c, n), (g, cpu, m) in sorted(held.items()))
+    return (tuple(engine.HeldCapacity(cluster=c, node=n, gpus=int(g), cpu=cpu, memory_gib=m)
+                  for (c, n), (g, cpu, m) in sorted(held.items())),
+            frozenset(str(r[0]) for r in rows))
 
 
 def _repayment(now: datetime, s: engine.Settings) -> tuple[engine.RepaymentRecord, ...]:

@@ -17,6 +17,7 @@ from scheduling.models import (
     EventType,
     OutboxKind,
     OutboxMessage,
+    Workload,
     WorkloadEvent,
     WorkloadState,
 )
@@ -42,6 +43,16 @@ def test_events_are_never_missing_for_state_changes(world):
     workload_cancel(user=world.alice, workload=w)
     assert list(WorkloadEvent.objects.filter(workload=w).values_list("type", flat=True)) == [
         "submitted", "cancelled"]
+
+
+def test_cancel_ends_a_preemptors_nomination(world):
+    """What its victims free is no longer kept for it (the next cycle reads no nomination)."""
+    w = workload_submit(user=world.alice, data=request("pre"))
+    Workload.objects.filter(pk=w.pk).update(
+        nomination={"flavor": "a100-80g", "at": 0.0, "victims": []})
+    workload_cancel(user=world.alice, workload=w)
+    w.refresh_from_db()
+    assert w.state == WorkloadState.CANCELLED and w.nomination is None
 
 
 def _in_thread(fn, out):

@@ -1,6 +1,6 @@
 """The scheduling cycle on the database (scheduling/workers/cycle.py): admissions, a crash
-mid-cycle, reasons, reclaim and priority preemption with a fake backend, the pods-ready timeout
-and the cycle lock."""
+mid-cycle, reasons, reclaim and priority preemption with a fake backend, nominations kept from
+one cycle to the next, the pods-ready timeout and the cycle lock."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from quotas.models import Flavor, Queue, QuotaEntry
 from scheduling.backends.base import BackendError
 from scheduling.backends.simulated.models import SimJob
 from scheduling.fleet.delivery import outbox_deliver
@@ -134,6 +135,60 @@ def test_reclaim_then_requeue_after_grace_keeps_progress(db, backends):
     # (which of the two the engine names first is its choice).
     victim.refresh_from_db()
     assert victim.reason_code in ("COOLDOWN", "NO_CAPACITY")
+
+
+def test_freed_node_goes_to_its_preemptor_in_a_later_cycle(db, backends):
+    """Each cycle is rebuilt from the database: the preemptor's nomination is stored on it.
+    rd (min 24, max 32): vision, nlp (max 32), ml, min 8 each; bj 4 x 8. nlp fills bj with big
+    (2 x 8) and r1, r2 (8, batch-low). p7 (vision, 7) reclaims r2; serve (ml, 8, higher
+    priority) reclaims r1. When r2's grace is over serve still waits for r1 and is ahead in the
+    order: without the nomination it took r2's node and p7 reclaimed big too."""
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=4)
+    rd = world.vision.parent
+    QuotaEntry.objects.filter(queue=rd).update(min=24)
+    QuotaEntry.objects.filter(queue=world.nlp).update(max=32)
+    ml = Queue.objects.create(name="ml", parent=rd, namespace="rd-ml")
+    QuotaEntry.objects.create(queue=ml, flavor=Flavor.objects.get(name="a100-80g"),
+                              resource="gpu", min=8, max=24)
+    root = world.admin
+    big = submit(world, "big", user=root, queue="rd/nlp", count=2)
+    r1, r2 = (submit(world, name, user=root, queue="rd/nlp", priority_class="batch-low",
+                     termination_grace_s=5) for name in ("r1", "r2"))
+    t0 = timezone.now()
+    assert sorted(cycle_run(wait=True, now=t0).admitted) == sorted([big.pk, r1.pk, r2.pk])
+    Admission.objects.update(running_at=t0, dispatched_at=t0)
+    Workload.objects.update(state=S.RUNNING)
+    p7 = submit(world, "p7", user=root, gpus=7)
+    t1 = t0 + timedelta(seconds=100)
+    assert cycle_run(wait=True, now=t1).preempted == [r2.pk]
+    p7.refresh_from_db()
+    r2_node = r2.admissions.get().nodes
+    assert p7.nomination["flavor"] == "a100-80g"
+    assert [(v["name"], v["queue"], v["cluster"], v["nodes"]) for v in
+            p7.nomination["victims"]] == [(str(r2.pk), "rd/nlp", "bj", r2_node)]
+    serve = submit(world, "serve", user=root, queue="rd/ml", priority_class="inference-high")
+    assert cycle_run(wait=True, now=t1 + timedelta(seconds=2)).preempted == [r1.pk]
+    report = cycle_run(wait=True, now=t1 + timedelta(seconds=6))  # r2's grace is over
+    assert report.requeued == [r2.pk]
+    # Its node stays taken until the cluster confirms r2's Jobs deleted: p7 waits for it as
+    # for a victim in grace, keeps its nomination and reclaims nothing else.
+    assert report.admitted == [] and report.preempted == []
+    p7.refresh_from_db()
+    assert p7.nomination is not None and p7.reason_code == "WAITING_FOR_PREEMPTION"
+    outbox_deliver(now=t1 + timedelta(seconds=6))
+    report = cycle_run(wait=True, now=t1 + timedelta(seconds=7))  # and r1's grace is over
+    assert report.admitted == [p7.pk] and report.preempted == []
+    assert report.requeued == [r1.pk]
+    p7.refresh_from_db()
+    assert p7.admissions.get().nodes == r2_node and p7.nomination is None
+    serve.refresh_from_db()
+    assert serve.state == S.PENDING and serve.reason_code == "WAITING_FOR_PREEMPTION"
+    outbox_deliver(now=t1 + timedelta(seconds=8))  # r1's Jobs are gone
+    report = cycle_run(wait=True, now=t1 + timedelta(seconds=9))
+    assert report.admitted == [serve.pk] and report.preempted == []
+    big.refresh_from_db()
+    assert big.state == S.RUNNING
+    assert not big.events.filter(type=EventType.PREEMPTED).exists()
 
 
 def test_priority_preemption_in_one_leaf(db, backends):

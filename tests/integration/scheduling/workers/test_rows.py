@@ -1,15 +1,19 @@
 """The workload rows a cycle reads (scheduling/workers/rows.py): what never changes after
-submission is kept per process, and read again when a pending workload is changed in place."""
+submission is kept per process, and read again when a pending workload is changed in place; a
+nominated preemptor is read even beyond the heads of its queue, with its nomination."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
+from scheduling import engine
 from scheduling.models import Workload, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
+from scheduling.workers.snapshot import build_snapshot, nomination_json
 from tests.integration.scheduling.world import request, submit
 
 S = WorkloadState
@@ -51,3 +55,16 @@ def test_a_workload_submitted_after_the_cycle_began_waits_for_the_next(world):
     events = list(w.events.order_by("at", "id").values_list("type", "at"))
     assert [t for t, _ in events][:2] == ["submitted", "admitted"]
     assert events[0][1] <= events[1][1]
+
+
+def test_a_nominated_preemptor_beyond_the_heads_is_read_with_its_nomination(world, settings):
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "max_pending_per_queue": 1}
+    head = submit(world, "head", priority_class="inference-high")
+    behind = submit(world, "behind")
+    nom = engine.Nomination(flavor="a100-80g", at=100.0, victims=(engine.NominatedVictim(
+        name="7", queue="rd/nlp", cluster="bj", nodes=("bj-a100-0", "bj-a100-1"),
+        pods=((8, 8.0, 64.0), (8, 8.0, 64.0))),))
+    Workload.objects.filter(pk=behind.pk).update(nomination=nomination_json(nom))
+    snapshot, _ = build_snapshot(timezone.now())
+    assert sorted(w.name for w in snapshot.pending) == sorted([str(head.pk), str(behind.pk)])
+    assert snapshot.nominations == {str(behind.pk): nom}
