@@ -5,8 +5,3 @@ class PortalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "portal"
     verbose_name = "Portal and accounts"
-
-    def ready(self) -> None:
-        from portal.authentication import connect_signals
-
-        connect_signals()

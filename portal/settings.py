@@ -239,8 +239,14 @@ ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
 # Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.
 ALLOT_APPROVAL_MAX_GPUS = env.int("ALLOT_APPROVAL_MAX_GPUS", default=32)
 ALLOT_APPROVAL_MAX_HOURS = env.float("ALLOT_APPROVAL_MAX_HOURS", default=72.0)
-# Seconds an API token's lookup is cached per process (portal.authentication; 0: not cached).
-ALLOT_TOKEN_CACHE_S = env.float("ALLOT_TOKEN_CACHE_S", default=10.0)
+# API tokens: the lifetime of a new token unless its creator asks for less or more (days), and
+# the longest lifetime one may ask for.
+ALLOT_API_TOKEN_TTL_DAYS = env.int("ALLOT_API_TOKEN_TTL_DAYS", default=90)
+ALLOT_API_TOKEN_MAX_DAYS = env.int("ALLOT_API_TOKEN_MAX_DAYS", default=365)
+if not 1 <= ALLOT_API_TOKEN_TTL_DAYS <= ALLOT_API_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured(
+        f"ALLOT_API_TOKEN_TTL_DAYS={ALLOT_API_TOKEN_TTL_DAYS} must be between 1 and "
+        f"ALLOT_API_TOKEN_MAX_DAYS={ALLOT_API_TOKEN_MAX_DAYS}")
 # Whether a policy whose evaluation fails lets the request through (default: it denies).
 ALLOT_POLICY_FAIL_OPEN = env.bool("ALLOT_POLICY_FAIL_OPEN", default=False)
 # Seconds between writes of the policies' hit and denial counters (0: after each commit).
