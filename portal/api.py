@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.login_limits import login_failed, login_wait_s, refusal
 from portal.models import ApiToken, TokenScope
 from portal.selectors import api_token_list
 from portal.services import api_token_create, api_token_revoke, api_token_revoke_all
@@ -67,17 +68,23 @@ class TokenView(APIView):
 
     @extend_schema(
         request=TokenInput, auth=[],
-        responses={201: TokenOutput, 400: OpenApiResponse(description="Wrong credentials.")},
+        responses={201: TokenOutput, 400: OpenApiResponse(description="Wrong credentials."),
+                   429: OpenApiResponse(description="Too many failed sign-ins for the username "
+                                        "or the address; Retry-After says when to try again.")},
     )
     def post(self, request: Request) -> Response:
         data = TokenInput(data=request.data)
         data.is_valid(raise_exception=True)
+        username = data.validated_data["username"]
+        wait = login_wait_s(request._request, username)
+        if wait:
+            return Response({"detail": refusal(wait), "retry_after_s": wait},
+                            status=status.HTTP_429_TOO_MANY_REQUESTS,
+                            headers={"Retry-After": str(wait)})
         user = authenticate(
-            request._request,
-            username=data.validated_data["username"],
-            password=data.validated_data["password"],
-        )
+            request._request, username=username, password=data.validated_data["password"])
         if user is None or not user.is_active:
+            login_failed(request._request, username)
             return Response(
                 {"detail": "Unable to sign in with the username and password given."},
                 status=status.HTTP_400_BAD_REQUEST,

@@ -109,6 +109,13 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# The cache (the sign-in limit's counters): Redis shared by every process when CACHE_URL (any
+# django-environ cache URL) or REDIS_URL is set; otherwise memory of each process, enough for
+# one process (`make run`), not for several (each would count failures on its own).
+_CACHE_URL = env.str("CACHE_URL", default="") or env.str("REDIS_URL", default="")
+CACHES = {"default": env.cache_url_config(_CACHE_URL) if _CACHE_URL else {
+    "BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -247,6 +254,15 @@ if not 1 <= ALLOT_API_TOKEN_TTL_DAYS <= ALLOT_API_TOKEN_MAX_DAYS:
     raise ImproperlyConfigured(
         f"ALLOT_API_TOKEN_TTL_DAYS={ALLOT_API_TOKEN_TTL_DAYS} must be between 1 and "
         f"ALLOT_API_TOKEN_MAX_DAYS={ALLOT_API_TOKEN_MAX_DAYS}")
+# Failed sign-ins (API and page) allowed per username and per client address within a window
+# (portal/login_limits.py); then 429 until the window ends.
+ALLOT_LOGIN_FAILURES = env.int("ALLOT_LOGIN_FAILURES", default=10)
+ALLOT_LOGIN_WINDOW_S = env.int("ALLOT_LOGIN_WINDOW_S", default=300)
+# Behind a proxy, the request header holding the client's address (e.g. HTTP_X_REAL_IP, set by
+# the proxy); unset: REMOTE_ADDR.
+RATELIMIT_IP_META_KEY = env.str("RATELIMIT_IP_META_KEY", default="") or None
+# A cache that cannot count lets sign-ins through (logged) rather than locking everyone out.
+RATELIMIT_FAIL_OPEN = True
 # Whether a policy whose evaluation fails lets the request through (default: it denies).
 ALLOT_POLICY_FAIL_OPEN = env.bool("ALLOT_POLICY_FAIL_OPEN", default=False)
 # Seconds between writes of the policies' hit and denial counters (0: after each commit).
