@@ -265,6 +265,9 @@ RATELIMIT_IP_META_KEY = env.str("RATELIMIT_IP_META_KEY", default="") or None
 RATELIMIT_FAIL_OPEN = True
 # Whether a policy whose evaluation fails lets the request through (default: it denies).
 ALLOT_POLICY_FAIL_OPEN = env.bool("ALLOT_POLICY_FAIL_OPEN", default=False)
+# The time one policy expression may take on a sample request with the current fleet when it
+# is saved or tried (policies/checks.py): slower ones are refused (milliseconds).
+ALLOT_POLICY_EVAL_BUDGET_MS = env.int("ALLOT_POLICY_EVAL_BUDGET_MS", default=250)
 # Seconds between writes of the policies' hit and denial counters (0: after each commit).
 ALLOT_POLICY_COUNTS_FLUSH_S = env.float("ALLOT_POLICY_COUNTS_FLUSH_S", default=1.0)
 
