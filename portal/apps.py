@@ -5,3 +5,6 @@ class PortalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "portal"
     verbose_name = "Portal and accounts"
+
+    def ready(self) -> None:
+        from portal import checks  # noqa: F401 (registers the deployment checks)
