@@ -155,7 +155,6 @@ _.validate_queue  # Serializer: validate_<field> hook
 _.validate_flavor  # Serializer: validate_<field> hook
 _.get_reason  # SerializerMethodField: get_<field>
 _.get_gpus  # SerializerMethodField
-_.get_expired  # SerializerMethodField (portal/api.py, TokenListOutput)
 _.get_queue_position  # SerializerMethodField
 _.get_reasons  # SerializerMethodField
 _.get_admission  # SerializerMethodField

@@ -46,3 +46,8 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.prefix}…"
+
+    @property
+    def expired(self) -> bool:
+        """Whether the token is past its expiry (it is then refused)."""
+        return self.expires_at <= timezone.now()

@@ -1,14 +1,20 @@
-"""Portal pages: sign-in, the home page (the researcher's dashboard), the read-only queue tree."""
+"""Portal pages: sign-in, the home page (the researcher's dashboard), the read-only queue tree,
+the user's API tokens."""
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
+from portal.forms import TokenForm
 from portal.login_limits import login_failed, login_wait_s, refusal
 from portal.pages import views as page_views
+from portal.selectors import api_token_list
+from portal.services import api_token_create, api_token_revoke
 from quotas import selectors
 
 
@@ -57,3 +63,25 @@ class LoginView(auth_views.LoginView):
     def form_invalid(self, form: Any) -> HttpResponse:
         login_failed(self.request, self.request.POST.get("username", ""))
         return super().form_invalid(form)
+
+
+@login_required
+def api_tokens(request: HttpRequest) -> HttpResponse:
+    """The user's API tokens (scope, expiry, last use); a new one is shown once, here."""
+    form, created = TokenForm(request.POST or None), None
+    if request.method == "POST" and form.is_valid():
+        token, raw = api_token_create(user=request.user, **form.cleaned_data)
+        created, form = {"token": token, "raw": raw}, TokenForm()
+    return render(request, "portal/tokens.html", {
+        "form": form, "created": created, "tokens": api_token_list(user=request.user)},
+        status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def api_token_revoke_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Revoke one of the user's tokens (another user's is 404)."""
+    token = get_object_or_404(api_token_list(user=request.user), pk=pk)
+    api_token_revoke(token=token)
+    messages.success(request, f"Token {token.prefix}… revoked: requests sending it are refused.")
+    return redirect("api-tokens")
