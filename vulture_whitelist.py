@@ -7,6 +7,8 @@ Each entry says who uses it.
 # --- Django settings (read by Django, DRF, drf-spectacular and Celery from portal/settings.py)
 _.ALLOWED_HOSTS  # django: accepted Host headers
 _.AUTH_PASSWORD_VALIDATORS  # django.contrib.auth: password rules
+_.AUTHENTICATION_BACKENDS  # django.contrib.auth: who checks passwords
+_.LimitedModelBackend  # django.contrib.auth: named in AUTHENTICATION_BACKENDS
 _.CSRF_TRUSTED_ORIGINS  # django: CSRF origins
 _.DEFAULT_AUTO_FIELD  # django: primary key type
 _.EMAIL_BACKEND  # django.core.mail

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.login_limits import login_failed, login_wait_s, refusal
+from portal.login_limits import login_wait_s, refusal
 from portal.models import ApiToken, TokenScope
 from portal.selectors import api_token_list
 from portal.services import api_token_create, api_token_revoke, api_token_revoke_all
@@ -79,8 +79,7 @@ class TokenView(APIView):
                             headers={"Retry-After": str(wait)})
         user = authenticate(
             request._request, username=username, password=data.validated_data["password"])
-        if user is None or not user.is_active:
-            login_failed(request._request, username)
+        if user is None or not user.is_active:  # counted by login_limits (user_login_failed)
             return Response(
                 {"detail": "Unable to sign in with the username and password given."},
                 status=status.HTTP_400_BAD_REQUEST,

@@ -8,3 +8,6 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from portal import checks  # noqa: F401 (registers the deployment checks)
+        from portal.login_limits import connect_signals
+
+        connect_signals()

@@ -168,6 +168,10 @@ _CACHE_URL = env.str("CACHE_URL", default="") or env.str("REDIS_URL", default=""
 CACHES = {"default": env.cache_url_config(_CACHE_URL) if _CACHE_URL else {
     "BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# Django's backend, refusing a username or address with too many failed sign-ins
+# (portal/login_limits.py): the admin's sign-in too.
+AUTHENTICATION_BACKENDS = ["portal.login_limits.LimitedModelBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

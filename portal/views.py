@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.forms import TokenForm
-from portal.login_limits import login_failed, login_wait_s, refusal
+from portal.login_limits import login_wait_s, refusal
 from portal.pages import views as page_views
 from portal.selectors import api_token_list
 from portal.services import api_token_create, api_token_revoke
@@ -47,7 +47,7 @@ def tree_partial(request: HttpRequest) -> HttpResponse:
 
 class LoginView(auth_views.LoginView):
     """Django's sign-in page, refusing (429) a username or address with too many failures
-    before any password is checked (portal/login_limits.py)."""
+    before any password is checked (portal/login_limits.py, which also counts failures)."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         username = request.POST.get("username", "")
@@ -59,10 +59,6 @@ class LoginView(auth_views.LoginView):
             response["Retry-After"] = str(wait)
             return response
         return super().post(request, *args, **kwargs)
-
-    def form_invalid(self, form: Any) -> HttpResponse:
-        login_failed(self.request, self.request.POST.get("username", ""))
-        return super().form_invalid(form)
 
 
 @login_required

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from portal import api
 from portal.models import ApiToken
-from tests.factories import PASSWORD, UserFactory
+from tests.factories import PASSWORD, AdminFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -99,3 +99,24 @@ def test_the_counters_are_shared_through_redis(settings):
     caches.close_all()
     caches._connections = Local(caches.thread_critical)  # as a new process: no client yet
     assert api_try("sybil", address="10.9.9.9").status_code == 429  # its keys expire by themselves
+
+
+def test_the_admins_sign_in_is_limited_too():
+    AdminFactory(username="root2")
+    for i in range(10):
+        r = Client().post("/admin/login/", {"username": "root2", "password": "wrong"},
+                          REMOTE_ADDR=f"10.0.6.{i}")
+        assert r.status_code == 200
+    right = Client()
+    response = right.post("/admin/login/?next=/admin/", {"username": "root2", "password": PASSWORD},
+                          REMOTE_ADDR="10.0.7.1")
+    assert response.status_code == 200 and "_auth_user_id" not in right.session
+    assert api_try("root2", password=PASSWORD, address="10.0.7.2").status_code == 429
+
+
+def test_failures_count_across_the_api_and_the_page():
+    UserFactory(username="uli")
+    for i in range(5):
+        assert api_try("uli", address=f"10.0.8.{i}").status_code == 400
+        assert page_try("uli", address=f"10.0.9.{i}").status_code == 200
+    assert page_try("uli", password=PASSWORD, address="10.0.9.99").status_code == 429
