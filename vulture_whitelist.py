@@ -7,6 +7,8 @@ Each entry says who uses it.
 # --- Django settings (read by Django, DRF, drf-spectacular and Celery from portal/settings.py)
 _.ALLOWED_HOSTS  # django: accepted Host headers
 _.AUTH_PASSWORD_VALIDATORS  # django.contrib.auth: password rules
+_.AUTHENTICATION_BACKENDS  # django.contrib.auth: who checks passwords
+_.LimitedModelBackend  # django.contrib.auth: named in AUTHENTICATION_BACKENDS
 _.CSRF_TRUSTED_ORIGINS  # django: CSRF origins
 _.DEFAULT_AUTO_FIELD  # django: primary key type
 _.EMAIL_BACKEND  # django.core.mail
@@ -29,6 +31,18 @@ _.TIME_ZONE  # django: time zone
 _.USE_I18N  # django: i18n
 _.USE_TZ  # django: aware datetimes
 _.WSGI_APPLICATION  # django: runserver's WSGI app
+_.SECURE_SSL_REDIRECT  # django.middleware.security: redirect to HTTPS
+_.SECURE_REDIRECT_EXEMPT  # django.middleware.security: paths not redirected
+_.SECURE_HSTS_SECONDS  # django.middleware.security: Strict-Transport-Security
+_.SECURE_HSTS_INCLUDE_SUBDOMAINS  # django.middleware.security: HSTS includeSubDomains
+_.SECURE_HSTS_PRELOAD  # django.middleware.security: HSTS preload
+_.SECURE_PROXY_SSL_HEADER  # django: request.is_secure() behind a proxy
+_.SESSION_COOKIE_SECURE  # django.contrib.sessions: Secure cookie
+_.CSRF_COOKIE_SECURE  # django.middleware.csrf: Secure cookie
+_.CONTENT_SECURITY_POLICY  # django-csp: the enforced policy
+_.CONTENT_SECURITY_POLICY_REPORT_ONLY  # django-csp: the reported-only policy
+_.RATELIMIT_IP_META_KEY  # django-ratelimit: where the client's address is
+_.RATELIMIT_FAIL_OPEN  # django-ratelimit: a cache that cannot count lets requests through
 _.CELERY_BEAT_SCHEDULE  # celery (namespace CELERY): beat_schedule
 _.CELERY_BROKER_TRANSPORT_OPTIONS  # celery: broker_transport_options
 _.CELERY_RESULT_BACKEND  # celery: result_backend
@@ -230,3 +244,7 @@ _.to_python  # Django form fields: the history filters' parsing
 _.field_class  # django-filter: the form field a filter uses
 _.abstract  # Django Meta: the history base model is abstract
 _.filter_backends  # DRF: the history list's filter backend
+
+# --- Django system checks (registered by @checks.register, run by `manage.py check --deploy`)
+_.check_password_hashers  # portal/checks.py
+_.check_shared_cache  # portal/checks.py

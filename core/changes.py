@@ -1,14 +1,16 @@
-"""Per-process caches of what policies read, kept exact by the database's change log.
+"""Per-process caches of what policies and token authentication read, kept exact by the
+database's change log.
 
-Migration 0002 puts statement-level triggers on every table the policies and their context read;
-each writing transaction appends (topic, its transaction id) to `policies_change`, once per
-topic: an insert, so writers never wait for each other. Topics:
+Migration 0002 (policies) puts statement-level triggers on every table the policies and their
+context read; each writing transaction appends (topic, its transaction id) to
+`policies_change`, once per topic: an insert, so writers never wait for each other. Topics:
 
 - `policy`: the policies themselves (not their hit counters);
 - `config`: queues, quota entries, teams, their members and queue grants, approvals, flavors,
   priority classes, clusters, nodes, cost centers;
 - `usage`: open admissions (and a workload moving queue);
-- `budget`: budgets, their thresholds and firings (migration 0005).
+- `budget`: budgets, their thresholds and firings (migration 0005);
+- `auth`: API tokens and users, the columns a token lookup carries (portal migration 0003).
 
 `validate()` runs one small prepared query (a function, so it is not planned again each
 time): the current snapshot, the topics written by a
@@ -39,7 +41,7 @@ from core.db import postgres
 
 logger = logging.getLogger(__name__)
 
-TOPICS = ("policy", "config", "usage", "budget")
+TOPICS = ("policy", "config", "usage", "budget", "auth")
 
 # Rows older than this are pruned; a cache not revalidated for half of it starts afresh, so a
 # pruned row can never be one a cache still needed.

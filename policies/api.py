@@ -17,6 +17,7 @@ from portal.permissions import IsAdminOrReadOnly, is_platform_admin
 from quotas.models import Team
 
 from . import selectors, services
+from .checks import definition_errors
 from .filters import PolicyViolationFilter
 from .models import Policy, PolicyKind, PolicyMode, TeamApproval
 from .specs import check_fields, normalise
@@ -172,7 +173,7 @@ def _spec_for(policy: Policy, changes: dict[str, Any] | None) -> Any:
     from .specs import to_spec
 
     definition = {**services.policy_content(policy), **(changes or {})}
-    errors = check_fields(normalise(definition))
+    errors = definition_errors(normalise(definition))
     if errors:
         raise serializers.ValidationError(errors)
     return to_spec(definition)

@@ -7,8 +7,9 @@ which keeps 100 policies on one submission well under a millisecond.
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -17,6 +18,9 @@ from typing import Any
 
 import cel
 
+from .cel_limits import run_with_budget, scan
+
+logger = logging.getLogger(__name__)
 # The variables a rule may read (docs/policies.md describes each).
 ROOTS = ("request", "queue", "team", "cost_center", "fleet", "now")
 
@@ -29,6 +33,12 @@ _IDENT = r"(?<![A-Za-z0-9_.'\"]){}(?![A-Za-z0-9_])"
 
 class PolicyEvaluationError(Exception):
     """A rule failed while running (missing key, wrong type, division by zero...)."""
+
+
+def _is_panic(exc: BaseException) -> bool:
+    """A Rust panic inside the CEL library: pyo3 raises it as a BaseException (so that
+    `except Exception` lets it through), named PanicException."""
+    return type(exc).__name__ == "PanicException"
 
 
 @dataclass(frozen=True)
@@ -58,9 +68,16 @@ def check_expression(src: str, *, roots: tuple[str, ...] = ROOTS) -> list[Expres
     """
     if not src or not src.strip():
         return [ExpressionError(1, 1, "empty expression")]
+    too_much = scan(src)
+    if too_much is not None:
+        return [ExpressionError(*_position(src, too_much[0]), too_much[1])]
     try:
         program = cel.compile(src)
-    except (ValueError, RuntimeError, TypeError) as exc:
+    except BaseException as exc:
+        if _is_panic(exc):
+            return [ExpressionError(1, 1, f"the CEL parser failed on it ({exc})")]
+        if not isinstance(exc, Exception):
+            raise
         errors = []
         for text in str(exc).splitlines():
             found = _ERROR_AT.search(text)
@@ -84,16 +101,28 @@ def check_expression(src: str, *, roots: tuple[str, ...] = ROOTS) -> list[Expres
 
 @lru_cache(maxsize=4096)
 def compile_expression(src: str) -> Any:
-    """The compiled program for `src` (cached by text)."""
-    return cel.compile(src)
+    """The compiled program for `src` (cached by text); an expression over the limits (one
+    stored before them) is refused without being parsed. Raises PolicyEvaluationError."""
+    too_much = scan(src)
+    if too_much is not None:
+        raise PolicyEvaluationError(f"refused: {too_much[1]}")
+    try:
+        return cel.compile(src)
+    except BaseException as exc:
+        raise _evaluation_error(exc, src) from exc
 
 
 @lru_cache(maxsize=4096)
 def referenced_roots(src: str) -> frozenset[str]:
-    """The context variables `src` reads (so a context builder can skip the others)."""
+    """The context variables `src` reads (so a context builder can skip the others); none
+    when it does not compile (its evaluation then fails on its own)."""
     if not src or not src.strip():
         return frozenset()
-    return frozenset(v for v in compile_expression(src).variables() if v in ROOTS)
+    try:
+        program = compile_expression(src)
+    except PolicyEvaluationError:
+        return frozenset()
+    return frozenset(v for v in program.variables() if v in ROOTS)
 
 
 # CEL string literals (triple-quoted, quoted with escapes; raw/bytes prefixes): blanked out
@@ -174,12 +203,45 @@ def set_variable(context: Any, name: str, value: Any) -> None:
     context.add_variable(name, plain(value))
 
 
+def _evaluation_error(exc: BaseException, src: str) -> PolicyEvaluationError:
+    """`exc` raised by the CEL library as a PolicyEvaluationError (KeyboardInterrupt and the
+    like are raised again)."""
+    if isinstance(exc, PolicyEvaluationError):
+        return exc
+    if _is_panic(exc):
+        logger.error("the CEL library panicked on %.200r: %s", src, exc)
+        return PolicyEvaluationError(f"the CEL library failed on it ({exc})")
+    if not isinstance(exc, Exception):
+        raise exc
+    detail = str(exc)
+    if isinstance(exc, KeyError):
+        detail = f"no such key: {detail}"
+    return PolicyEvaluationError(f"{type(exc).__name__}: {detail}")
+
+
 def evaluate(src: str, context: Any) -> Any:
-    """Run `src` on a context from `make_context`; raise PolicyEvaluationError on failure."""
+    """Run `src` on a context from `make_context`; raise PolicyEvaluationError on failure,
+    a panic of the CEL library included."""
     try:
         return compile_expression(src).execute(context)
-    except Exception as exc:  # the binding raises KeyError, TypeError, RuntimeError, ...
-        detail = str(exc)
-        if isinstance(exc, KeyError):
-            detail = f"no such key: {detail}"
-        raise PolicyEvaluationError(f"{type(exc).__name__}: {detail}") from exc
+    except BaseException as exc:  # KeyError, TypeError, RuntimeError, ... and panics
+        raise _evaluation_error(exc, src) from exc
+
+
+def trial_evaluate(
+    sources: Iterable[str], variables: Mapping[str, Any], budget_s: float
+) -> str | None:
+    """Evaluate each expression on `variables` in a child process; why not when that takes
+    longer than `budget_s` in all or the CEL library crashes (None: it did not). Errors of
+    the evaluation itself (a key the sample lacks) are no concern here."""
+    sources = [s for s in sources if s and s.strip()]
+
+    def run() -> None:
+        context = make_context(variables)
+        for src in sources:
+            try:
+                compile_expression(src).execute(context)
+            except Exception:  # noqa: S112 - only the time and crashes matter here
+                continue
+
+    return run_with_budget(run, budget_s) if sources else None

@@ -21,9 +21,10 @@ from django.utils import timezone
 from core import db
 from quotas.models import Queue, Team
 
+from .checks import definition_errors
 from .models import Policy, PolicyVersion, PolicyViolation, TeamApproval
 from .rules import Finding, PolicySpec
-from .specs import FIELDS, check_fields, dump_yaml, normalise
+from .specs import FIELDS, dump_yaml, normalise
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def _diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str:
 
 def _clean(data: Mapping[str, Any]) -> dict[str, Any]:
     definition = normalise(data)
-    errors = check_fields(definition)
+    errors = definition_errors(definition)
     unknown = [p for p in definition["scope"] if not Queue.objects.filter(path=p).exists()]
     if unknown and "scope" not in errors:
         errors["scope"] = [f"unknown queue {p!r}" for p in unknown]

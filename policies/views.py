@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from portal.permissions import is_platform_admin
 
 from . import selectors, services
+from .checks import definition_errors
 from .filters import PolicyViolationFilter
 from .forms import PolicyForm, TryForm
 from .models import Policy
@@ -134,7 +135,7 @@ def policy_try(request: HttpRequest, name: str = "") -> HttpResponse:
     """htmx: evaluate the policy as typed (saved or not) on the sample request."""
     policy = Policy.objects.filter(name=name).first() if name else None
     definition = _definition_from_post(request, policy)
-    errors = check_fields(definition)
+    errors = definition_errors(definition)
     try_form = TryForm(request.POST)
     result = None
     if not errors and try_form.is_valid():
@@ -149,7 +150,7 @@ def policy_replay(request: HttpRequest, name: str) -> HttpResponse:
     """htmx: what the policy as typed would have denied in the last 7 days."""
     policy = get_object_or_404(Policy, name=name)
     definition = _definition_from_post(request, policy)
-    errors = check_fields(definition)
+    errors = definition_errors(definition)
     report = None if errors else selectors.policy_replay(to_spec(definition), days=7)
     return render(request, "policies/partials/replay.html", {"errors": errors,
                                                              "report": report})

@@ -12,10 +12,12 @@ from portal.models import ApiToken
 class ApiTokenAdmin(admin.ModelAdmin):
     """Only hashes are stored, so a token can be seen by prefix and revoked, never read."""
 
-    list_display = ("user", "prefix", "created_at", "last_used_at")
+    list_display = ("user", "prefix", "scope", "created_at", "expires_at", "last_used_at")
     list_select_related = ("user",)
+    list_filter = ("scope",)
     search_fields = ("user__username", "prefix")
-    readonly_fields = ("user", "prefix", "key_hash", "created_at", "last_used_at")
+    readonly_fields = ("user", "prefix", "key_hash", "scope", "created_at", "expires_at",
+                       "last_used_at")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

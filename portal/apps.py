@@ -7,6 +7,7 @@ class PortalConfig(AppConfig):
     verbose_name = "Portal and accounts"
 
     def ready(self) -> None:
-        from portal.authentication import connect_signals
+        from portal import checks  # noqa: F401 (registers the deployment checks)
+        from portal.login_limits import connect_signals
 
         connect_signals()

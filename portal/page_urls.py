@@ -1,4 +1,5 @@
-"""Portal pages: the home page (dashboard) and the read-only queue tree with its partial."""
+"""Portal pages: the home page (dashboard), the read-only queue tree with its partial, the
+user's API tokens."""
 
 from django.urls import path
 
@@ -8,4 +9,6 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("tree/", views.tree, name="tree"),
     path("tree/partial/", views.tree_partial, name="tree-partial"),
+    path("account/tokens/", views.api_tokens, name="api-tokens"),
+    path("account/tokens/<int:pk>/revoke/", views.api_token_revoke_view, name="api-token-revoke"),
 ]

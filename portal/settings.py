@@ -1,7 +1,8 @@
 """Settings for Allot, read from the environment (django-environ) with safe local defaults.
 
-Local default: SQLite under var/, DEBUG on, a development secret key. Production (DEBUG off)
-fails fast without SECRET_KEY.
+Local default: SQLite under var/, DEBUG on, a development secret key. Production
+(`ALLOT_ENV=production`, or DEBUG off) fails fast without SECRET_KEY and defaults to secure
+transport: HTTPS redirect, HSTS, Secure cookies (each overridable; docs/deployment.md).
 """
 
 from pathlib import Path
@@ -18,15 +19,64 @@ VAR_DIR = BASE_DIR / "var"
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
 
-DEBUG = env.bool("DEBUG", default=True)
+# `production` turns DEBUG off and the transport security below on by default.
+ALLOT_ENV = env.str("ALLOT_ENV", default="development")
+if ALLOT_ENV not in ("development", "production"):
+    raise ImproperlyConfigured(f"ALLOT_ENV={ALLOT_ENV!r}: development or production")
+DEBUG = env.bool("DEBUG", default=ALLOT_ENV != "production")
+_SECURE = ALLOT_ENV == "production" or not DEBUG
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    if _SECURE:
+        raise ImproperlyConfigured("SECRET_KEY must be set in production (or when DEBUG is off)")
     SECRET_KEY = "allot-local-development-only-not-a-secret"
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# Transport security (django.middleware.security): on by default in production, each one
+# overridable. Behind a proxy that terminates TLS, SECURE_PROXY_SSL_HEADER names the header it
+# sets, e.g. "HTTP_X_FORWARDED_PROTO,https" (only if the proxy always sets or strips it).
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=_SECURE)
+SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[])
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if _SECURE else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=_SECURE)
+# The header's `preload` only consents to the browsers' preload list: nothing is submitted.
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=_SECURE)
+_PROXY_SSL_HEADER = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+if _PROXY_SSL_HEADER and len(_PROXY_SSL_HEADER) != 2:
+    raise ImproperlyConfigured(
+        f"SECURE_PROXY_SSL_HEADER={_PROXY_SSL_HEADER!r}: a header and its value, "
+        "e.g. HTTP_X_FORWARDED_PROTO,https")
+SECURE_PROXY_SSL_HEADER = tuple(_PROXY_SSL_HEADER) if _PROXY_SSL_HEADER else None
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=_SECURE)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=_SECURE)
+
+# Content-Security-Policy (django-csp): scripts, styles, images, fonts and requests from this
+# site only, as the pages are built (vendored htmx and plotly, no inline script). Styles allow
+# inline: the pages draw bars with style attributes, and plotly and htmx add style elements.
+# ALLOT_CSP: enforce (default), report-only (the browser only reports), off.
+ALLOT_CSP = env.str("ALLOT_CSP", default="enforce")
+if ALLOT_CSP not in ("enforce", "report-only", "off"):
+    raise ImproperlyConfigured(f"ALLOT_CSP={ALLOT_CSP!r}: enforce, report-only or off")
+_CSP_DIRECTIVES: dict[str, list[str] | str] = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+if env.str("ALLOT_CSP_REPORT_URI", default=""):
+    _CSP_DIRECTIVES["report-uri"] = env.str("ALLOT_CSP_REPORT_URI")
+if ALLOT_CSP == "enforce":
+    CONTENT_SECURITY_POLICY = {"DIRECTIVES": _CSP_DIRECTIVES}
+elif ALLOT_CSP == "report-only":
+    CONTENT_SECURITY_POLICY_REPORT_ONLY = {"DIRECTIVES": _CSP_DIRECTIVES}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -41,6 +91,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "simple_history",
+    "csp",
     "portal",
     "quotas",
     "policies",
@@ -61,6 +112,7 @@ MIDDLEWARE = [
     "core.history.HistorySourceMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -109,6 +161,17 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# The cache (the sign-in limit's counters): Redis shared by every process when CACHE_URL (any
+# django-environ cache URL) or REDIS_URL is set; otherwise memory of each process, enough for
+# one process (`make run`), not for several (each would count failures on its own).
+_CACHE_URL = env.str("CACHE_URL", default="") or env.str("REDIS_URL", default="")
+CACHES = {"default": env.cache_url_config(_CACHE_URL) if _CACHE_URL else {
+    "BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Django's backend, refusing a username or address with too many failed sign-ins
+# (portal/login_limits.py): the admin's sign-in too.
+AUTHENTICATION_BACKENDS = ["portal.login_limits.LimitedModelBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -155,6 +218,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Choice sets that share a field name get names of their own (not "State953Enum").
+    "ENUM_NAME_OVERRIDES": {
+        "QuotaResourceEnum": "quotas.models.Resource",
+        "CapacityRequestStateEnum": "quotas.capacity.models.CapacityRequestState",
+    },
 }
 
 # Celery. With no CELERY_BROKER_URL the broker is a directory under var/ (kombu's filesystem
@@ -253,10 +321,28 @@ ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
 # Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.
 ALLOT_APPROVAL_MAX_GPUS = env.int("ALLOT_APPROVAL_MAX_GPUS", default=32)
 ALLOT_APPROVAL_MAX_HOURS = env.float("ALLOT_APPROVAL_MAX_HOURS", default=72.0)
-# Seconds an API token's lookup is cached per process (portal.authentication; 0: not cached).
-ALLOT_TOKEN_CACHE_S = env.float("ALLOT_TOKEN_CACHE_S", default=10.0)
+# API tokens: the lifetime of a new token unless its creator asks for less or more (days), and
+# the longest lifetime one may ask for.
+ALLOT_API_TOKEN_TTL_DAYS = env.int("ALLOT_API_TOKEN_TTL_DAYS", default=90)
+ALLOT_API_TOKEN_MAX_DAYS = env.int("ALLOT_API_TOKEN_MAX_DAYS", default=365)
+if not 1 <= ALLOT_API_TOKEN_TTL_DAYS <= ALLOT_API_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured(
+        f"ALLOT_API_TOKEN_TTL_DAYS={ALLOT_API_TOKEN_TTL_DAYS} must be between 1 and "
+        f"ALLOT_API_TOKEN_MAX_DAYS={ALLOT_API_TOKEN_MAX_DAYS}")
+# Failed sign-ins (API and page) allowed per username and per client address within a window
+# (portal/login_limits.py); then 429 until the window ends.
+ALLOT_LOGIN_FAILURES = env.int("ALLOT_LOGIN_FAILURES", default=10)
+ALLOT_LOGIN_WINDOW_S = env.int("ALLOT_LOGIN_WINDOW_S", default=300)
+# Behind a proxy, the request header holding the client's address (e.g. HTTP_X_REAL_IP, set by
+# the proxy); unset: REMOTE_ADDR.
+RATELIMIT_IP_META_KEY = env.str("RATELIMIT_IP_META_KEY", default="") or None
+# A cache that cannot count lets sign-ins through (logged) rather than locking everyone out.
+RATELIMIT_FAIL_OPEN = True
 # Whether a policy whose evaluation fails lets the request through (default: it denies).
 ALLOT_POLICY_FAIL_OPEN = env.bool("ALLOT_POLICY_FAIL_OPEN", default=False)
+# The time one policy expression may take on a sample request with the current fleet when it
+# is saved or tried (policies/checks.py): slower ones are refused (milliseconds).
+ALLOT_POLICY_EVAL_BUDGET_MS = env.int("ALLOT_POLICY_EVAL_BUDGET_MS", default=250)
 # Seconds between writes of the policies' hit and denial counters (0: after each commit).
 ALLOT_POLICY_COUNTS_FLUSH_S = env.float("ALLOT_POLICY_COUNTS_FLUSH_S", default=1.0)
 

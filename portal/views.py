@@ -1,10 +1,20 @@
-"""Portal pages: the home page (the researcher's dashboard) and the read-only queue tree."""
+"""Portal pages: sign-in, the home page (the researcher's dashboard), the read-only queue tree,
+the user's API tokens."""
 
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
+from portal.forms import TokenForm
+from portal.login_limits import login_wait_s, refusal
 from portal.pages import views as page_views
+from portal.selectors import api_token_list
+from portal.services import api_token_create, api_token_revoke
 from quotas import selectors
 
 
@@ -33,3 +43,41 @@ def tree(request: HttpRequest) -> HttpResponse:
 def tree_partial(request: HttpRequest) -> HttpResponse:
     """The queue tree alone: the partial htmx swaps in to refresh the tree page."""
     return render(request, "portal/partials/queue_tree.html", _tree_context(request))
+
+
+class LoginView(auth_views.LoginView):
+    """Django's sign-in page, refusing (429) a username or address with too many failures
+    before any password is checked (portal/login_limits.py, which also counts failures)."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        username = request.POST.get("username", "")
+        wait = login_wait_s(request, username)
+        if wait:
+            form = self.form_class(request, initial={"username": username})
+            context = self.get_context_data(form=form, refused=refusal(wait))
+            response = self.render_to_response(context, status=429)
+            response["Retry-After"] = str(wait)
+            return response
+        return super().post(request, *args, **kwargs)
+
+
+@login_required
+def api_tokens(request: HttpRequest) -> HttpResponse:
+    """The user's API tokens (scope, expiry, last use); a new one is shown once, here."""
+    form, created = TokenForm(request.POST or None), None
+    if request.method == "POST" and form.is_valid():
+        token, raw = api_token_create(user=request.user, **form.cleaned_data)
+        created, form = {"token": token, "raw": raw}, TokenForm()
+    return render(request, "portal/tokens.html", {
+        "form": form, "created": created, "tokens": api_token_list(user=request.user)},
+        status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def api_token_revoke_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Revoke one of the user's tokens (another user's is 404)."""
+    token = get_object_or_404(api_token_list(user=request.user), pk=pk)
+    api_token_revoke(token=token)
+    messages.success(request, f"Token {token.prefix}… revoked: requests sending it are refused.")
+    return redirect("api-tokens")

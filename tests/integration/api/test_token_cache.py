@@ -1,5 +1,7 @@
-"""Token lookups are cached per process for a few seconds; last use is written once a minute;
-revoking a token or deactivating its user takes effect at once."""
+"""Token lookups are cached per thread under the change log's `auth` topic; last use is written
+once a minute; a revoked token, a deactivated user, a changed scope or expiry is refused by
+the next request, also when the change was made by another process (no signal here: plain
+SQL, committed)."""
 
 from __future__ import annotations
 
@@ -11,19 +13,23 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from core import changes
 from portal import authentication
 from portal.models import ApiToken
 from portal.services import api_token_create
 from tests.factories import UserFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="the change log is PostgreSQL's"),
+]
 
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
-    authentication.token_cache_forget()
+    changes.reset()
     yield
-    authentication.token_cache_forget()
+    changes.reset()
 
 
 def token_client(user):
@@ -39,6 +45,12 @@ def token_queries(client) -> list[str]:
     return [q["sql"] for q in ctx.captured_queries if "portal_apitoken" in q["sql"]]
 
 
+def elsewhere(sql: str, params: list) -> None:
+    """A write as another process makes it: plain SQL, committed, no signal in this one."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
 def test_lookup_is_cached_and_last_use_written_once_a_minute(monkeypatch):
     token, client = token_client(UserFactory(username="erin"))
     first = token_queries(client)
@@ -46,7 +58,7 @@ def test_lookup_is_cached_and_last_use_written_once_a_minute(monkeypatch):
     token.refresh_from_db()
     used = token.last_used_at
     assert used is not None
-    assert token_queries(client) == []  # cached, used less than a minute ago
+    assert token_queries(client) == []  # cached (writing last use drops nothing)
 
     later = used + timedelta(seconds=61)
     monkeypatch.setattr(authentication.timezone, "now", lambda: later)
@@ -54,6 +66,15 @@ def test_lookup_is_cached_and_last_use_written_once_a_minute(monkeypatch):
     token.refresh_from_db()
     assert token.last_used_at == later
     assert token_queries(client) == []
+
+
+def test_a_warm_request_checks_the_change_log_once():
+    _, client = token_client(UserFactory(username="kim"))
+    token_queries(client)
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get("/api/v1/auth/tokens").status_code == 200
+    checks = [q["sql"] for q in ctx.captured_queries if "policies_changes_since" in q["sql"]]
+    assert len(checks) == 1
 
 
 def test_another_process_wrote_last_use_recently(monkeypatch):
@@ -76,25 +97,35 @@ def test_revoked_token_is_refused_at_once():
     assert response.status_code == 401 and response.json() == {"detail": "Invalid token."}
 
 
-def test_deactivated_user_is_refused_at_once():
+def test_token_deleted_by_another_process_is_refused_at_once():
+    token, client = token_client(UserFactory(username="ivy"))
+    token_queries(client)
+    assert token_queries(client) == []  # cached
+    elsewhere("DELETE FROM portal_apitoken WHERE id = %s", [token.pk])
+    response = client.get("/api/v1/flavors")
+    assert response.status_code == 401 and response.json() == {"detail": "Invalid token."}
+
+
+def test_user_deactivated_by_another_process_is_refused_at_once():
     user = UserFactory(username="hal")
     _, client = token_client(user)
     token_queries(client)
-    user.is_active = False
-    user.save()
+    assert token_queries(client) == []  # cached
+    elsewhere("UPDATE auth_user SET is_active = false WHERE id = %s", [user.pk])
     response = client.get("/api/v1/flavors")
     assert response.status_code == 401
     assert response.json() == {"detail": "User inactive or deleted."}
 
 
-def test_deletion_elsewhere_is_seen_after_the_cache_time(settings):
-    """A token deleted by another process (no signal here) works until the entry expires."""
-    settings.ALLOT_TOKEN_CACHE_S = 0
-    token, client = token_client(UserFactory(username="ivy"))
+def test_expiry_and_scope_changed_by_another_process_take_effect_at_once():
+    token, client = token_client(UserFactory(username="lee"))
     token_queries(client)
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM portal_apitoken WHERE id = %s", [token.pk])
-    assert client.get("/api/v1/flavors").status_code == 401
+    elsewhere("UPDATE portal_apitoken SET scope = 'read' WHERE id = %s", [token.pk])
+    assert client.delete("/api/v1/auth/token").status_code == 403
+    past = timezone.now() - timedelta(hours=1)
+    elsewhere("UPDATE portal_apitoken SET expires_at = %s WHERE id = %s", [past, token.pk])
+    response = client.get("/api/v1/flavors")
+    assert response.status_code == 401 and "expired on" in response.json()["detail"]
 
 
 def test_each_request_gets_its_own_user_object():

@@ -1,12 +1,19 @@
-"""CEL checking and evaluation (no database)."""
+"""CEL checking and evaluation (no database): the limits, panics of the CEL library as
+errors, a costly expression stopped in its trial."""
 
+import time
+
+import cel
 import pytest
 
+from policies import celexpr
 from policies.celexpr import (
     PolicyEvaluationError,
     check_expression,
     evaluate,
     make_context,
+    referenced_roots,
+    trial_evaluate,
 )
 
 
@@ -79,3 +86,68 @@ def test_referenced_fields_of_a_variable():
     assert fields_of(["request.gpus", "request.pods > 0", "true"], "request") == {"gpus",
                                                                                   "pods"}
     assert fields_of(["request.gpus", "has(request)"], "request") is None
+
+
+def _panic_class():
+    """pyo3's PanicException, as the CEL library raises it (not importable by name)."""
+    try:
+        cel.compile("(" * 100_000 + "1" + ")" * 100_000)
+    except BaseException as exc:  # noqa: BLE001
+        return type(exc)
+    pytest.skip("this CEL library does not panic on it")
+
+
+def test_the_testers_nesting_is_a_validation_error_not_a_crash():
+    src = "(" * 100_000 + "true" + ")" * 100_000
+    [error] = check_expression(src)
+    assert (error.line, error.column) == (1, 4097)
+    assert error.message == "the expression is 200004 characters long; the limit is 4096"
+    with pytest.raises(PolicyEvaluationError, match="refused: the expression is 200004"):
+        evaluate(src, make_context({}))
+
+
+def test_a_panic_while_parsing_is_an_error_of_the_expression(monkeypatch):
+    panic = _panic_class()
+
+    def compile_panics(src):
+        raise panic("Formatting argument out of range")
+
+    monkeypatch.setattr(celexpr.cel, "compile", compile_panics)
+    celexpr.compile_expression.cache_clear()
+    assert [str(e) for e in check_expression("request.gpus > 1")] == [
+        "line 1, column 1: the CEL parser failed on it (Formatting argument out of range)"]
+    with pytest.raises(PolicyEvaluationError, match="the CEL library failed on it"):
+        evaluate("request.gpus > 2", make_context({}))
+    celexpr.compile_expression.cache_clear()
+
+
+def test_a_panic_while_evaluating_is_a_policy_error(monkeypatch, caplog):
+    panic = _panic_class()
+
+    class Program:
+        def execute(self, context):
+            raise panic("index out of bounds")
+
+    monkeypatch.setattr(celexpr, "compile_expression", lambda src: Program())
+    with pytest.raises(PolicyEvaluationError) as info:
+        evaluate("request.gpus > 1", make_context({}))
+    assert str(info.value) == "the CEL library failed on it (index out of bounds)"
+    assert "panicked" in caplog.text
+
+
+def test_a_stored_expression_past_the_limits_is_refused_when_evaluated():
+    deep = "(" * 40 + "1" + ")" * 40 + " == 1"
+    with pytest.raises(PolicyEvaluationError, match="brackets nested 33 deep"):
+        evaluate(deep, make_context({}))
+    assert referenced_roots(deep) == frozenset()
+
+
+def test_a_costly_expression_is_stopped_in_its_trial():
+    ones = "[" + ", ".join(["1"] * 400) + "]"
+    src = f"{ones}.map(a, {ones}.map(b, a + b)).size() > 0"
+    assert check_expression(src) == []
+    start = time.monotonic()
+    assert trial_evaluate([src], {}, 0.3) == "its evaluation took longer than 0.3 s (stopped)"
+    assert time.monotonic() - start < 10
+    assert trial_evaluate(["request.gpus > 1", "no.such > 1"], {"request": {"gpus": 2}},
+                          5.0) is None
