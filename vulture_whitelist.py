@@ -116,6 +116,7 @@ _.mig_profiles  # quotas.Flavor and its serializer
 _.notified  # billing.BudgetFiring
 _.policy_version  # policies.PolicyViolation and its serializer
 _.nomination  # scheduling.Workload (read as a row column: workers/rows.py, snapshot.py)
+_.deferred_until  # scheduling.CycleMark (written and compared in queries: pacing.py)
 _.preempt_kind  # scheduling.Workload
 _.ran_at  # billing.ReconciliationRun
 _.rate_card  # billing.LedgerEntry

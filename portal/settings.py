@@ -296,6 +296,10 @@ ALLOT_WORKERS = {
     # moved (a new reason code is always written at once, with its event).
     "reason_refresh_s": env.float("ALLOT_REASON_REFRESH_S", default=5.0),
     "max_pending_per_queue": env.int("ALLOT_MAX_PENDING_PER_QUEUE", default=100),
+    # A cycle asked for by a submission waits this many times the last cycle's duration after
+    # it (scheduling/pacing.py): under a storm of submissions the cycle takes at most
+    # 1 / (1 + pace) of a core and the portal keeps the rest. 0: no pacing.
+    "cycle_pace": env.float("ALLOT_CYCLE_PACE", default=1.0),
     # The outbox of cluster calls (scheduling/fleet/delivery.py): a failed delivery is retried
     # after base * 2^(attempts - 1) seconds, at most max; from `outbox_alarm_attempts` failed
     # attempts on, each failure is logged at error level (and the workload gets an event once).

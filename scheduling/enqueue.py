@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import current_app
@@ -33,6 +34,16 @@ def outbox_nudge() -> None:
         _task("scheduling.outbox_deliver").apply_async(expires=30)
     except Exception:
         logger.warning("could not nudge the outbox delivery; the beat will deliver it",
+                       exc_info=True)
+
+
+def cycle_nudge_at(at: datetime) -> None:
+    """Ask for a (nudged) cycle at `at`; broker errors are logged, the beat runs one anyway."""
+    try:
+        _task("scheduling.cycle").apply_async(kwargs={"nudged": True}, eta=at,
+                                              expires=at + timedelta(seconds=10))
+    except Exception:
+        logger.warning("could not queue a paced scheduling cycle; the beat will run it",
                        exc_info=True)
 
 

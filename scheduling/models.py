@@ -357,6 +357,18 @@ class WorkloadEvent(models.Model):
         return f"{self.workload_id} {self.type} {self.code}"
 
 
+class CycleMark(models.Model):
+    """The last scheduling cycle (one row): when it ended and how long it took, so that the
+    cycles submissions ask for are paced across every worker process (scheduling/pacing.py)."""
+
+    ended_at = models.DateTimeField(null=True, blank=True)
+    seconds = models.FloatField(default=0.0)
+    deferred_until = models.DateTimeField(null=True, blank=True)  # the one paced nudge queued
+
+    def __str__(self) -> str:
+        return f"cycle ended {self.ended_at} after {self.seconds:.3f} s"
+
+
 class OutboxKind(models.TextChoices):
     DELETE = "delete", "Delete the admission's objects"
     SUSPEND = "suspend", "Suspend the admission's objects (preempted)"

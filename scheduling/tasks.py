@@ -22,21 +22,26 @@ from scheduling.fleet.maintenance import workloads_maintain
 from scheduling.fleet.sync import cluster_sync
 from scheduling.fleet.watch import cluster_watch
 from scheduling.models import Admission, Cluster
+from scheduling.pacing import cycle_mark, cycle_paced
 from scheduling.workers.cycle import cycle_run
 
 logger = logging.getLogger(__name__)
 
 
-def cycle_and_dispatch(*, wait: bool = False) -> dict[str, int] | None:
+def cycle_and_dispatch(*, wait: bool = False, nudged: bool = False) -> dict[str, int] | None:
     """One cycle, then phase two of dispatch for what it admitted, in this task.
 
     Dispatching here saves a trip through the broker between a reservation and its Jobs; a
     cluster whose dispatch pass is busy elsewhere or failed gets an outbox row (a pass
-    delivered later, retried until it succeeds).
+    delivered later, retried until it succeeds). A `nudged` cycle is paced
+    (scheduling/pacing.py).
     """
+    if nudged and cycle_paced():
+        return None
     report = cycle_run(enqueue_dispatch=False, wait=wait)
     if not report.ran:
         return None
+    cycle_mark(ended_at=timezone.now(), seconds=report.seconds)
     if report.admitted or report.preempted or report.rejected or report.released:
         logger.info("cycle: %d admitted, %d preempted, %d rejected, %d released, %d requeued, "
                     "%d pending in %.3fs", len(report.admitted), len(report.preempted),
@@ -62,8 +67,8 @@ def cycle_soon() -> None:
 @shared_task(name="scheduling.cycle", ignore_result=True)
 def scheduling_cycle(nudged: bool = False) -> dict[str, int] | None:
     """One scheduling cycle and the dispatch of its admissions; skipped if another process
-    holds the scheduling lock."""
-    return cycle_and_dispatch()
+    holds the scheduling lock, or, when a submission asked for it, paced."""
+    return cycle_and_dispatch(nudged=nudged)
 
 
 @shared_task(name="scheduling.outbox_deliver", ignore_result=True)
