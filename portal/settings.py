@@ -1,8 +1,9 @@
 """Settings for Allot, read from the environment (django-environ) with safe local defaults.
 
 Local default: SQLite under var/, DEBUG on, a development secret key. Production
-(`ALLOT_ENV=production`, or DEBUG off) fails fast without SECRET_KEY and defaults to secure
-transport: HTTPS redirect, HSTS, Secure cookies (each overridable; docs/deployment.md).
+(`ALLOT_ENV=production`) fails fast without SECRET_KEY and defaults to secure transport: HTTPS
+redirect, HSTS, Secure cookies (each overridable; docs/deployment.md). DEBUG off alone needs a
+SECRET_KEY too, but keeps plain HTTP (a benchmark or a local run on loopback).
 """
 
 from pathlib import Path
@@ -24,10 +25,10 @@ ALLOT_ENV = env.str("ALLOT_ENV", default="development")
 if ALLOT_ENV not in ("development", "production"):
     raise ImproperlyConfigured(f"ALLOT_ENV={ALLOT_ENV!r}: development or production")
 DEBUG = env.bool("DEBUG", default=ALLOT_ENV != "production")
-_SECURE = ALLOT_ENV == "production" or not DEBUG
+_SECURE = ALLOT_ENV == "production"
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
-    if _SECURE:
+    if _SECURE or not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set in production (or when DEBUG is off)")
     SECRET_KEY = "allot-local-development-only-not-a-secret"
 
