@@ -50,11 +50,12 @@ def test_resubmit_unchanged_is_grandfathered_under_a_tightened_rule(org, user_ap
     assert body["image"] == "train:1" and body["labels"] == {"kind": "train"}
     assert violations() == [("grandfathered", "at most 8 GPUs per workload, asked 16")]
     assert PolicyViolation.objects.get().workload_id == old.pk
-    events = {(e["code"], e["payload"].get("replaces")) for e in body["events"]}
-    assert ("RESUBMITTED", old.pk) in events
+    events = {(e["type"], e["code"], e["payload"].get("replaces")) for e in body["events"]}
+    assert ("resubmitted", "RESUBMITTED", old.pk) in events
+    assert [e["type"] for e in body["events"]].count("submitted") == 1
     assert any("grandfathered" in e["message"] for e in body["events"] if e["type"] == "policy")
     back = old.events.get(code="RESUBMITTED")
-    assert back.payload["replaced_by"] == body["id"]
+    assert back.type == "resubmitted" and back.payload["replaced_by"] == body["id"]
 
 
 def test_resubmit_that_grows_is_judged_as_new(org, user_api):
@@ -152,6 +153,7 @@ def test_patch_that_does_not_grow_is_grandfathered_in_place(org, user_api):
     assert violations() == [("grandfathered", "at most 8 GPUs per workload, asked 16")]
     updated = [e for e in body["events"] if e["code"] == "UPDATED"]
     assert updated and updated[0]["payload"]["changed"] == ["labels", "priority_class"]
+    assert [e["type"] for e in body["events"]][:2] == ["submitted", "updated"]
 
 
 def test_patch_that_grows_is_refused_and_leaves_the_workload(org, user_api):
