@@ -5,7 +5,8 @@ on and off (PostgreSQL: ALTER TABLE ... DISABLE TRIGGER; SQLite: the trigger dro
 created again), alternated round by round on the same rows:
 
 1. `workloads_move`: one conditional UPDATE of every row (the workers' bulk moves);
-2. `core.db.bulk_set` of the state columns: one UPDATE per row, pipelined (the cycle's writes).
+2. `core.db.bulk_set` of the state columns (the cycle's writes): on PostgreSQL one UPDATE per
+   row, pipelined; on SQLite Django's bulk_update.
 
 Each round moves every row there and back (two statements of WORKLOADS rows) in one
 transaction, after a VACUUM on PostgreSQL (so no round pays for the dead rows of the others).
@@ -78,10 +79,10 @@ class Switch:
             if connection.vendor == "postgresql":
                 verb = "ENABLE" if on else "DISABLE"
                 cursor.execute(f"ALTER TABLE scheduling_workload {verb} TRIGGER {TRIGGER}")
-            elif on:
-                cursor.execute(self.sql)
             else:
-                cursor.execute(f"DROP TRIGGER {TRIGGER}")
+                cursor.execute(f"DROP TRIGGER IF EXISTS {TRIGGER}")
+                if on:
+                    cursor.execute(self.sql)
 
 
 def by_move(ids: list[int]) -> None:
@@ -174,7 +175,7 @@ def main() -> None:
         by_move(ids)  # warm: caches, the trigger function's plan
         report("workloads_move (one UPDATE of every row, each way)",
                rounds(by_move, ids, switch))
-        report("core.db.bulk_set (one UPDATE per row, each way)",
+        report("core.db.bulk_set (the cycle's writes)",
                rounds(by_bulk_set, ids, switch))
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
