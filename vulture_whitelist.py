@@ -66,6 +66,7 @@ _.add_arguments  # BaseCommand hook: the command's options
 _.help  # BaseCommand: `manage.py help <command>`
 _.requires_system_checks  # BaseCommand option
 _.requires_migrations_checks  # BaseCommand option
+_.stealth_options  # BaseCommand: options call_command takes that the parser does not (stdin)
 
 # --- Model options and choices (read by the ORM and migrations; choices are stored values)
 _.ordering  # Meta: default order; FilterSet: sortable fields

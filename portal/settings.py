@@ -274,6 +274,10 @@ CELERY_BEAT_SCHEDULE = {
 }
 # The Prometheus that scrapes dcgm-exporter (empty: no telemetry, every minute is a gap).
 ALLOT_PROMETHEUS_URL = env.str("ALLOT_PROMETHEUS_URL", default="")
+# The bearer token Prometheus presents to scrape the simulated clusters' DCGM endpoint
+# (/sim/<cluster>/metrics); empty: only a logged-in staff user may read it. `make run` makes
+# one for the Prometheus it starts.
+ALLOT_SIM_METRICS_TOKEN = env.str("ALLOT_SIM_METRICS_TOKEN", default="")
 ALLOT_WORKERS = {
     "dispatch_penalty_s": env.float("ALLOT_DISPATCH_PENALTY_S", default=300.0),
     "dispatch_penalty": env.float("ALLOT_DISPATCH_PENALTY", default=0.6),

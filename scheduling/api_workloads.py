@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from scheduling import selectors, services
 from scheduling.filters import WorkloadFilter
-from scheduling.models import Workload
+from scheduling.models import EventType, Workload
 from scheduling.request import validation as limits
 
 
@@ -112,7 +112,10 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
     reasons = serializers.ListField(child=serializers.DictField(), read_only=True)
     admission = serializers.DictField(allow_null=True, read_only=True)
     admissions = serializers.ListField(child=serializers.DictField(), read_only=True)
-    events = serializers.ListField(child=serializers.DictField(), read_only=True)
+    events = serializers.ListField(
+        child=serializers.DictField(), read_only=True,
+        help_text="The timeline, oldest first: {at, type, actor, code, message, payload}; type "
+                  "is one of " + ", ".join(EventType.values) + ".")
     pods = serializers.ListField(child=serializers.DictField(), read_only=True)
 
     @staticmethod

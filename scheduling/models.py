@@ -297,6 +297,9 @@ class Admission(models.Model):
 
 class EventType(models.TextChoices):
     SUBMITTED = "submitted", "Submitted"
+    # A new workload running an ended one's request again; the same on the ended one.
+    RESUBMITTED = "resubmitted", "Resubmitted"
+    UPDATED = "updated", "Updated"  # a pending workload's request changed in place
     ADMITTED = "admitted", "Admitted"
     DISPATCHED = "dispatched", "Dispatched"
     REFUSED = "refused", "Refused by the cluster"

@@ -3,7 +3,11 @@
 Every state change goes through `workload_transition` (one workload, in memory: the caller
 saves it and the event row it returns in one transaction, the cycle in bulk) or
 `workloads_move` (many workloads in one conditional UPDATE, for the workers' hot paths). Both
-refuse a move the table does not allow.
+refuse a move the table does not allow, and so does the database: a trigger on the workload
+table refuses any UPDATE of a state to a pair not in the table (IntegrityError), whatever
+wrote it. Its pairs are a copy made by a migration: a change of ALLOWED_TRANSITIONS needs a
+migration creating the trigger again (tests/integration/scheduling/test_transitions.py says
+so).
 """
 
 from __future__ import annotations

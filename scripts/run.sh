@@ -19,19 +19,29 @@ echo "broker: ${CELERY_BROKER_URL:-filesystem (var/broker, no server)}"
 # Telemetry for billing: where a Prometheus binary is installed (Debian package `prometheus`)
 # and none is configured, scrape each simulated cluster's DCGM endpoint with one on loopback.
 # Without it the demo still runs: billing then records the minutes as telemetry gaps.
+# The endpoint answers only a staff login or the bearer token of ALLOT_SIM_METRICS_TOKEN: one
+# is made here (unless set) for the portal started below and written into Prometheus's config.
 start_prometheus=""
 if [ -z "${ALLOT_PROMETHEUS_URL:-}" ] && command -v prometheus >/dev/null 2>&1; then
   PROM_PORT="${PROM_PORT:-9095}"
   mkdir -p var/prometheus
-  {
+  if [ -z "${ALLOT_SIM_METRICS_TOKEN:-}" ]; then
+    ALLOT_SIM_METRICS_TOKEN="$($PY -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    export ALLOT_SIM_METRICS_TOKEN
+  fi
+  rm -f var/prometheus.yml
+  (umask 077; {
     printf 'global:\n  scrape_interval: 15s\nscrape_configs:\n'
     $PY manage.py shell -v0 -c "
+import os
 from scheduling.models import Cluster
+token = os.environ['ALLOT_SIM_METRICS_TOKEN']
 for name in Cluster.objects.filter(backend='simulated').values_list('name', flat=True):
     print(f'  - job_name: dcgm-{name}\\n    metrics_path: /sim/{name}/metrics\\n'
+          f'    authorization: {{credentials: \\'{token}\\'}}\\n'
           f'    static_configs: [{{targets: [\\'127.0.0.1:$PORT\\']}}]')
 "
-  } > var/prometheus.yml
+  } > var/prometheus.yml)
   export ALLOT_PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT"
   start_prometheus=1
 fi

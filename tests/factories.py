@@ -103,3 +103,27 @@ class NodeFactory(factory.django.DjangoModelFactory):
     cpu = Decimal(64)
     memory_gib = Decimal(512)
     rack = "r1"
+
+
+def workloads_set_state(workloads, state: str, **fields) -> None:
+    """Put `workloads` (a queryset) in `state` for a test's setup, through the states the
+    transitions table allows (the database refuses any other pair, e.g. pending -> running),
+    the shortest way from each one's state; `fields` are written with the last step."""
+    from collections import deque
+
+    from scheduling.transitions import ALLOWED_TRANSITIONS
+
+    for current in set(workloads.values_list("state", flat=True)):
+        path, seen = deque([[current]]), {current}
+        while path[0][-1] != state:
+            steps = path.popleft()
+            for nxt in sorted(ALLOWED_TRANSITIONS[steps[-1]] - seen):
+                seen.add(nxt)
+                path.append([*steps, nxt])
+            if not path:
+                raise ValueError(f"no allowed path from {current} to {state}")
+        ids = list(workloads.filter(state=current).values_list("pk", flat=True))
+        rows = workloads.model.objects.filter(pk__in=ids)
+        for step in path[0][1:-1]:
+            rows.update(state=step)
+        rows.update(state=state, **fields)

@@ -244,7 +244,7 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
             logger.warning("cluster %s: dispatch in the cycle failed, left to the dispatch "
                            "pass: %s", cluster.name, exc)
             continue
-        handled = 0
+        handled, running = 0, []
         for adm, w, outcome in zip(adms, workloads, outcomes, strict=True):
             pods = len(adm.nodes)
             if outcome.refused is not None:
@@ -264,7 +264,11 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
                 events.append(workload_transition(
                     w, S.RUNNING, at=now, event_type=EventType.RUNNING,
                     message=f"all {pods} pods running on {cluster.name}"))
+                running.append(w.pk)
             handled += 1
+        # The database refuses pending -> running (its transitions trigger): these rows pass
+        # through reserved, as the workloads did here; the cycle then writes them running.
+        workloads_move(running, S.PENDING, S.RESERVED, at=now)
         if handled == len(adms):
             report.dispatch_clusters.discard(cluster_id)
 

@@ -160,11 +160,11 @@ def workload_resubmit(
     changed = _changed(changes, previous)
     what = f" with {', '.join(changed)} changed" if changed else ""
     WorkloadEvent.objects.bulk_create([
-        WorkloadEvent(workload=new, at=now, type=EventType.SUBMITTED, actor=user,
+        WorkloadEvent(workload=new, at=now, type=EventType.RESUBMITTED, actor=user,
                       code=EventCode.RESUBMITTED,
                       message=f"resubmission of #{old.pk} ({old.state}) by {who}{what}",
                       payload={"replaces": old.pk, "changed": changed}),
-        WorkloadEvent(workload=old, at=now, type=EventType.SUBMITTED, actor=user,
+        WorkloadEvent(workload=old, at=now, type=EventType.RESUBMITTED, actor=user,
                       code=EventCode.RESUBMITTED,
                       message=f"resubmitted as #{new.pk} by {who}{what}",
                       payload={"replaced_by": new.pk, "changed": changed}),
@@ -259,7 +259,7 @@ def workload_update(
         PodSet.objects.bulk_create(pod_sets)
         gpus = sum(p.count * p.gpus for p in pod_sets)
         events.insert(0, WorkloadEvent(
-            workload=w, at=now, type=EventType.SUBMITTED, actor=user, code=EventCode.UPDATED,
+            workload=w, at=now, type=EventType.UPDATED, actor=user, code=EventCode.UPDATED,
             message=f"updated by {who} ({', '.join(changed)}): {gpus} GPUs in "
                     f"{sum(p.count for p in pod_sets)} pods",
             payload={"changed": changed, "priority_class": priority_class.name}))

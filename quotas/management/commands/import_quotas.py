@@ -1,5 +1,6 @@
 """`manage.py import_quotas FILE...`: Kueue, Volcano or Koordinator YAML into the tree."""
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ from quotas.interop.loader import MAX_BYTES
 class Command(BaseCommand):
     help = ("Import a quota tree from Kueue (ResourceFlavor, Cohort, ClusterQueue, LocalQueue), "
             "Volcano (Queue) or Koordinator (ElasticQuota) manifests; all or nothing.")
+    stealth_options = ("stdin",)  # call_command(..., stdin=stream), as createsuperuser takes
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("files", nargs="+", help="YAML files ('-' for standard input)")
+        parser.add_argument("files", nargs="+",
+                            help="YAML (or JSON) files; '-' reads one from standard input")
         parser.add_argument("--flavor", help="flavor of plain nvidia.com/gpu, cpu, memory "
                             "(Volcano, Koordinator)")
         parser.add_argument("--replace", action="store_true",
@@ -27,9 +30,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         sources = []
+        if options["files"].count("-") > 1:
+            raise CommandError(f"'-' (standard input) given {options['files'].count('-')} "
+                               "times: standard input can be read once")
         for name in options["files"]:
             if name == "-":
-                sources.append(("<stdin>", self.stdin.read() if hasattr(self, "stdin") else ""))
+                sources.append(("<stdin>", _read_stdin(options.get("stdin") or sys.stdin)))
                 continue
             path = Path(name)
             if not path.is_file():
@@ -60,3 +66,18 @@ class Command(BaseCommand):
             self.stdout.write(f"note: {line}")
         for warning in r.warnings:
             self.stdout.write(self.style.WARNING(f"warning: {warning}"))
+
+
+def _read_stdin(stream: Any) -> bytes:
+    """The whole of standard input as bytes (the file form reads bytes too), refusing a
+    terminal (nothing was piped in: reading would wait for typing) and more than MAX_BYTES."""
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        raise CommandError("'-' reads the manifests from standard input, which is a terminal: "
+                           "pipe them in (manage.py import_quotas - < kueue.yaml)")
+    data = getattr(stream, "buffer", stream).read(MAX_BYTES + 1)
+    if isinstance(data, str):
+        data = data.encode()
+    if len(data) > MAX_BYTES:
+        raise CommandError(f"<stdin>: more than the limit of {MAX_BYTES} bytes")
+    return data

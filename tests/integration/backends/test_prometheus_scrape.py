@@ -61,8 +61,13 @@ def django_server():
     server.server_close()
 
 
+TOKEN = "sim-metrics-token-for-tests"
+
+
 @pytest.fixture
-def prometheus(tmp_path, django_server):
+def prometheus(tmp_path, django_server, settings):
+    # The endpoint answers Prometheus's bearer token (as `make run` configures it).
+    settings.ALLOT_SIM_METRICS_TOKEN = TOKEN
     port = free_port(exclude={django_server})
     config = tmp_path / "prometheus.yml"
     config.write_text(f"""global:
@@ -72,6 +77,7 @@ scrape_configs:
     scrape_interval: 300ms
     scrape_timeout: 250ms
     metrics_path: /sim/sim-bj/metrics
+    authorization: {{credentials: {TOKEN}}}
     static_configs:
       - targets: ["127.0.0.1:{django_server}"]
 """)

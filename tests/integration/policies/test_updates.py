@@ -9,7 +9,7 @@ from policies.models import PolicyViolation
 from policies.services import policy_create
 from quotas.models import Team, TeamMembership
 from scheduling.models import PodSet, Workload
-from tests.factories import QueueFactory, UserFactory
+from tests.factories import QueueFactory, UserFactory, workloads_set_state
 
 # A rule tightened after the workloads below were accepted (they ask for 16 GPUs).
 TIGHT = {"name": "at-most-8", "kind": "validate", "mode": "enforce", "rule": "request.gpus <= 8",
@@ -26,7 +26,7 @@ def submit(api, gpus=16, name="sweep", queue="rd/team-a"):
 
 def ended(api, state="finished", **kw):
     workload = submit(api, **kw)
-    Workload.objects.filter(pk=workload.pk).update(state=state)
+    workloads_set_state(Workload.objects.filter(pk=workload.pk), state)
     return workload
 
 
@@ -50,11 +50,12 @@ def test_resubmit_unchanged_is_grandfathered_under_a_tightened_rule(org, user_ap
     assert body["image"] == "train:1" and body["labels"] == {"kind": "train"}
     assert violations() == [("grandfathered", "at most 8 GPUs per workload, asked 16")]
     assert PolicyViolation.objects.get().workload_id == old.pk
-    events = {(e["code"], e["payload"].get("replaces")) for e in body["events"]}
-    assert ("RESUBMITTED", old.pk) in events
+    events = {(e["type"], e["code"], e["payload"].get("replaces")) for e in body["events"]}
+    assert ("resubmitted", "RESUBMITTED", old.pk) in events
+    assert [e["type"] for e in body["events"]].count("submitted") == 1
     assert any("grandfathered" in e["message"] for e in body["events"] if e["type"] == "policy")
     back = old.events.get(code="RESUBMITTED")
-    assert back.payload["replaced_by"] == body["id"]
+    assert back.type == "resubmitted" and back.payload["replaced_by"] == body["id"]
 
 
 def test_resubmit_that_grows_is_judged_as_new(org, user_api):
@@ -124,7 +125,8 @@ def test_foreign_and_unknown_ids_are_404_and_unmanaged_ones_403(org, user_api):
     team.queues.add(secret)
     TeamMembership.objects.create(team=team, user=bob)
     foreign = org.pending(secret, 8, name="hidden")
-    Workload.objects.filter(pk=foreign.pk).update(owner=bob, team=team, state="finished")
+    workloads_set_state(Workload.objects.filter(pk=foreign.pk), "finished", owner=bob,
+                        team=team)
     assert resubmit(user_api, foreign).status_code == 404
     assert user_api.patch(f"/api/v1/workloads/{foreign.pk}", {"image": "x"},
                           format="json").status_code == 404
@@ -151,6 +153,7 @@ def test_patch_that_does_not_grow_is_grandfathered_in_place(org, user_api):
     assert violations() == [("grandfathered", "at most 8 GPUs per workload, asked 16")]
     updated = [e for e in body["events"] if e["code"] == "UPDATED"]
     assert updated and updated[0]["payload"]["changed"] == ["labels", "priority_class"]
+    assert [e["type"] for e in body["events"]][:2] == ["submitted", "updated"]
 
 
 def test_patch_that_grows_is_refused_and_leaves_the_workload(org, user_api):
@@ -184,7 +187,7 @@ def test_patch_shrinking_passes_and_is_validated(org, user_api):
     assert "unknown flavor(s) b200" in response.json()["pods[0].flavors"][0]
     response = user_api.patch(url, {"duration_hint_s": 0}, format="json")
     assert response.status_code == 400 and "duration_hint_s" in response.json()
-    Workload.objects.filter(pk=workload.pk).update(state="running")
+    workloads_set_state(Workload.objects.filter(pk=workload.pk), "running")
     response = user_api.patch(url, {"image": "x"}, format="json")
     assert response.status_code == 400 and "only a pending" in response.json()["state"][0]
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from quotas.capacity.services import capacity_request_submit
 from quotas.models import QuotaEntry
 from scheduling.models import Admission, Workload
-from tests.factories import PASSWORD
+from tests.factories import PASSWORD, workloads_set_state
 from tests.integration.portal.conftest import pod_rows, submit
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +28,8 @@ def admit(workload: Workload, cluster, flavor, *, borrowed: bool = False) -> Adm
     """Record an admission as the cycle would (state reserved, one open interval)."""
     now = timezone.now()
     gpus = sum(p.count * p.gpus for p in workload.pod_sets.all())
-    Workload.objects.filter(pk=workload.pk).update(state="running", state_changed_at=now)
+    workloads_set_state(Workload.objects.filter(pk=workload.pk), "running",
+                        state_changed_at=now)
     return Admission.objects.create(workload=workload, cluster=cluster, flavor=flavor,
                                     nodes=["bj-a100-0"], borrowed=borrowed, gpus=gpus,
                                     reserved_at=now, running_at=now)
@@ -42,7 +43,7 @@ def test_pages_need_login(client):
 
 
 def test_dashboard_shows_queue_standing_and_headroom(client, org, priority_classes):
-    w = submit(org.alice, name="big", pods=[{"count": 1, "flavors": ["a100-80g"], "gpus": 12,
+    w = submit(org.alice, name="big", pods=[{"count": 2, "flavors": ["a100-80g"], "gpus": 6,
                                              "cpu": 8, "memory_gib": 64}])
     admit(w, org.cluster, org.a100, borrowed=True)
     submit(org.alice, name="waiting")

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduling.models import PodSet, Workload, WorkloadState
 from scheduling.selectors import queue_usage
-from tests.factories import FlavorFactory
+from tests.factories import FlavorFactory, workloads_set_state
 from tests.integration.portal.conftest import submit
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +47,7 @@ def test_pending_demand_summed_in_sql_equals_the_pod_sets(org, priority_classes)
     submit(org.alice, name="b", pods=[{"count": 1, "flavors": [h100.name, "a100-80g"],
                                        "gpus": 2, "cpu": 8, "memory_gib": 64}])
     running = submit(org.alice, name="c")
-    Workload.objects.filter(pk=running.pk).update(state=WorkloadState.RUNNING)
+    workloads_set_state(Workload.objects.filter(pk=running.pk), WorkloadState.RUNNING)
     submit(org.carol, name="d", queue="rd/nlp")
     empty = submit(org.carol, name="e", queue="rd/nlp")
     PodSet.objects.filter(workload=empty).update(flavors=[])  # no flavor: no demand anywhere

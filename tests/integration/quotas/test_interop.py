@@ -433,3 +433,38 @@ def test_commands(tmp_path):
         call_command("import_quotas", str(bad))
     assert "import refused, nothing changed" in str(exc.value)
     assert "anchors and aliases" in str(exc.value)
+
+
+def test_import_reads_standard_input_for_dash(monkeypatch):
+    """`import_quotas -`: the manifests piped in, YAML or JSON, as from a file."""
+    import io
+    import json
+
+    out = StringIO()
+    call_command("import_quotas", "-", "--dry-run", stdin=StringIO(KUEUE), stdout=out)
+    assert "would import kueue: 4 queue(s) created" in out.getvalue()
+    assert not Queue.objects.exists()
+    # JSON documents (one per YAML document), from the process's own standard input.
+    FlavorFactory(name="a100-80g")
+    FlavorFactory(name="h100-80g")
+    as_json = "\n---\n".join(json.dumps(d) for d in yaml.safe_load_all(VOLCANO))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(as_json.encode())))
+    out = StringIO()
+    call_command("import_quotas", "-", "--flavor", "a100-80g", stdout=out)
+    assert "imported volcano:" in out.getvalue()
+    assert QuotaEntry.objects.get(queue__path="research/vision", resource="gpu").max == 24
+
+
+def test_import_from_standard_input_refuses_a_terminal_a_second_dash_and_bad_input():
+    class Terminal(StringIO):
+        def isatty(self):
+            return True
+
+    with pytest.raises(CommandError, match="standard input, which is a terminal"):
+        call_command("import_quotas", "-", stdin=Terminal(KUEUE))
+    with pytest.raises(CommandError, match=r"'-' \(standard input\) given 2 times"):
+        call_command("import_quotas", "-", "-", stdin=StringIO(KUEUE))
+    with pytest.raises(CommandError) as exc:
+        call_command("import_quotas", "-", stdin=StringIO("a: &x 1\nb: *x\n"))
+    assert "<stdin>: line 1: YAML anchors and aliases are not accepted" in str(exc.value)
+    assert not Queue.objects.exists()

@@ -17,7 +17,7 @@ from quotas.services import (
     tree_replace,
 )
 from quotas.tree_rules import QuotaSpec
-from tests.factories import FlavorFactory, NodeFactory
+from tests.factories import FlavorFactory, NodeFactory, workloads_set_state
 
 pytestmark = pytest.mark.django_db
 
@@ -333,6 +333,6 @@ def test_queue_with_open_workloads_stays_a_leaf(tree):
         "rd/vision: holds 1 open workload(s) (pending or admitted); a queue with workloads "
         "must stay a leaf, so it cannot get child queues until they end"
     ]
-    Workload.objects.update(state="finished")
+    workloads_set_state(Workload.objects.all(), "finished")
     queue_create(name="proj", parent=vision)
     assert Queue.objects.get(path="rd/vision").namespace == ""

@@ -196,3 +196,13 @@ def test_post_query_budget(alice, org):
     assert sum("INSERT" in s for s in sqls) == 1, sqls
     assert sum("policies_changes_since" in s for s in sqls) == 2, sqls
     assert len(sqls) == 5, "\n".join(s[:120] for s in sqls)
+
+
+def test_the_schema_lists_every_event_type(client, world):
+    from scheduling.models import EventType
+
+    client.force_login(world.alice)
+    schema = client.get("/api/schema/?format=json").json()
+    events = schema["components"]["schemas"]["WorkloadDetail"]["properties"]["events"]
+    assert events["description"].endswith("type is one of " + ", ".join(EventType.values) + ".")
+    assert {"resubmitted", "updated"} <= set(EventType.values)

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from scheduling import selectors, services
 from scheduling.models import Admission, Cluster, Workload, WorkloadState
+from tests.factories import workloads_set_state
 from tests.integration.scheduling.conftest import body
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +29,7 @@ def test_queue_position_sql_equals_orm(org, classes):
                                      nudge=False)
         submitted.append(w)
     running = services.workload_submit(user=alice, data=body("r", gpus=2), nudge=False)
-    Workload.objects.filter(pk=running.pk).update(state=WorkloadState.RUNNING)
+    workloads_set_state(Workload.objects.filter(pk=running.pk), WorkloadState.RUNNING)
     cluster = Cluster.objects.get(name="bj")
     Admission.objects.create(workload=running, cluster=cluster,
                              flavor_id=cluster.nodes.first().flavor_id, nodes=["bj-a100-0"],

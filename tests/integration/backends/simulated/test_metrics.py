@@ -41,8 +41,17 @@ def parse_exposition(text):
     return metrics
 
 
+TOKEN = "sim-metrics-token-for-tests"
+
+
+@pytest.fixture(autouse=True)
+def metrics_token(settings):
+    settings.ALLOT_SIM_METRICS_TOKEN = TOKEN
+
+
 def scrape(client, name="sim-bj"):
-    response = client.get(reverse("sim-dcgm-metrics", args=[name]))
+    response = client.get(reverse("sim-dcgm-metrics", args=[name]),
+                          HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 200
     assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     return parse_exposition(response.content.decode())
@@ -116,7 +125,8 @@ def test_finished_pods_release_their_gpus(cluster, client):
 def test_exposition_parses_with_prometheus_own_checker(cluster, client):
     backend = SimulatedBackend(name=cluster.name)
     backend.start_workload(backend.create_workload(make_spec(duration_s=None)))
-    text = client.get(reverse("sim-dcgm-metrics", args=["sim-bj"])).content
+    text = client.get(reverse("sim-dcgm-metrics", args=["sim-bj"]),
+                      HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content
     checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
                              timeout=30, check=False)
     output = (checked.stdout + checked.stderr).decode()

@@ -146,3 +146,65 @@ def test_held_big_request_denied_ends_rejected(org, priority_classes):
     cycle_run(wait=True)
     w.refresh_from_db()
     assert w.state == "rejected" and not w.admissions.exists()
+
+
+# --- a decision while a cycle is in flight -----------------------------------------------
+# The cycle never reads a held workload (neither its pending heads nor its admitted work take
+# one), so a decision and a cycle in flight touch different rows: neither waits for the other
+# and neither undoes the other.
+
+
+def _held_during_a_cycle(settings):
+    from scheduling.services import workload_submit
+    from tests.integration.scheduling.world import make_world, request
+
+    settings.ALLOT_APPROVAL_MAX_GPUS = 4
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=2)
+    held_w = workload_submit(user=world.alice, data=request("held", gpus=8), nudge=False)
+    other = workload_submit(user=world.carol, data=request("other", queue="rd/nlp", gpus=4),
+                            nudge=False)
+    assert held_w.needs_approval and not other.needs_approval
+    return world, held_w, other
+
+
+def _admits_only(workload):
+    def check(snapshot, result):
+        assert [a.workload for a in result.admitted] == [str(workload.pk)]
+    return check
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_an_approval_during_a_cycle_is_not_undone_and_the_next_cycle_admits(settings):
+    from scheduling.request.approvals import workload_approve
+    from scheduling.workers.cycle import cycle_run
+    from tests.integration.scheduling.races import cycle_held, in_thread
+
+    world, w, other = _held_during_a_cycle(settings)
+    decisions: list = []
+    with cycle_held(_admits_only(other)):
+        in_thread(lambda: workload_approve(user=world.bob, workload=w, comment="go"),
+                  decisions).join(20)
+    assert decisions and decisions[0].needs_approval is False, decisions
+    w.refresh_from_db()
+    assert (w.state, w.needs_approval, w.reason_code) == ("pending", False, "")
+    assert cycle_run(wait=True).admitted == [w.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_a_denial_during_a_cycle_is_not_undone(settings):
+    from scheduling.request.approvals import workload_deny
+    from scheduling.workers.cycle import cycle_run
+    from tests.integration.scheduling.races import cycle_held, in_thread
+
+    world, w, other = _held_during_a_cycle(settings)
+    decisions: list = []
+    with cycle_held(_admits_only(other)):
+        in_thread(lambda: workload_deny(user=world.bob, workload=w, comment="too big"),
+                  decisions).join(20)
+    assert decisions and decisions[0].state == "rejected", decisions
+    assert cycle_run(wait=True).admitted == []
+    w.refresh_from_db()
+    assert (w.state, w.reason_code) == ("rejected", "APPROVAL_DENIED")
+    assert not w.admissions.exists()

@@ -7,7 +7,6 @@ import threading
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection
 
 from scheduling.backends.simulated.models import SimJob
 from scheduling.fleet.delivery import outbox_deliver
@@ -24,6 +23,7 @@ from scheduling.models import (
 from scheduling.services import workload_cancel, workload_submit
 from scheduling.workers.cycle import cycle_run
 from tests.integration.api.conftest import client_for
+from tests.integration.scheduling.races import in_thread
 from tests.integration.scheduling.world import make_world, request, running_workload
 
 pytestmark = pytest.mark.django_db
@@ -55,17 +55,6 @@ def test_cancel_ends_a_preemptors_nomination(world):
     assert w.state == WorkloadState.CANCELLED and w.nomination is None
 
 
-def _in_thread(fn, out):
-    def run():
-        try:
-            out.append(fn())
-        finally:
-            connection.close()
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
 def test_a_cancel_during_a_cycle_waits_for_it_and_is_not_undone(settings):
@@ -80,11 +69,11 @@ def test_a_cancel_during_a_cycle_waits_for_it_and_is_not_undone(settings):
         resume.wait(20)
 
     cycles: list = []
-    cycle = _in_thread(lambda: cycle_run(wait=True, after_snapshot=between_engine_and_writes),
+    cycle = in_thread(lambda: cycle_run(wait=True, after_snapshot=between_engine_and_writes),
                        cycles)
     assert decided.wait(20)
     cancels: list = []
-    cancel = _in_thread(lambda: workload_cancel(user=world.alice, workload=w), cancels)
+    cancel = in_thread(lambda: workload_cancel(user=world.alice, workload=w), cancels)
     cancel.join(1.0)
     # The cancel waits for the cycle that already decided to admit the workload.
     assert cancel.is_alive() and cancels == []

@@ -14,6 +14,7 @@ from core import db
 from scheduling import extensions, selectors, services
 from scheduling.models import Admission, Cluster, EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
+from tests.factories import workloads_set_state
 from tests.integration.scheduling.conftest import body
 from tests.integration.scheduling.world import request
 
@@ -88,7 +89,7 @@ def test_queue_position_read_by_the_insert_equals_a_later_read(org, classes):
         fresh = Workload.objects.select_related("priority_class").get(pk=w.pk)
         assert at_insert == selectors._position_rows(fresh)
         if i % 3 == 1:  # admit it: the later ones see an open admission in the queue
-            Workload.objects.filter(pk=w.pk).update(state=WorkloadState.RUNNING)
+            workloads_set_state(Workload.objects.filter(pk=w.pk), WorkloadState.RUNNING)
             Admission.objects.create(workload=w, cluster=cluster, flavor_id=flavor_id,
                                      nodes=["bj-a100-0"], gpus=gpus, reserved_at=now,
                                      running_at=now if i == 1 else None)
