@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='workloadevent',
             name='type',
-            field=models.CharField(choices=[('submitted', 'Submitted'), ('resubmitted', 'Resubmitted'), ('updated', 'Updated'), ('admitted', 'Admitted'), ('dispatched', 'Dispatched'), ('refused', 'Refused by the cluster'), ('running', 'Running'), ('preempted', 'Preempted'), ('requeued', 'Requeued'), ('finished', 'Finished'), ('cancelled', 'Cancelled'), ('rejected', 'Rejected'), ('failed', 'Failed'), ('reason', 'Reason'), ('timeout', 'Timeout'), ('reclaimed', 'Reclaimed (stuck)'), ('policy', 'Policy')], max_length=16),
+            field=models.CharField(choices=[('submitted', 'Submitted'), ('resubmitted', 'Resubmitted'), ('updated', 'Updated'), ('admitted', 'Admitted'), ('dispatched', 'Dispatched'), ('refused', 'Refused by the cluster'), ('running', 'Running'), ('preempted', 'Preempted'), ('requeued', 'Requeued'), ('finished', 'Finished'), ('cancelled', 'Cancelled'), ('rejected', 'Rejected'), ('failed', 'Failed'), ('reason', 'Reason'), ('timeout', 'Timeout'), ('reclaimed', 'Reclaimed (stuck)'), ('policy', 'Policy'), ('unconfirmed', 'Not confirmed by the cluster')], max_length=16),
         ),
         migrations.RunPython(retype, untype),
     ]
