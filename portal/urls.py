@@ -2,8 +2,16 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from portal import errors
+
+# Errors outside DRF's views: JSON under /api/, HTML pages elsewhere (portal/errors.py).
+handler400 = errors.bad_request
+handler403 = errors.permission_denied
+handler404 = errors.page_not_found
+handler500 = errors.server_error
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -19,6 +27,8 @@ urlpatterns = [
     path("api/v1/", include("scheduling.api_urls")),
     path("api/v1/", include("billing.api_urls")),
     path("api/v1/", include("portal.history.api_urls")),
+    # Any other /api/ path: a JSON 404, with DEBUG on too (Django's would be an HTML page).
+    re_path(r"^api/(?P<rest>.*)$", errors.api_not_found),
     path("", include("portal.page_urls")),
     path("", include("policies.urls")),
     path("", include("quotas.capacity.urls")),
