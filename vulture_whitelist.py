@@ -160,6 +160,9 @@ _.HashedTokenAuthentication  # REST_FRAMEWORK's DEFAULT_AUTHENTICATION_CLASSES
 _.patch  # APIView: the PATCH handler
 _.validate_queue  # Serializer: validate_<field> hook
 _.validate_flavor  # Serializer: validate_<field> hook
+_.validate_month  # Serializer: validate_<field> hook
+_.default_detail  # APIException: the detail when none is given
+_.default_code  # APIException: the error code
 _.get_reason  # SerializerMethodField: get_<field>
 _.get_gpus  # SerializerMethodField
 _.get_queue_position  # SerializerMethodField
@@ -238,6 +241,14 @@ _.filter_type  # django-filter: the history FilterSet names it in method="filter
 # --- core.history (django-simple-history)
 _._fill_source  # a pre_create_historical_record receiver (@receiver connects it)
 _.HistorySourceMiddleware  # named in settings.MIDDLEWARE
+
+# --- portal.errors: Django finds these by name
+_.ErrorMiddleware  # named in settings.MIDDLEWARE
+_.process_exception  # middleware hook: Django calls it with a view's exception
+_.handler400  # the URLconf's error views (portal/urls.py)
+_.handler403  # the URLconf's error views
+_.handler404  # the URLconf's error views
+_.handler500  # the URLconf's error views
 _.baseline_rows  # called by the history migrations (vulture skips migrations)
 _.schema_editor  # RunPython's (apps, schema_editor) signature
 _.history_list_display  # SimpleHistoryAdmin: columns of an object's history page

@@ -6,10 +6,11 @@ center's teams; anything outside a caller's scope is a 404.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -21,9 +22,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing import selectors
+from billing.forms import day_start, parse_day, parse_month
 from billing.models import BudgetAction, BudgetPeriod, CostCenter, Invoice, RateCard
 from billing.services import budget_create, invoice_issue, rate_card_create
-from billing.services.budgets import period_bounds
+from billing.services.budgets import MAX_PERCENT, period_bounds
 from billing.services.invoices import invoice_as_csv, invoice_as_dict
 from quotas.models import Flavor
 
@@ -47,12 +49,28 @@ class UsageQuery(serializers.Serializer):
         data = {**data.dict()} if hasattr(data, "dict") else dict(data)
         if "from" in data:
             data["start"] = data.pop("from")
-        for key in ("start", "to"):
+        errors: dict[str, Any] = {}
+        for key, name in (("start", "from"), ("to", "to")):
             value = data.get(key)
             if isinstance(value, str) and len(value) == 10:
-                data[key] = datetime.combine(date.fromisoformat(value), time(),
-                                             tzinfo=UTC).isoformat()
-        return super().to_internal_value(data)
+                try:  # a bare date: its UTC midnight
+                    data[key] = day_start(parse_day(value, name)).isoformat()
+                except DjangoValidationError as exc:
+                    errors.update(exc.message_dict)
+                    del data[key]
+        try:
+            internal = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            detail = exc.detail if isinstance(exc.detail, dict) else {}
+            for key, messages in detail.items():
+                if key in ("start", "to"):  # the parameter's name, and the value given
+                    errors["from" if key == "start" else key] = [
+                        f"{data[key]!r}: {m}" for m in messages]
+                else:
+                    errors[key] = messages
+        if errors:
+            raise serializers.ValidationError(errors)
+        return internal
 
 
 class UsageRow(serializers.Serializer):
@@ -112,7 +130,13 @@ class InvoiceOut(serializers.ModelSerializer):
 class InvoiceIssueIn(serializers.Serializer):
     cost_center = serializers.SlugRelatedField(slug_field="code",
                                                queryset=CostCenter.objects.all())
-    month = serializers.RegexField(r"^\d{4}-\d{2}$", help_text="YYYY-MM")
+    month = serializers.CharField(help_text="YYYY-MM: a finished month", max_length=7)
+
+    def validate_month(self, value: str) -> date:
+        try:
+            return parse_month(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict["month"]) from exc
 
 
 class InvoiceListView(APIView):
@@ -128,9 +152,8 @@ class InvoiceListView(APIView):
         _require_admin(request)
         data = InvoiceIssueIn(data=request.data)
         data.is_valid(raise_exception=True)
-        year, month = map(int, data.validated_data["month"].split("-"))
         invoice = invoice_issue(cost_center=data.validated_data["cost_center"],
-                                month=date(year, month, 1), user=request.user)
+                                month=data.validated_data["month"], user=request.user)
         return Response(InvoiceOut(invoice).data, status=status.HTTP_201_CREATED)
 
 
@@ -160,7 +183,7 @@ class InvoiceDetailView(APIView):
 # ---- budgets ---------------------------------------------------------------------------------
 
 class ThresholdIO(serializers.Serializer):
-    percent = serializers.IntegerField(min_value=1, max_value=1000)
+    percent = serializers.IntegerField(min_value=1, max_value=MAX_PERCENT)
     action = serializers.ChoiceField(choices=BudgetAction.choices)
     fired = serializers.BooleanField(read_only=True)
 

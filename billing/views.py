@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, timedelta
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from billing import charts, selectors
+from billing.forms import day_start, parse_day
 from billing.models import ReconciliationRun
 from billing.services.budgets import period_bounds
 from billing.services.invoices import invoice_as_csv, invoice_as_dict
 
 
-def _day(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.combine(date.fromisoformat(value), time(), tzinfo=UTC)
-    except ValueError:
-        return None
+def _days(request: HttpRequest, *names: str) -> tuple[dict[str, date], list[str]]:
+    """The request's date parameters that are set, and an error for each bad one."""
+    days: dict[str, date] = {}
+    errors: list[str] = []
+    for name in names:
+        value = request.GET.get(name)
+        if not value:
+            continue
+        try:
+            days[name] = parse_day(value, name)
+        except ValidationError as exc:
+            errors += [f"{name}: {m}" for m in exc.message_dict[name]]
+    return days, errors
 
 
 def _chart(key: str, title: str, figure: dict) -> dict:
@@ -34,9 +42,10 @@ def overview(request: HttpRequest) -> HttpResponse:
     """Cost over a date range (default: month to date) for the teams the user may see."""
     now = timezone.now()
     month_start, _ = period_bounds("monthly", now)
-    start = _day(request.GET.get("from")) or month_start
-    end = _day(request.GET.get("to"))
-    end = end + timedelta(days=1) if end else now
+    # A bad date is a 400 that says which and why, showing the default period meanwhile.
+    days, errors = _days(request, "from", "to")
+    start = day_start(days["from"]) if "from" in days else month_start
+    end = day_start(days["to"]) + timedelta(days=1) if "to" in days else now
     group_by = request.GET.get("group_by", "team")
     if group_by not in selectors.GROUPS:
         group_by = "team"
@@ -67,8 +76,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "rows": selectors.usage_summary(user=user, group_by=group_by, start=start, end=end),
         "group_by": group_by, "start": start, "end": end, "figures": figures,
         "budgets": budgets, "idle": idle, "top": top, "currency": currency,
-        "is_admin": selectors.is_admin(user),
-    })
+        "is_admin": selectors.is_admin(user), "errors": errors,
+    }, status=400 if errors else 200)
 
 
 @login_required
@@ -107,13 +116,14 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
     """The daily reconciliation: billed without telemetry, telemetry without admission, gaps."""
     if not selectors.is_admin(request.user):
         raise Http404("not found")
-    day = _day(request.GET.get("day"))
+    days, errors = _days(request, "day")
     runs = ReconciliationRun.objects.all()[:31]
-    run = (ReconciliationRun.objects.filter(day=day.date()).first() if day
+    run = (ReconciliationRun.objects.filter(day=days["day"]).first() if days
            else selectors.latest_reconciliation())
     return render(request, "billing/reconciliation.html", {
         "run": run, "runs": runs, "findings": run.findings.all() if run else [],
-    })
+        "errors": errors,
+    }, status=400 if errors else 200)
 
 
 @login_required

@@ -20,6 +20,7 @@ from . import selectors, services
 from .checks import definition_errors
 from .filters import PolicyViolationFilter
 from .models import Policy, PolicyKind, PolicyMode, TeamApproval
+from .rules import ORDER_MAX, ORDER_MIN
 from .specs import check_fields, normalise
 
 
@@ -48,7 +49,7 @@ class PolicyInput(serializers.Serializer):
     kind = serializers.ChoiceField(choices=PolicyKind.choices)
     mode = serializers.ChoiceField(choices=PolicyMode.choices, required=False)
     scope = serializers.ListField(child=serializers.CharField(), required=False)
-    order = serializers.IntegerField(required=False)
+    order = serializers.IntegerField(required=False, min_value=ORDER_MIN, max_value=ORDER_MAX)
     key = serializers.CharField(allow_blank=True, required=False)
     match = serializers.CharField(required=False)
     rule = serializers.CharField()

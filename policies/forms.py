@@ -8,6 +8,7 @@ import yaml
 from django import forms
 
 from .models import PolicyKind, PolicyMode
+from .rules import ORDER_MAX, ORDER_MIN
 
 SAMPLE = """request:
   queue: research/vision/detection
@@ -39,7 +40,9 @@ class PolicyForm(forms.Form):
         required=False, widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Queue subtrees, one path per line; empty = everywhere (a canary: one subtree).",
     )
-    order = forms.IntegerField(initial=100, help_text="Lower runs first; first priority wins.")
+    order = forms.IntegerField(
+        initial=100, min_value=ORDER_MIN, max_value=ORDER_MAX,
+        help_text=f"Lower runs first ({ORDER_MIN} to {ORDER_MAX}); first priority wins.")
     key = forms.CharField(required=False, help_text="limit only: the key it caps, a100-80g/gpu.")
     match = forms.CharField(initial="true", widget=forms.Textarea(attrs=CEL),
                             help_text="CEL bool: which requests (or queues) it applies to.")

@@ -1,9 +1,12 @@
 """Policies as code: CEL rules with modes, scopes, versions, violations and team approvals."""
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from core.history import SourcedHistoricalRecords
+
+from .rules import ORDER_MAX, ORDER_MIN
 
 
 class PolicyKind(models.TextChoices):
@@ -46,7 +49,9 @@ class Policy(models.Model):
         default=list, blank=True, help_text="Queue subtrees (paths) it applies to; empty = all."
     )
     order = models.IntegerField(
-        default=100, help_text="Evaluation order (lower first); the first priority policy wins."
+        default=100, validators=[MinValueValidator(ORDER_MIN), MaxValueValidator(ORDER_MAX)],
+        help_text=f"Evaluation order (lower first, {ORDER_MIN} to {ORDER_MAX}); the first "
+        "priority policy wins.",
     )
     version = models.PositiveIntegerField(default=1, editable=False)
     hits = models.PositiveBigIntegerField(default=0, editable=False)
@@ -64,6 +69,12 @@ class Policy(models.Model):
     class Meta:
         ordering = ["order", "name"]
         verbose_name_plural = "policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(order__gte=ORDER_MIN, order__lte=ORDER_MAX),
+                name="policy_order_range",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -15,6 +15,8 @@ VALIDATE, LIMIT, PLACEMENT, PRIORITY = "validate", "limit", "placement", "priori
 ENFORCE, AUDIT, OFF = "enforce", "audit", "off"
 KINDS = (VALIDATE, LIMIT, PLACEMENT, PRIORITY)
 MODES = (ENFORCE, AUDIT, OFF)
+# A policy's `order` (lower runs first): the API, the form, files and the column keep to it.
+ORDER_MIN, ORDER_MAX = -1_000_000, 1_000_000
 
 POLICY_DENIED = "POLICY_DENIED"
 POLICY_ERROR = "POLICY_ERROR"

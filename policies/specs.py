@@ -33,6 +33,8 @@ from .rules import (
     KINDS,
     LIMIT,
     MODES,
+    ORDER_MAX,
+    ORDER_MIN,
     PLACEMENT,
     PRIORITY,
     VALIDATE,
@@ -61,7 +63,7 @@ def check_fields(data: Mapping[str, Any]) -> dict[str, list[str]]:
         errors.setdefault(name, []).append(message)
 
     name = str(data.get("name", "") or "")
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         add("name", f"{name!r} is not a valid name (lowercase letters, digits and dashes)")
     elif name in RESERVED_NAMES:
         add("name", f"{name!r} is reserved (it is a page or API path)")
@@ -77,8 +79,10 @@ def check_fields(data: Mapping[str, Any]) -> dict[str, list[str]]:
     order = data.get("order", 100)
     if isinstance(order, bool) or not isinstance(order, int):
         add("order", f"order must be an integer, not {order!r}")
+    elif not ORDER_MIN <= order <= ORDER_MAX:
+        add("order", f"order {order} is out of range: from {ORDER_MIN} to {ORDER_MAX}")
     key = str(data.get("key", "") or "")
-    if kind == LIMIT and not KEY_RE.match(key):
+    if kind == LIMIT and not KEY_RE.fullmatch(key):
         add("key", f"a limit policy needs the quota key it caps, like a100-80g/gpu (got {key!r})")
     if kind != LIMIT and key:
         add("key", "only limit policies take a key")

@@ -115,6 +115,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, so it sees a view's exception first: a database outage is a 503 with Retry-After
+    # on every path, and every error under /api/ is JSON (portal/errors.py).
+    "portal.errors.ErrorMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -207,6 +210,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
+    # DRF's parsers with limits: JSON nested at most 64 levels, no NUL characters (PostgreSQL
+    # stores none); a body over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) is a 413.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.parsers.JSONParser",
+        "portal.parsers.FormParser",
+        "portal.parsers.MultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 

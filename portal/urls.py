@@ -2,10 +2,17 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from portal import errors
 from portal.views import LoginView
+
+# Errors outside DRF's views: JSON under /api/, HTML pages elsewhere (portal/errors.py).
+handler400 = errors.bad_request
+handler403 = errors.permission_denied
+handler404 = errors.page_not_found
+handler500 = errors.server_error
 
 urlpatterns = [
     path("login/", LoginView.as_view(), name="login"),
@@ -23,6 +30,8 @@ urlpatterns = [
     path("api/v1/", include("scheduling.api_urls")),
     path("api/v1/", include("billing.api_urls")),
     path("api/v1/", include("portal.history.api_urls")),
+    # Any other /api/ path: a JSON 404, with DEBUG on too (Django's would be an HTML page).
+    re_path(r"^api/(?P<rest>.*)$", errors.api_not_found),
     path("", include("portal.page_urls")),
     path("", include("policies.urls")),
     path("", include("quotas.capacity.urls")),

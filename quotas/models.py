@@ -3,10 +3,12 @@
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
 from core.history import SourcedHistoricalRecords
+from core.labels import label_key_problem, labels_problems
 
 
 class Resource(models.TextChoices):
@@ -43,6 +45,18 @@ class Flavor(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        # Kubernetes selects the flavor's nodes with these labels: they must be valid ones.
+        errors: dict[str, list[str]] = {}
+        problems = labels_problems(self.node_selector if self.node_selector is not None else {})
+        if problems:
+            errors["node_selector"] = problems
+        problem = label_key_problem(self.interconnect_label) if self.interconnect_label else None
+        if problem:
+            errors["interconnect_label"] = [problem]
+        if errors:
+            raise ValidationError(errors)
 
 
 class Queue(models.Model):

@@ -28,6 +28,7 @@ from billing.models import (
 logger = logging.getLogger(__name__)
 
 BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+MAX_PERCENT = 1000  # a threshold's percent of its budget (the API's bound too)
 LOW_PRIORITY_CLASS = "batch-low"
 
 
@@ -83,17 +84,41 @@ def budget_create(
         raise ValidationError({"period": [f"unknown period {period!r}"]})
     if Decimal(amount) <= 0:
         raise ValidationError({"amount": [f"a budget must be positive (got {amount})"]})
-    budget = Budget.objects.create(
-        cost_center=cost_center, period=period, amount=round_money(Decimal(amount)),
-        currency=cost_center.currency,
-    )
-    for percent, action in thresholds or [(50, "notify"), (80, "notify"), (100, "block")]:
-        if action not in BudgetAction.values or int(percent) < 1:
-            raise ValidationError(
-                {"thresholds": [f"bad threshold {percent}% {action!r}"]}
+    thresholds = thresholds or [(50, "notify"), (80, "notify"), (100, "block")]
+    _check_thresholds(thresholds)
+    existing = Budget.objects.filter(cost_center=cost_center, period=period).first()
+    if existing is not None:
+        raise _duplicate(existing)
+    try:
+        with transaction.atomic():  # two at once: the unique constraint decides
+            budget = Budget.objects.create(
+                cost_center=cost_center, period=period, amount=round_money(Decimal(amount)),
+                currency=cost_center.currency,
             )
+    except IntegrityError:
+        raise _duplicate(Budget.objects.get(cost_center=cost_center, period=period)) from None
+    for percent, action in thresholds:  # one by one: each save is recorded in the history
         BudgetThreshold.objects.create(budget=budget, percent=int(percent), action=action)
     return budget
+
+
+def _duplicate(existing: Budget) -> ValidationError:
+    return ValidationError({"period": [
+        f"cost center {existing.cost_center.code} already has a {existing.period} budget "
+        f"(#{existing.pk}, {existing.amount} {existing.currency}): one per cost center and "
+        "period"]})
+
+
+def _check_thresholds(thresholds: list[tuple[int, str]]) -> None:
+    seen: set[tuple[int, str]] = set()
+    for percent, action in thresholds:
+        if action not in BudgetAction.values or int(percent) < 1 or int(percent) > MAX_PERCENT:
+            raise ValidationError({"thresholds": [
+                f"bad threshold {percent}% {action!r}: a percent from 1 to {MAX_PERCENT} and "
+                f"an action ({', '.join(BudgetAction.values)})"]})
+        if (int(percent), action) in seen:
+            raise ValidationError({"thresholds": [f"{percent}% {action} is listed twice"]})
+        seen.add((int(percent), action))
 
 
 def _recipients(cost_center: CostCenter) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import django_filters
@@ -34,7 +34,7 @@ class ObjectRefField(forms.Field):
         if not value:
             return None
         kind, sep, pk = value.partition(":")
-        if not sep or not pk.isdigit():
+        if not sep or not (pk.isascii() and pk.isdigit()):
             raise forms.ValidationError(
                 f"{value!r} is not type:id (e.g. queue:12)", code="invalid")
         if kind not in BY_KEY:
@@ -66,6 +66,9 @@ class MomentField(forms.Field):
                 raise forms.ValidationError(message, code="invalid")
             moment = datetime.combine(day, time(), tzinfo=UTC)
             if self.end_of_day:
+                if day == date.max:
+                    raise forms.ValidationError(f"{value} is out of range: the last day is "
+                                                f"{date.max - timedelta(days=1)}", code="invalid")
                 moment += timedelta(days=1)
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)

@@ -6,12 +6,13 @@ from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 
 from portal.history import selectors
 from portal.history.filters import HistoryFilter
+from portal.history.kinds import BY_KEY
 from portal.pages.access import is_platform_admin
 
 PAGE_SIZE = 50
@@ -41,6 +42,11 @@ def history_section_rows(request: HttpRequest) -> HttpResponse:
     except ValueError:
         rows = SECTION_ROWS
     wanted = request.GET.getlist("type") or None
+    unknown = sorted(set(wanted or ()) - set(BY_KEY))
+    if unknown:
+        return HttpResponseBadRequest(
+            f"unknown type(s) {', '.join(map(repr, unknown))}: one of {', '.join(BY_KEY)}",
+            content_type="text/plain; charset=utf-8")
     query = [(k, v) for k, v in request.GET.items() if k in ("object",)]
     query += [("type", k) for k in wanted or ()]
     filterset = HistoryFilter(QueryDict(urlencode(query)),

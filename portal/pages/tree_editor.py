@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from quotas import selectors as tree_selectors
 from quotas.models import Flavor, Queue
+from quotas.services import to_decimal
 from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
 
 FIELDS = ("min", "max", "lendable")
@@ -51,15 +53,11 @@ def _number(raw: str, where: str, errors: list[str]) -> Decimal | None:
     raw = raw.strip()
     if not raw:
         return None
-    try:
-        value = Decimal(raw)
-    except InvalidOperation:
-        errors.append(f"{where}: {raw!r} is not a number")
+    try:  # the tree service's own check: a finite number the quota column can hold
+        return to_decimal(raw, where)
+    except ValidationError as exc:
+        errors.extend(exc.messages)
         return None
-    if not value.is_finite():
-        errors.append(f"{where}: {raw!r} is not a number")
-        return None
-    return value
 
 
 def editor_apply(post: Mapping[str, str]) -> EditorState:

@@ -154,7 +154,14 @@ def queue_add(request: HttpRequest) -> HttpResponse:
     """Add a queue under a parent (admins), through the tree service."""
     if not user_scope(request.user).is_admin:
         raise PermissionDenied("only platform admins edit the tree")
-    parent = Queue.objects.filter(pk=request.POST.get("parent") or 0).first()
+    parent_id = request.POST.get("parent") or ""
+    parent = None
+    if parent_id:
+        parent = (Queue.objects.filter(pk=int(parent_id)).first()
+                  if parent_id.isascii() and parent_id.isdigit() else None)
+        if parent is None:
+            messages.error(request, f"Queue not added: no parent queue with id {parent_id!r}")
+            return redirect("queue-tree")
     try:
         change = tree_services.queue_create(name=request.POST.get("name", "").strip(),
                                             parent=parent)

@@ -146,11 +146,12 @@ def _notify(request: CapacityRequest, subject: str, body: str) -> None:
 
 @transaction.atomic
 def capacity_request_submit(
-    *, user: User, queue: Queue, flavor: Flavor, resource: str,
-    min: Decimal | None, max: Decimal | None, justification: str,
+    *, user: User, queue: Queue, flavor: Flavor, resource: str, justification: str,
+    min: Decimal | None = None, max: Decimal | None = None,
     starts_at: dt.datetime | None = None, ends_at: dt.datetime | None = None,
 ) -> CapacityRequest:
-    """File a request to change a queue's min and/or max for one key over a period."""
+    """File a request to change a queue's min and/or max for one key over a period (either
+    may be left out, None: unchanged; not both)."""
     now = timezone.now()
     starts_at = starts_at or now
     errors: dict[str, list[str]] = {}

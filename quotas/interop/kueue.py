@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from core.labels import labels_problems
 from core.quantity import format_quantity
 from quotas.interop.common import (
     ANNOTATION_GPU_MEMORY,
@@ -37,6 +38,7 @@ RESOURCE_NAMES = {"nvidia.com/gpu": "gpu", "amd.com/gpu": "gpu", "cpu": "cpu", "
 EXPORT_NAMES = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
 RESOURCE_ORDER = ("cpu", "memory", "gpu")
 NS_LABEL = "kubernetes.io/metadata.name"
+MAX_GPU_MEM = 2**31 - 1  # GiB per card: what the column holds
 ROOT_COHORT = "allot-root"
 ANNOTATION_ROOT = "allot.io/root"
 
@@ -104,14 +106,16 @@ def read(objs: list[Obj]) -> tuple[list[Node], list[FlavorDef], list[str]]:
     for obj in objs:
         if obj.kind == "ResourceFlavor":
             labels = obj.get("spec.nodeLabels", Mapping, {})
-            if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-                obj.fail("spec.nodeLabels", "must map label names to strings")
+            problems = labels_problems(labels)
+            if problems:
+                obj.fail("spec.nodeLabels", "; ".join(problems))
             mem = obj.annotations().get(ANNOTATION_GPU_MEMORY)
             gpu_mem = None
             if mem is not None:
-                if not str(mem).isdigit() or int(str(mem)) <= 0:
+                text = str(mem)
+                if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_GPU_MEM:
                     obj.fail(f"metadata.annotations[{ANNOTATION_GPU_MEMORY}]",
-                             f"{mem!r} is not a positive whole number")
+                             f"{mem!r} is not a whole number from 1 to {MAX_GPU_MEM}")
                 gpu_mem = int(str(mem))
             flavors.append(FlavorDef(name=obj.name, node_selector=dict(labels),
                                      gpu_memory_gib=gpu_mem))

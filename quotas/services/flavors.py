@@ -16,11 +16,7 @@ from quotas.services.tree import (
 
 
 def _check_flavor_fields(data: Mapping[str, Any]) -> None:
-    selector = data.get("node_selector", {})
-    if not isinstance(selector, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
-    ):
-        raise ValidationError("node_selector must map label names to string values")
+    # Labels are checked by Flavor.clean (in full_clean), as in the admin's forms.
     gpu_mem = data.get("gpu_memory_gib")
     if gpu_mem is not None and (isinstance(gpu_mem, bool) or not isinstance(gpu_mem, int)
                                 or gpu_mem <= 0):

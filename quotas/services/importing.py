@@ -26,6 +26,7 @@ from quotas.services.tree import (
     _write_quota,
     default_namespace,
     lock_tree,
+    to_decimal,
     tree_check,
 )
 from quotas.tree_rules import QueueSpec
@@ -92,6 +93,9 @@ def _tree_replace(
         for part in d.path.split("/"):
             _check_name(part, f"{d.path}: queue name")
         _check_strategy(d.strategy, d.path)
+        for (fname, resource), spec in d.quota.items():  # numbers the columns can hold
+            for name in ("min", "max", "lendable"):
+                to_decimal(getattr(spec, name), f"{d.path}: {fname}/{resource}: {name}")
         by_path[d.path] = d
     flavor_defs = list(flavors)
     known = _flavor_map()

@@ -49,7 +49,7 @@ def default_namespace(path: str) -> str:
 
 
 def _check_name(name: str, what: str = "queue name") -> None:
-    if not isinstance(name, str) or not DNS_LABEL.match(name) or len(name) > 63:
+    if not isinstance(name, str) or not DNS_LABEL.fullmatch(name) or len(name) > 63:
         raise ValidationError(
             f"{what} {name!r} is not a DNS-1123 label (lowercase letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters)"

@@ -11,12 +11,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from core.labels import labels_problems
 from scheduling.request.lookups import SubmitLookups
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 # A submission's limits, checked here and shown by the form and the API schema (which read
@@ -92,7 +90,7 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
     name = data.get("name")
     if not isinstance(name, str) or not name:
         errors["name"] = ["required: a DNS-safe name (lowercase letters, digits, '-')"]
-    elif not DNS_LABEL.match(name):
+    elif not DNS_LABEL.fullmatch(name):
         errors["name"] = [f"{name!r} is not DNS-safe: use at most {MAX_NAME} lowercase letters, "
                           "digits and '-', starting and ending with a letter or digit"]
     clean["name"] = name
@@ -131,13 +129,15 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
 
     for text_field, limit in (("image", MAX_IMAGE), ("dataset", MAX_DATASET)):
         value = data.get(text_field) or ""
-        if not isinstance(value, str) or len(value) > limit:
-            errors[text_field] = [f"must be text of at most {limit} characters"]
+        if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+            errors[text_field] = [f"must be text of at most {limit} characters (no NUL)"]
         clean[text_field] = value
 
     command = data.get("command") or []
-    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
-        errors["command"] = ["must be a list of strings"]
+    if not isinstance(command, list) or not all(
+        isinstance(c, str) and "\x00" not in c for c in command
+    ):
+        errors["command"] = ["must be a list of strings (no NUL characters)"]
     clean["command"] = command
 
     clean["duration_hint_s"] = None
@@ -157,13 +157,9 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
     clean["topology"] = dict(topology) if isinstance(topology, Mapping) else {}
 
     labels = data.get("labels") or {}
-    if not isinstance(labels, Mapping) or not all(
-        isinstance(k, str) and LABEL_KEY.match(k) and isinstance(v, str)
-        and len(v) <= MAX_LABEL_VALUE
-        for k, v in labels.items()
-    ):
-        errors["labels"] = [
-            f"must map label keys to strings of at most {MAX_LABEL_VALUE} characters"]
+    problems = labels_problems(labels)
+    if problems:
+        errors["labels"] = problems
     clean["labels"] = dict(labels) if isinstance(labels, Mapping) else {}
 
     clean["pods"] = _validate_pods(data.get("pods"), lk.flavors, errors)

@@ -24,6 +24,8 @@ class Command(BaseCommand):
             stop = hour_floor(datetime.fromisoformat(end)) if end else hour + timedelta(hours=1)
         except ValueError as exc:
             raise CommandError(f"bad time: {exc}") from exc
+        except OverflowError as exc:  # the hour after the last one a datetime can hold
+            raise CommandError(f"time out of range ({start} to {end}): {exc}") from exc
         if hour.tzinfo is None or stop.tzinfo is None:
             raise CommandError("times must carry a timezone (e.g. Z or +00:00)")
         while hour < stop:

@@ -42,6 +42,45 @@ def test_flavor_bad_input_and_update(clients):
                                  format="json").status_code == 403
 
 
+def test_flavor_node_selector_and_interconnect_are_kubernetes_labels(clients):
+    admin = clients["admin"]
+    response = admin.post("/api/v1/flavors", {
+        "name": "h100", "node_selector": {"gpu\x00": "h100"}}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"detail": "NUL character (U+0000) in a key of node_selector "
+                                         "('gpu\\x00'): text may not contain NUL"}
+    response = admin.post("/api/v1/flavors", {
+        "name": "h100", "node_selector": {"Example.com/gpu": "h100", "gpu": "h 100"},
+        "interconnect_label": "rack name"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["interconnect_label"] == [
+        "label key 'rack name' is not a Kubernetes label key (an optional DNS subdomain prefix "
+        "of at most 253 characters and '/', then a name of at most 63 letters, digits, '-', "
+        "'_' or '.', beginning and ending with a letter or digit)"]
+    assert response.json()["node_selector"] == [
+        "label key 'Example.com/gpu': prefix 'Example.com' is not a DNS subdomain (an "
+        "optional DNS subdomain prefix of at most 253 characters and '/', then a name of at "
+        "most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or "
+        "digit)",
+        "label 'gpu': value 'h 100' is not a Kubernetes label value (empty, or at most 63 "
+        "letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)"]
+    response = admin.patch("/api/v1/flavors/a100-80g", {"interconnect_label": "rack name"},
+                           format="json")
+    assert response.status_code == 400 and "interconnect_label" in response.json()
+    assert not Flavor.objects.filter(name="h100").exists()
+
+
+def test_flavor_service_refuses_nul_in_a_selector_key(org):
+    from django.core.exceptions import ValidationError
+
+    from quotas.services import flavor_create
+
+    with pytest.raises(ValidationError) as caught:
+        flavor_create(name="h100", node_selector={"gpu\x00": "h100"})
+    assert caught.value.message_dict == {
+        "node_selector": ["label key 'gpu\\x00' contains a NUL character"]}
+
+
 def test_clusters_capacity_per_flavor(clients):
     response = clients["researcher"].get("/api/v1/clusters")
     assert response.status_code == 200

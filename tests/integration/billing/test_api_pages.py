@@ -207,3 +207,76 @@ def test_workload_cost_page_and_api_for_its_team_only(client, world, billed):
     assert page.status_code == 200 and "18.80 EUR" in text and "no telemetry" in text
     assert "GPU-hours frozen" in text
     assert client.get(reverse("billing-workload", args=[theirs.pk])).status_code == 404
+
+
+def test_usage_api_names_the_bad_date_and_its_value(world):
+    client = api(world["user"])
+    bad = client.get("/api/v1/usage", {"from": "2026-02-30"})
+    assert bad.status_code == 400
+    assert bad.json() == {"from": ["'2026-02-30' is not a date (YYYY-MM-DD)"]}
+    bad = client.get("/api/v1/usage", {"from": "0000-01-01", "to": "yesterday"})
+    assert bad.status_code == 400
+    assert bad.json()["from"] == ["'0000-01-01' is not a date (YYYY-MM-DD)"]
+    assert bad.json()["to"][0].startswith("'yesterday': Datetime has wrong format")
+    bad = client.get("/api/v1/usage", {"to": "9999-12-31"})
+    assert bad.json() == {"to": ["9999-12-31 is out of range: a date from 1970-01-01 to "
+                                 "9998-12-31"]}
+    assert client.get("/api/v1/usage", {"from": "2026-02-28", "to": "2026-03-01"}).json()[
+        "from"] == "2026-02-28T00:00:00Z"
+
+
+def test_invoice_month_must_be_a_month(world):
+    admin = api(AdminFactory())
+    for month, message in (
+        ("2026-13", "'2026-13' is not a month (YYYY-MM, MM from 01 to 12)"),
+        ("2026-00", "'2026-00' is not a month (YYYY-MM, MM from 01 to 12)"),
+        ("26-1", "'26-1' is not a month (YYYY-MM, MM from 01 to 12)"),
+        ("0000-01", "0000-01 is out of range: a month from 1970-01 to 9998-12"),
+        ("9999-12", "9999-12 is out of range: a month from 1970-01 to 9998-12"),
+    ):
+        resp = admin.post("/api/v1/invoices", {"cost_center": "rd", "month": month},
+                          format="json")
+        assert resp.status_code == 400, month
+        assert resp.json() == {"month": [message]}
+    resp = admin.post("/api/v1/invoices", {"cost_center": "rd", "month": "9998-12"},
+                      format="json")
+    assert resp.status_code == 400 and "is not over yet" in resp.json()["detail"]
+
+
+def test_a_second_budget_for_a_period_is_a_400_naming_the_first(world):
+    admin = api(AdminFactory())
+    first = admin.post("/api/v1/budgets", {"cost_center": "rd", "amount": "10.00"},
+                       format="json")
+    assert first.status_code == 201
+    dup = admin.post("/api/v1/budgets", {"cost_center": "rd", "amount": "20.00"},
+                     format="json")
+    assert dup.status_code == 400
+    assert dup.json() == {"period": [
+        f"cost center rd already has a monthly budget (#{first.json()['id']}, 10.00 EUR): "
+        "one per cost center and period"]}
+    twice = admin.post("/api/v1/budgets", {
+        "cost_center": "rd", "period": "weekly", "amount": "5",
+        "thresholds": [{"percent": 80, "action": "notify"}, {"percent": 80, "action": "notify"}],
+    }, format="json")
+    assert twice.status_code == 400
+    assert twice.json() == {"thresholds": ["80% notify is listed twice"]}
+    assert [b["period"] for b in admin.get("/api/v1/budgets").json()] == ["monthly"]
+
+
+@pytest.mark.parametrize("params, error", [
+    ({"to": "9999-12-31"}, "to: 9999-12-31 is out of range: a date from 1970-01-01 to "
+                           "9998-12-31"),
+    ({"from": "2026-02-30"}, "from: &#x27;2026-02-30&#x27; is not a date (YYYY-MM-DD)"),
+])
+def test_cost_page_shows_a_bad_date_as_a_400(client, world, params, error):
+    client.force_login(world["user"])
+    page = client.get(reverse("billing-overview"), params)
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
+    assert error in page.content.decode()
+
+
+def test_reconciliation_page_shows_a_bad_day_as_a_400(client, world):
+    client.force_login(AdminFactory())
+    page = client.get(reverse("billing-reconciliation"), {"day": "2026-13-01"})
+    assert page.status_code == 400
+    assert "day: &#x27;2026-13-01&#x27; is not a date (YYYY-MM-DD)" in page.content.decode()

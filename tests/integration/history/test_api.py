@@ -90,6 +90,8 @@ def test_paginated_like_the_other_lists(edits):
     ({"type": "workload"}, "type"),
     ({"source": "cli"}, "source"),
     ({"since": "2026-12-02", "until": "2026-12-01"}, "until"),
+    ({"until": "9999-12-31"}, "until"),
+    ({"object": "queue:\u00b2"}, "object"),
 ])
 def test_bad_filters_are_400_naming_the_field(org, params, field):
     r = api_for(org.admin).get("/api/v1/history", params)

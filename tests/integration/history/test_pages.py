@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.history import Source, history_context
+from portal.history.kinds import BY_KEY
 from quotas.services import flavor_update, quota_set
 from scheduling.models import Node
 
@@ -157,3 +158,11 @@ def test_a_section_for_a_queue_the_user_may_not_see_is_empty(client, edits):
     html = page(client, edits.alice,
                 f"{reverse('history-section')}?object=queue:{edits.nlp.pk}&hide=queue")
     assert "rd/nlp" not in html and "4 GPUs → 6 GPUs" not in html
+
+
+def test_a_section_of_an_unknown_type_is_a_400(client, edits):
+    client.force_login(edits.admin)
+    response = client.get(reverse("history-section"), {"type": ["queue", "workload"]})
+    assert response.status_code == 400
+    assert response.content.decode() == (
+        "unknown type(s) 'workload': one of " + ", ".join(BY_KEY))

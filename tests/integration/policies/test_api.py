@@ -128,3 +128,19 @@ def test_policies_are_in_the_openapi_schema(admin_api):
                  "/api/v1/policy-approvals"):
         assert path in paths, path
     assert set(paths["/api/v1/policies"]) >= {"get", "post"}
+
+
+def test_order_is_bounded(admin_api):
+    for order, message in ((2**31, "Ensure this value is less than or equal to 1000000."),
+                           (-(2**31) - 1, "Ensure this value is greater than or equal to "
+                                          "-1000000.")):
+        response = admin_api.post("/api/v1/policies", {**H100, "order": order}, format="json")
+        assert response.status_code == 400
+        assert response.json() == {"order": [message]}
+    assert not Policy.objects.exists()
+    checked = admin_api.post("/api/v1/policies/validate",
+                             {"policy": {**H100, "order": 10**12}}, format="json").json()
+    assert checked == {"valid": False, "errors": {
+        "order": ["order 1000000000000 is out of range: from -1000000 to 1000000"]}}
+    created = admin_api.post("/api/v1/policies", {**H100, "order": -1_000_000}, format="json")
+    assert created.status_code == 201 and created.json()["order"] == -1_000_000

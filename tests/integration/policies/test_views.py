@@ -125,3 +125,9 @@ def test_new_and_edit_pages_render_with_htmx_hooks(admin_client, org):
     assert 'hx-post="/policies/gpu-cap/replay/"' in html
     assert "What would this have denied in the last 7 days?" in html
     assert "request.gpus &lt;= 16" in html and "v1 ·" in html
+
+
+def test_order_out_of_range_is_a_form_error(admin_client):
+    page = admin_client.post("/policies/new/", form(order=str(2**31)))
+    assert "Ensure this value is less than or equal to 1000000." in page.content.decode()
+    assert not Policy.objects.exists()

@@ -217,3 +217,26 @@ def test_revert_that_would_break_the_tree_is_held_and_said_once(org):
     failed = [e for e in req.events.all() if e.type == "revert_failed"]
     assert len(failed) == 1
     assert "rd/vision: a100-80g/gpu: children's min 12 > min 8" in failed[0].message
+
+
+@pytest.mark.django_db
+def test_min_and_max_are_each_optional_but_not_both(org):
+    """API.md's body names both; either may be left out (unchanged), not both."""
+    alice = api_for(org.alice)
+    data = body(max=40)
+    del data["min"]
+    r = alice.post(URL, data, format="json")
+    assert r.status_code == 201, r.content
+    assert r.json()["min"] is None and r.json()["max"] == 40
+    assert "min 8 (unchanged), max 32 -> 40" in r.json()["events"][0]["message"]
+    data = body(min=12)
+    del data["max"]
+    r = alice.post(URL, data, format="json")
+    assert r.status_code == 201, r.content
+    assert r.json()["min"] == 12 and r.json()["max"] is None
+    data = body()
+    del data["min"], data["max"]
+    r = alice.post(URL, data, format="json")
+    assert r.status_code == 400
+    assert r.json() == {"min": ["give a new min, a new max, or both"]}
+    assert CapacityRequest.objects.count() == 2

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from quotas.capacity.services import capacity_request_submit
-from quotas.models import QuotaEntry
+from quotas.models import Queue, QuotaEntry
 from scheduling.models import Admission, Workload
 from tests.factories import PASSWORD, workloads_set_state
 from tests.integration.portal.conftest import pod_rows, submit
@@ -239,6 +239,28 @@ def test_tree_editor_checks_before_saving_and_saves(client, org):
     assert "rd/vision" in html and "rd/nlp" not in html and "<input" not in html.split(
         "<table")[1]
     assert alice.post("/queues/", {name: "1"}).status_code == 403
+
+
+def test_tree_editor_refuses_numbers_the_column_cannot_hold(client, org):
+    admin = login(client, org.admin)
+    cell = f"c|{org.vision.pk}|a100-80g|gpu|max"
+    for value, says in (("1e309", "1e309 is larger than 99999999999.999"),
+                        ("99999999999999999999999",
+                         "99999999999999999999999 is larger than 99999999999.999"),
+                        ("1.0001", "1.0001 has more than 3 decimal places")):
+        r = admin.post("/queues/", {cell: value})
+        assert r.status_code == 400
+        assert f"rd/vision: a100-80g/gpu: max: {says}" in r.content.decode()
+    assert QuotaEntry.objects.get(queue=org.vision).max == Decimal(32)
+
+
+def test_adding_a_queue_under_a_parent_that_is_no_queue_is_refused(client, org):
+    admin = login(client, org.admin)
+    for parent in ("2026-02-30", "\u00b2", "999999"):
+        r = admin.post("/queues/add/", {"parent": parent, "name": "extra"}, follow=True)
+        assert f"Queue not added: no parent queue with id &#x27;{parent}&#x27;" in (
+            r.content.decode())
+    assert not Queue.objects.filter(name="extra").exists()
 
 
 def test_fleet_and_cluster_pages(client, org, priority_classes):

@@ -82,3 +82,10 @@ def test_policies_test_unreadable_file_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         call_command("policies_test", str(tmp_path))
     assert info.value.code == 2
+
+
+def test_check_fields_bounds_the_order():
+    base = {"name": "x", "kind": "validate", "rule": "true"}
+    assert check_fields({**base, "order": 1_000_000}) == {}
+    assert check_fields({**base, "order": 2**31}) == {
+        "order": ["order 2147483648 is out of range: from -1000000 to 1000000"]}

@@ -32,6 +32,14 @@ pytestmark = pytest.mark.django_db
          "pods[0].cpu", "-2 < 0"),
         ({"termination_grace_s": 7200}, "termination_grace_s", "7200 > 3600"),
         ({"topology": {"same": "zone"}}, "topology", "only"),
+        ({"name": "resnet\n"}, "name", "not DNS-safe"),
+        ({"labels": {"team\x00": "vision"}}, "labels",
+         "label key 'team\\x00' contains a NUL character"),
+        ({"labels": {"team": "vi\x00sion"}}, "labels", "contains a NUL character"),
+        ({"labels": {"Example.com/team": "x"}}, "labels", "is not a DNS subdomain"),
+        ({"labels": {"team": "a b"}}, "labels", "is not a Kubernetes label value"),
+        ({"image": "registry.local/x\x00"}, "image", "no NUL"),
+        ({"command": ["python", "\x00"]}, "command", "no NUL"),
     ],
 )
 def test_malformed_submission_names_the_field_and_saves_nothing(world, change, field, text):
