@@ -49,3 +49,28 @@ def test_a_failing_statement_on_a_live_connection_is_still_a_500(monkeypatch):
     monkeypatch.setattr(selectors, "workload_list", deadlock)
     with pytest.raises(OperationalError, match="deadlock"):
         client.get("/api/v1/workloads")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_connection_the_database_dropped_is_replaced_before_the_next_request():
+    """A web thread's kept connection (CONN_MAX_AGE) that a database restart dropped: the next
+    request gets a new one instead of a 503."""
+    import psycopg
+
+    client = client_for(UserFactory(username="alice"))
+    max_age = connection.settings_dict["CONN_MAX_AGE"]
+    connection.close()
+    connection.settings_dict["CONN_MAX_AGE"] = 60
+    try:
+        assert client.get("/api/v1/workloads").status_code == 200
+        pid = connection.connection.info.backend_pid
+        s = connection.settings_dict
+        with psycopg.connect(host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432,
+                             user=s["USER"] or "postgres", password=s["PASSWORD"] or None,
+                             dbname=s["NAME"], autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        connection.close_if_unusable_or_obsolete()  # what each request starts with
+        assert client.get("/api/v1/workloads").status_code == 200
+    finally:
+        connection.close()
+        connection.settings_dict["CONN_MAX_AGE"] = max_age
