@@ -50,8 +50,11 @@ class UsageQuery(serializers.Serializer):
         for key in ("start", "to"):
             value = data.get(key)
             if isinstance(value, str) and len(value) == 10:
-                data[key] = datetime.combine(date.fromisoformat(value), time(),
-                                             tzinfo=UTC).isoformat()
+                try:
+                    day = date.fromisoformat(value)
+                except ValueError:
+                    continue  # not a date: the DateTimeField refuses it, naming the field
+                data[key] = datetime.combine(day, time(), tzinfo=UTC).isoformat()
         return super().to_internal_value(data)
 
 
