@@ -57,6 +57,7 @@ class Faults:
     db_down: list[tuple[float, float]] = field(default_factory=list)  # monotonic (down, up)
     broker_down: list[tuple[float, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    worker_exits: list[dict] = field(default_factory=list)  # not killed by the suite
 
 
 def fault_schedule(stack: Stack, plan: Plan, start: float, faults: Faults) -> None:
@@ -107,9 +108,7 @@ def drain(stack: Stack, plan: Plan) -> tuple[Record, dict[str, int], list[str]]:
     from tests.chaos.invariants import leftovers
 
     connections.close_all()
-    for name, worker in list(stack.workers.items()):
-        if not stack.worker_alive(name):
-            stack.worker_start(name, beat=worker.beat)
+    stack.restarts_join()  # every worker alive again (the supervisor restarts the others)
     record = Record()
     started = time.monotonic()
     deadline = started + plan.settle_s
@@ -149,7 +148,7 @@ def figures(plan: Plan, record: Record, drained: Record, faults: Faults, history
             fuzz: list[Any]) -> dict[str, Any]:
     failures = record.failures + drained.failures
     during = [a for a in failures if in_outage(a.at, a.took, faults.db_down)]
-    outside = [a for a in failures if a not in during]
+    outside = [a for a in failures if not in_outage(a.at, a.took, faults.db_down)]
     errors_500 = [a for a in failures if a.status == 500]
     statuses = {f"{op} {status or 'no answer'}": n for (op, status), n in sorted(
         (record.statuses + drained.statuses).items())}
@@ -162,7 +161,9 @@ def figures(plan: Plan, record: Record, drained: Record, faults: Faults, history
         "answers during database outages": _count(during),
         "slowest answer s": round(record.slowest(), 2),
         "slowest answer during broker outages s": round(record.slowest(faults.broker_down), 2),
-        "faults": {"kills": faults.kills,
+        # Workers that exited by themselves (the supervisor restarted them): a finding.
+        "worker exits": len(faults.worker_exits),
+        "faults": {"kills": faults.kills, "worker exits": faults.worker_exits,
                    "db outages s": [round(u - d, 1) for d, u in faults.db_down],
                    "broker outages s": [round(u - d, 1) for d, u in faults.broker_down],
                    "errors": faults.errors},
@@ -280,6 +281,10 @@ def exercise(stack: Stack, plan: Plan, users: Any, args: Any, phases: Phases) ->
     stop, seen, samples = threading.Event(), [], {"samples": 0, "skipped": 0}
     sampler = threading.Thread(target=sample_capacity, args=(stop, seen, samples))
     sampler.start()
+    unsupervised, exits = threading.Event(), []
+    supervisor = threading.Thread(target=stack.supervise,
+                                  args=(unsupervised, exits, time.monotonic()))
+    supervisor.start()
     injector = threading.Thread(target=fault_schedule,
                                 args=(stack, plan, time.monotonic(), faults))
     injector.start()
@@ -293,7 +298,12 @@ def exercise(stack: Stack, plan: Plan, users: Any, args: Any, phases: Phases) ->
     phases.done("load and faults")
     print(f"load done: {len(record.created)} created, {len(record.cancelled)} cancelled; "
           "settling", flush=True)
-    drained, left, passes = drain(stack, plan)
+    try:
+        drained, left, passes = drain(stack, plan)
+    finally:
+        unsupervised.set()
+        supervisor.join()
+    faults.worker_exits = exits
     phases.done("settle")
     with contextlib.suppress(Exception):
         seen.extend(capacity_violations())

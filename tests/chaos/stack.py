@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class Stack:
     worker_logs: list[Path] = field(default_factory=list)  # of every worker started
     background: ThreadPoolExecutor = field(default_factory=ThreadPoolExecutor)
     restarts: list[Future] = field(default_factory=list)
+    restarting: set[str] = field(default_factory=set)  # killed by the suite, or being restarted
     users: Users | None = None
 
     # --- start and stop --------------------------------------------------------------------
@@ -108,6 +110,8 @@ class Stack:
             [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi", "-b",
              f"127.0.0.1:{self.port}", *WEB_OPTIONS.split(), "--backlog", "2048",
              "--timeout", "60", "--log-level", "warning",
+             # Longer than a client's pause, so no request meets a keep-alive being closed.
+             "--keep-alive", "10",
              "--access-logfile", str(self.logs / "access.log"),
              "--access-logformat", "%(s)s %(m)s %(U)s"],
             cwd=ROOT, env=env, stdout=(self.logs / "web.log").open("ab"),
@@ -176,32 +180,64 @@ class Stack:
 
     def kill_worker_mid_cycle(self, *, wait_s: float = 10.0, down_s: float = 1.0) -> dict:
         """SIGKILL the whole worker (pool, beat) that holds the scheduling lock, as soon as
-        one does (within `wait_s`; otherwise the first live worker); it is started again
-        `down_s` later, in the background (`restarts_join` waits for it)."""
+        one does (within `wait_s`; otherwise a live worker); it is started again `down_s`
+        later, in the background (`restarts_join` waits for it)."""
         holder, deadline = None, time.monotonic() + wait_s
         while holder is None and time.monotonic() < deadline:
             with contextlib.suppress(psycopg.Error):
                 holder = self.lock_holder()
             if holder is None:
                 time.sleep(0.01)
-        name = holder if holder in self.workers else next(
-            n for n in self.workers if self.worker_alive(n))
+        if not self._alive():
+            self.restarts_join()  # none to kill: wait for the restarts under way
+        alive = self._alive()
+        name = holder if holder in alive else next(iter(alive), None)
+        if name is None:
+            return {"worker": None, "mid_cycle": False, "skipped": "no live worker"}
+        self.restarting.add(name)
         worker = self.workers[name]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(worker.proc.pid, signal.SIGKILL)
         worker.proc.wait(timeout=10)
+        self._restart(name, after_s=down_s)
+        return {"worker": name, "mid_cycle": name == holder}
+
+    def _alive(self) -> list[str]:
+        return [n for n in self.workers if self.worker_alive(n) and n not in self.restarting]
+
+    def _restart(self, name: str, *, after_s: float) -> None:
+        beat = self.workers[name].beat
 
         def restart() -> None:
-            time.sleep(down_s)
-            self.worker_start(name, beat=worker.beat)
+            try:
+                time.sleep(after_s)
+                self.worker_start(name, beat=beat)
+            finally:
+                self.restarting.discard(name)
 
+        self.restarting.add(name)
         self.restarts.append(self.background.submit(restart))
-        return {"worker": name, "mid_cycle": holder is not None}
+
+    def supervise(self, stop: threading.Event, exits: list[dict], started: float) -> None:
+        """As a process supervisor would: a worker that exited by itself (not killed by the
+        suite) is recorded, with the last critical line of its log, and started again."""
+        while not stop.wait(0.5):
+            for name, worker in list(self.workers.items()):
+                if name in self.restarting or self.worker_alive(name):
+                    continue
+                critical = [line for line in worker.tail(400).splitlines()
+                            if "CRITICAL" in line or "Unrecoverable" in line]
+                exits.append({"worker": name, "at s": round(time.monotonic() - started, 1),
+                              "exit code": worker.proc.returncode,
+                              "why": critical[-1][:300] if critical else worker.tail(3)})
+                self._restart(name, after_s=0.0)
 
     def restarts_join(self) -> list[str]:
         """Wait for the restarts under way; the errors of those that failed."""
-        errors = [repr(f.exception()) for f in self.restarts if f.exception() is not None]
-        self.restarts.clear()
+        waited = list(self.restarts)
+        errors = [repr(f.exception()) for f in waited if f.exception() is not None]
+        for future in waited:
+            self.restarts.remove(future)
         return errors
 
     def broker_outage(self, seconds: float) -> None:

@@ -48,6 +48,8 @@ def test_faults_under_load_lose_nothing_and_break_no_invariant(tmp_path):
     assert figures["schemathesis 5xx"] == {"admin": 0, "researcher": 0}
     # It did exercise what it claims to: work submitted and cancelled, faults injected.
     assert figures["submitted (201)"] > 0 and figures["cancelled (200, load)"] > 0
-    assert len(figures["faults"]["kills"]) == 2 and not figures["faults"]["errors"]
+    kills = figures["faults"]["kills"]
+    assert len(kills) == 2 and all(k["worker"] for k in kills), kills
+    assert not figures["faults"]["errors"]
     assert figures["faults"]["db outages s"] and figures["faults"]["broker outages s"]
     assert min(figures["schemathesis requests"].values()) > 0
