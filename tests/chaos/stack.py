@@ -168,26 +168,36 @@ class Stack:
 
     # --- faults ----------------------------------------------------------------------------
 
-    def lock_holder(self) -> str | None:
+    def lock_holder(self, conn: psycopg.Connection) -> str | None:
         """The name of the worker holding the scheduling lock now (mid-cycle), if any."""
-        with psycopg.connect(self.pg.url(DB), autocommit=True, connect_timeout=2) as conn:
-            row = conn.execute(
-                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a "
-                "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-                "AND ((l.classid::bigint << 32) | l.objid::bigint) = %s "
-                "AND a.application_name LIKE 'chaos-w%%'", (LOCK_KEY,)).fetchone()
+        row = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a "
+            "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND ((l.classid::bigint << 32) | l.objid::bigint) = %s "
+            "AND a.application_name LIKE 'chaos-w%%'", (LOCK_KEY,)).fetchone()
         return None if row is None else str(row[0])
 
-    def kill_worker_mid_cycle(self, *, wait_s: float = 10.0, down_s: float = 1.0) -> dict:
+    def _wait_for_holder(self, wait_s: float) -> str | None:
+        """Poll (one connection, every few ms) until a worker holds the scheduling lock."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                with psycopg.connect(self.pg.url(DB), autocommit=True,
+                                     connect_timeout=2) as conn:
+                    while time.monotonic() < deadline:
+                        holder = self.lock_holder(conn)
+                        if holder is not None:
+                            return holder
+                        time.sleep(0.002)
+            except psycopg.Error:
+                time.sleep(0.2)  # the database is down: try again until the deadline
+        return None
+
+    def kill_worker_mid_cycle(self, *, wait_s: float = 20.0, down_s: float = 1.0) -> dict:
         """SIGKILL the whole worker (pool, beat) that holds the scheduling lock, as soon as
         one does (within `wait_s`; otherwise a live worker); it is started again `down_s`
         later, in the background (`restarts_join` waits for it)."""
-        holder, deadline = None, time.monotonic() + wait_s
-        while holder is None and time.monotonic() < deadline:
-            with contextlib.suppress(psycopg.Error):
-                holder = self.lock_holder()
-            if holder is None:
-                time.sleep(0.01)
+        holder = self._wait_for_holder(wait_s)
         if not self._alive():
             self.restarts_join()  # none to kill: wait for the restarts under way
         alive = self._alive()
