@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export DATABASE_URL_TEST ?= postgres://postgres@127.0.0.1:5432/allot
 export REDIS_URL_TEST ?= redis://127.0.0.1:6379/0
 
-.PHONY: run test lint bench venv venv-dev clean
+.PHONY: run test lint bench chaos venv venv-dev clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ test: venv-dev lint
 ## make bench: the benchmarks that print the figures.
 bench: venv-dev
 	bash scripts/bench.sh
+
+## make chaos: the fault and load suite, full size (docs/faults.md): 200 clients for 2 minutes
+##   while workers are killed mid-cycle and the broker and the database go down, on a throwaway
+##   PostgreSQL and Redis; then the invariants and schemathesis. `make test` runs its short version.
+chaos: venv-dev
+	$(PY) -m tests.chaos.run
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

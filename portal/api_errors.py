@@ -1,4 +1,5 @@
-"""API errors as API.md says: JSON bodies; 401 for anonymous callers; 404 for foreign objects.
+"""API errors as API.md says: JSON bodies; 401 for anonymous callers; 404 for foreign objects;
+503 while the database cannot be reached.
 
 DRF answers what it raises itself; this adds Django's own request errors (a body over
 DATA_UPLOAD_MAX_MEMORY_SIZE: 413; too many form fields: 400), services' ValidationErrors (400)
@@ -12,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 from rest_framework import status
 from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
@@ -27,8 +28,14 @@ UNAVAILABLE = "the database is unavailable; try again shortly"
 
 
 def database_unavailable(exc: BaseException | None) -> bool:
-    """A lost or refused database connection (or a statement it cancelled): worth a retry."""
-    return isinstance(exc, OperationalError | InterfaceError)
+    """Whether `exc` says the database cannot be reached (no connection could be made, or the
+    one in use was lost), as opposed to a statement that failed on a live connection (a
+    deadlock, a constraint: a bug, left to answer 500)."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    raw = connection.connection
+    return raw is None or bool(getattr(raw, "closed", False)) or bool(
+        getattr(raw, "broken", False))
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -147,6 +147,11 @@ DATABASES = {
 if env.str("TEST_DATABASE_NAME", default=""):
     DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME")}
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
+# A persistent connection (CONN_MAX_AGE > 0) is checked before its first use in each request
+# (one `SELECT 1`), so one the server dropped (a database restart, a failover) is replaced
+# instead of failing the first request each web thread serves after it.
+DATABASES["default"].setdefault("CONN_HEALTH_CHECKS",
+                                env.bool("CONN_HEALTH_CHECKS", default=True))
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # psycopg prepares only statements sent through server-binding cursors: the few fixed
     # statements of hot paths (core.db.hot_cursor), prepared once per connection.

@@ -6,7 +6,8 @@ tasks are registered when Django starts (`SchedulingConfig.ready`).
 
 Only nudges go through here, and they never raise: what must reach a cluster (deletes,
 suspends, dispatch passes) is an outbox row written with the state change
-(`scheduling/outbox.py`), which the nudge merely hurries.
+(`scheduling/outbox.py`), which the nudge merely hurries. Nor do they retry a publish the
+broker refused: they run in the request after its commit, and the beat does the work anyway.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from celery import current_app
 logger = logging.getLogger(__name__)
 
 
+# A publish the broker refused is not tried again (Celery's default tries 3 more times over
+# about 0.6 s, which a request would wait for).
+_ONE_ATTEMPT = {"max_retries": 0}
+
+
 def _task(name: str) -> Any:
     return current_app.tasks[name]
 
@@ -31,7 +37,7 @@ def outbox_nudge() -> None:
     Never raises: a broker error is logged, and the beat's delivery pass sends them anyway.
     """
     try:
-        _task("scheduling.outbox_deliver").apply_async(expires=30)
+        _task("scheduling.outbox_deliver").apply_async(expires=30, retry_policy=_ONE_ATTEMPT)
     except Exception:
         logger.warning("could not nudge the outbox delivery; the beat will deliver it",
                        exc_info=True)
@@ -66,7 +72,8 @@ def cycle_nudge() -> None:
     _next_nudge_eta = now + _NUDGE_WINDOW_S
     try:
         _task("scheduling.cycle").apply_async(kwargs={"nudged": True},
-                                              countdown=_NUDGE_WINDOW_S, expires=10)
+                                              countdown=_NUDGE_WINDOW_S, expires=10,
+                                              retry_policy=_ONE_ATTEMPT)
     except Exception:
         logger.warning("could not nudge the scheduling cycle; the beat will run it",
                        exc_info=True)

@@ -23,9 +23,10 @@ class CapacityRequestInput(serializers.Serializer):
     queue = serializers.CharField(help_text="Queue path, e.g. rd/vision")
     flavor = serializers.CharField(help_text="Flavor (GPU model) name, e.g. a100-80g")
     resource = serializers.ChoiceField(choices=Resource.choices, default=Resource.GPU)
-    min = serializers.DecimalField(max_digits=14, decimal_places=3, required=False,
+    # Left out: as null (unchanged), so the service names what is missing.
+    min = serializers.DecimalField(max_digits=14, decimal_places=3, default=None,
                                    allow_null=True, min_value=0)
-    max = serializers.DecimalField(max_digits=14, decimal_places=3, required=False,
+    max = serializers.DecimalField(max_digits=14, decimal_places=3, default=None,
                                    allow_null=True, min_value=0)
     justification = serializers.CharField()
     starts_at = serializers.DateTimeField(required=False, allow_null=True)

@@ -41,10 +41,12 @@ def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = Non
 
     Under the scheduling lock: a cycle in flight read the workload before this cancel and
     would write its earlier decision (an admission, a preemption) over it, so the cancel waits
-    for that cycle to end, and the next cycle reads it cancelled.
+    for that cycle to end, and the next cycle reads it cancelled. Its time is read once the
+    lock is held, so the cancel comes after what that cycle wrote (an admission it ends would
+    otherwise end before it began).
     """
-    now = now or timezone.now()
     with scheduling_lock(wait=True):
+        now = now or timezone.now()
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         if not user_may_manage(user, workload):
             raise PermissionDenied("only the owner, a lead of its team or an admin may cancel "

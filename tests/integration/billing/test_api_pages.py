@@ -78,6 +78,11 @@ def test_usage_api_rejects_bad_input(world):
     assert client.get("/api/v1/usage", {"group_by": "colour"}).status_code == 400
     bad = client.get("/api/v1/usage", {"from": "2026-03-02", "to": "2026-03-01"})
     assert bad.status_code == 400 and "must be after" in bad.json()["to"][0]
+    # Ten characters that are not a date: a 400 naming the field, not a 500.
+    for key in ("from", "to"):
+        bad = client.get("/api/v1/usage", {key: "2026-13-45"})
+        assert bad.status_code == 400, bad.content
+        assert "Datetime has wrong format" in bad.json()["start" if key == "from" else "to"][0]
     assert APIClient().get("/api/v1/usage").status_code == 401
 
 

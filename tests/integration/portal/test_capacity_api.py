@@ -115,6 +115,18 @@ def test_bad_input_is_400_with_field_errors(org, over, field, text):
 
 
 @pytest.mark.django_db
+def test_min_and_max_left_out_are_as_null(org):
+    neither = {k: v for k, v in body().items() if k not in ("min", "max")}
+    r = api_for(org.alice).post(URL, neither, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["min"] == ["give a new min, a new max, or both"]
+    assert CapacityRequest.objects.count() == 0
+    r = api_for(org.alice).post(URL, {**neither, "max": 40}, format="json")
+    assert r.status_code == 201, r.content
+    assert r.json()["min"] is None and r.json()["max"] == 40
+
+
+@pytest.mark.django_db
 def test_period_must_be_ordered(org):
     now = timezone.now()
     r = api_for(org.alice).post(URL, body(starts_at=(now + dt.timedelta(days=2)).isoformat(),

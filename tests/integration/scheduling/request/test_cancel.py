@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 
 from scheduling.backends.simulated.models import SimJob
 from scheduling.fleet.delivery import outbox_deliver
@@ -92,6 +93,50 @@ def test_a_cancel_during_a_cycle_waits_for_it_and_is_not_undone(settings):
     cycle_run(wait=True)
     w.refresh_from_db()
     assert w.state == WorkloadState.CANCELLED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_a_cancel_that_waited_for_a_cycle_is_stamped_after_it(settings):
+    """A cancel that asked while a cycle was starting and got the lock after it: its event and
+    the admission's end come after the admission, not before (an interval ending before it
+    began would be metered and shown as negative)."""
+    from scheduling.locks import scheduling_lock
+
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": False}
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=1)
+    w = workload_submit(user=world.alice, data=request("late"), nudge=False)
+    locked, cancel_waits = threading.Event(), threading.Event()
+
+    def cycle_holding_the_lock_first():
+        # The lock taken before the cancel asks for it; the cycle reads its clock after.
+        with scheduling_lock(wait=True):
+            locked.set()
+            assert cancel_waits.wait(20)
+            return cycle_run(wait=True)
+
+    cycles: list = []
+    cycle = in_thread(cycle_holding_the_lock_first, cycles)
+    assert locked.wait(20)
+    cancels: list = []
+    cancel = in_thread(lambda: workload_cancel(user=world.alice, workload=w), cancels)
+    for _ in range(200):  # until the cancel waits for the advisory lock
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                           "AND NOT granted")
+            if cursor.fetchone()[0]:
+                break
+        cancel.join(0.05)
+    cancel_waits.set()
+    cycle.join(20)
+    cancel.join(20)
+    assert cycles[0].admitted == [w.pk]
+    assert cancels and cancels[0].state == WorkloadState.CANCELLED
+    adm = Admission.objects.get(workload=w)
+    assert adm.end_reason == EndReason.CANCELLED
+    assert adm.ended_at >= adm.reserved_at, (adm.reserved_at, adm.ended_at)
+    events = dict(w.events.values_list("type", "at"))
+    assert events[EventType.CANCELLED] >= events[EventType.ADMITTED]
 
 
 @pytest.mark.django_db(transaction=True)
