@@ -127,6 +127,9 @@ def fetch_prepared(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     connection, in its current transaction; PostgreSQL (psycopg 3) only."""
     import psycopg  # noqa: PLC0415
 
+    # As Django's own cursors do: a kept connection the database dropped is replaced
+    # (CONN_HEALTH_CHECKS), not used to fail this request.
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
     start = time.perf_counter()
     with psycopg.Cursor(connection.connection) as cursor:

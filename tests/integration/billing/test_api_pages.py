@@ -82,7 +82,7 @@ def test_usage_api_rejects_bad_input(world):
     for key in ("from", "to"):
         bad = client.get("/api/v1/usage", {key: "2026-13-45"})
         assert bad.status_code == 400, bad.content
-        assert "Datetime has wrong format" in bad.json()["start" if key == "from" else "to"][0]
+        assert "2026-13-45" in bad.json()[key][0]
     assert APIClient().get("/api/v1/usage").status_code == 401
 
 

@@ -2,6 +2,7 @@
 HTML pages elsewhere; nothing half-saved."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from django.db import OperationalError
@@ -91,6 +92,9 @@ def test_a_database_outage_is_a_503_with_retry_after(org, monkeypatch):
     def down(*args, **kwargs):
         raise OperationalError("connection to server at 127.0.0.1 refused")
 
+    # As after a refused connection: none is open (the test's own stays, for its transaction).
+    monkeypatch.setattr("portal.api_errors.connection", SimpleNamespace(connection=None))
+
     monkeypatch.setattr("portal.authentication.HashedTokenAuthentication.authenticate", down)
     response = api_for(org.alice).get("/api/v1/queues")
     assert response.status_code == 503 and response["Retry-After"] == str(RETRY_AFTER_S)
@@ -118,7 +122,7 @@ def test_an_unexpected_error_under_api_is_a_json_500(org, monkeypatch):
         assert response.json() == {"detail": detail}
 
 
-def test_handlers_answer_json_for_the_api_and_html_for_pages(rf):
+def test_handlers_answer_json_for_the_api_and_html_for_pages(rf, monkeypatch):
     from django.core.exceptions import BadRequest, RequestDataTooBig
 
     from portal import errors
@@ -130,7 +134,8 @@ def test_handlers_answer_json_for_the_api_and_html_for_pages(rf):
     assert errors.bad_request(page, RequestDataTooBig()).status_code == 413
     assert errors.permission_denied(api, Exception()).status_code == 403
     assert errors.bad_request(page, BadRequest())["Content-Type"].startswith("text/html")
-    try:
+    monkeypatch.setattr("portal.api_errors.connection", SimpleNamespace(connection=None))
+    try:  # the server closed it
         raise OperationalError("server closed the connection unexpectedly")
     except OperationalError:
         outage = errors.server_error(api)
