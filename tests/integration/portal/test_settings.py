@@ -25,7 +25,11 @@ PRODUCTION = {
 def run(code_or_args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in {
         "DEBUG", "ALLOT_ENV", "SECRET_KEY", "CACHE_URL", "REDIS_URL", "PASSWORD_HASHERS",
-        "ALLOWED_HOSTS"} and not k.startswith(("SECURE_", "SESSION_", "CSRF_", "ALLOT_CSP"))}
+        "ALLOWED_HOSTS",
+        # Set by the browser tests in this process (Playwright runs an event loop); a
+        # deployment never has it, and check --deploy refuses it (async.E001).
+        "DJANGO_ALLOW_ASYNC_UNSAFE"}
+        and not k.startswith(("SECURE_", "SESSION_", "CSRF_", "ALLOT_CSP"))}
     return subprocess.run(
         [sys.executable, *code_or_args], cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={**clean, "DJANGO_SETTINGS_MODULE": "portal.settings", **env})
