@@ -173,25 +173,28 @@ def leaf_paths() -> dict[str, str]:
 
 # --- workers ----------------------------------------------------------------------------------
 
-def start_workers(n: int, concurrency: int, env: dict[str, str]) -> list[subprocess.Popen]:
+def start_workers(n: int, concurrency: int, env: dict[str, str], *, name: str = "bench",
+                  loglevel: str = "INFO", logs: Path | None = None) -> list[subprocess.Popen]:
+    """n Celery workers, the first with the beat; each logs to `logs`/NAME-worker-I.log
+    (default: var/)."""
     celery = str(Path(sys.executable).parent / "celery")
     procs = []
-    logs = ROOT / "var"
+    logs = logs or ROOT / "var"
     logs.mkdir(exist_ok=True)
     for i in range(n):
-        cmd = [celery, "-A", "portal", "worker", "--loglevel=INFO",
-               f"--concurrency={concurrency}", "-n", f"bench{i}@%h", "--without-gossip",
+        cmd = [celery, "-A", "portal", "worker", f"--loglevel={loglevel}",
+               f"--concurrency={concurrency}", "-n", f"{name}{i}@%h", "--without-gossip",
                "--without-mingle", "--without-heartbeat"]
         if i == 0:
-            cmd += ["-B", "-s", str(logs / "bench-beat-schedule")]
-        handle = open(logs / f"bench-worker-{i}.log", "wb")  # noqa: SIM115
+            cmd += ["-B", "-s", str(logs / f"{name}-beat-schedule")]
+        handle = open(logs / f"{name}-worker-{i}.log", "wb")  # noqa: SIM115
         # A session of its own, so stopping it stops its pool and embedded beat too.
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=handle,
                                       stderr=subprocess.STDOUT, start_new_session=True))
     time.sleep(3.0)
     for p in procs:
         if p.poll() is not None:
-            raise SystemExit(f"a worker exited at start; see {logs}/bench-worker-*.log")
+            raise SystemExit(f"a worker exited at start; see {logs}/{name}-worker-*.log")
     return procs
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import psycopg
 
+from bench.fullstack import start_workers
+
 ROOT = Path(__file__).resolve().parent.parent
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -112,26 +114,6 @@ def _wait_up(port: int) -> None:
             time.sleep(0.2)
 
 
-def start_workers(n: int, env: dict[str, str], log: Path) -> list[subprocess.Popen]:
-    """n Celery workers (concurrency 2), the first with the beat, each in a session of its own
-    so stopping it stops its pool."""
-    celery = str(Path(sys.executable).parent / "celery")
-    procs = []
-    for i in range(n):
-        cmd = [celery, "-A", "portal", "worker", "--loglevel=WARNING", "--concurrency=2",
-               "-n", f"load{i}@%h", "--without-gossip", "--without-mingle",
-               "--without-heartbeat"]
-        if i == 0:
-            cmd += ["-B", "-s", str(log.with_suffix(".beat"))]
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("ab"),
-                                      stderr=subprocess.STDOUT, start_new_session=True))
-    time.sleep(3.0)
-    for p in procs:
-        if p.poll() is not None:
-            raise SystemExit(f"a worker exited at start; see {log}")
-    return procs
-
-
 def stop_workers(procs: list[subprocess.Popen]) -> None:
     """A warm shutdown (the task in hand finishes), then the whole session if it hangs."""
     for p in procs:
@@ -164,7 +146,8 @@ def load_test(*, tokens: list[tuple[str, str]], clients: int, workers: int, seco
     procs: list[subprocess.Popen] = []
     try:
         _wait_up(port)
-        procs = start_workers(workers, env, log) if workers else []
+        procs = start_workers(workers, 2, env, name="load", loglevel="WARNING",
+                              logs=log.parent) if workers else []
         counts = {"ok": 0, "other": 0}
         latencies: list[float] = []
         lock = threading.Lock()
@@ -239,7 +222,8 @@ def load_test(*, tokens: list[tuple[str, str]], clients: int, workers: int, seco
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        tail = log.read_text(errors="replace")[-2000:]
+        tail = "".join(f.read_text(errors="replace")
+                       for f in sorted(log.parent.glob("*.log")))[-2000:]
         if tail.strip():
             print(f"  (server and worker log, last lines)\n{tail}", file=sys.stderr)
 
