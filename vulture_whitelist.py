@@ -9,6 +9,7 @@ _.ALLOWED_HOSTS  # django: accepted Host headers
 _.AUTH_PASSWORD_VALIDATORS  # django.contrib.auth: password rules
 _.AUTHENTICATION_BACKENDS  # django.contrib.auth: who checks passwords
 _.LimitedModelBackend  # django.contrib.auth: named in AUTHENTICATION_BACKENDS
+_.HealthMiddleware  # django: named in MIDDLEWARE (portal/health.py)
 _.CSRF_TRUSTED_ORIGINS  # django: CSRF origins
 _.DEFAULT_AUTO_FIELD  # django: primary key type
 _.EMAIL_BACKEND  # django.core.mail
@@ -26,6 +27,8 @@ _.SPECTACULAR_SETTINGS  # drf-spectacular settings
 _.STATICFILES_DIRS  # django.contrib.staticfiles
 _.STATIC_ROOT  # django.contrib.staticfiles: collectstatic
 _.STATIC_URL  # django.contrib.staticfiles
+_.STORAGES  # django: the static files' storage (WhiteNoise's compressed one)
+_.SECRET_KEY_FALLBACKS  # django.core.signing: earlier keys accepted while rotating
 _.TEMPLATES  # django: template engines
 _.TIME_ZONE  # django: time zone
 _.USE_I18N  # django: i18n

@@ -31,6 +31,9 @@ if not SECRET_KEY:
     if _SECURE or not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set in production (or when DEBUG is off)")
     SECRET_KEY = "allot-local-development-only-not-a-secret"
+# Earlier keys, still accepted for what they signed (sessions, password reset links) while
+# SECRET_KEY is rotated; new signatures use SECRET_KEY only (docs/operations.md).
+SECRET_KEY_FALLBACKS = env.list("SECRET_KEY_FALLBACKS", default=[])
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
@@ -103,7 +106,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before the HTTPS redirect, the host check and sign-in
+    # (a probe speaks plain HTTP to the pod's address: portal/health.py).
+    "portal.health.HealthMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # The collected static files (STATIC_ROOT), served by each web process (WhiteNoise).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -196,6 +204,13 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = env.str("STATIC_ROOT", default=str(VAR_DIR / "staticfiles"))
+# collectstatic also writes a gzip copy of each file, which WhiteNoise serves to browsers that
+# accept it (plotly.min.js: 4.8 MB, 1.5 MB gzipped). Names are not hashed, so the pages need no
+# manifest and WhiteNoise lets browsers cache a file for 60 s (WHITENOISE_MAX_AGE).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"

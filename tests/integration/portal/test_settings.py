@@ -109,3 +109,27 @@ def test_pages_carry_the_csp_and_hsts(settings):
     csp = dict(d.strip().split(" ", 1) for d in response["Content-Security-Policy"].split(";"))
     assert csp["script-src"] == "'self'" and csp["frame-ancestors"] == "'none'"
     assert csp["default-src"] == "'self'"
+
+
+def test_secret_key_fallbacks_are_read_from_the_environment():
+    assert setting("SECRET_KEY_FALLBACKS", **PRODUCTION,
+                   SECRET_KEY_FALLBACKS="old-key-1,old-key-2") == "['old-key-1', 'old-key-2']"
+    assert setting("SECRET_KEY_FALLBACKS", **PRODUCTION) == "[]"
+
+
+@pytest.mark.django_db
+def test_a_rotated_secret_key_keeps_sessions_while_it_is_a_fallback(settings):
+    from tests.factories import UserFactory
+
+    settings.SECRET_KEY = "the-key-before-the-rotation-" + "a" * 30
+    active, idle, unlucky = Client(), Client(), Client()
+    for client in (active, idle, unlucky):
+        client.force_login(UserFactory())
+    settings.SECRET_KEY = "the-new-key-" + "b" * 40
+    assert unlucky.get("/").status_code == 302  # rotated without the fallback: signed out
+    settings.SECRET_KEY_FALLBACKS = ["the-key-before-the-rotation-" + "a" * 30]
+    assert active.get("/").status_code == 200  # still signed in; its session is re-signed
+    settings.SECRET_KEY_FALLBACKS = []
+    assert active.get("/").status_code == 200
+    response = idle.get("/")  # not used while the old key was a fallback
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
