@@ -132,7 +132,9 @@ def fetch_prepared(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     start = time.perf_counter()
-    with psycopg.Cursor(connection.connection) as cursor:
+    # Errors wrapped as on Django's cursors: a connection lost here is Django's
+    # OperationalError (an outage: 503), not psycopg's, which nothing above recognises.
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
         rows = cursor.fetchall()
     if connection.queries_logged:  # visible to query counts in tests and the debug toolbar

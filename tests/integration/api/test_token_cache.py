@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -136,3 +136,20 @@ def test_each_request_gets_its_own_user_object():
     (u1, t1), (u2, t2) = auth.authenticate_credentials(raw), auth.authenticate_credentials(raw)
     assert u1 is not u2 and t1 is not t2 and u1.pk == u2.pk == user.pk
     assert t1.user is u1
+
+
+def test_a_connection_lost_under_the_change_log_check_is_an_outage_not_a_bug():
+    # The check runs as a prepared statement on psycopg's own cursor: a connection the
+    # server drops just then (a restart, a failover) must be a 503 as anywhere else.
+    token, client = token_client(UserFactory())
+    assert client.get("/api/v1/auth/tokens").status_code == 200  # warm: the check ran
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    with other.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+    other.close()
+    try:
+        response = client.get("/api/v1/auth/tokens")
+        assert response.status_code == 503, response.content
+        assert response.json() == {"detail": "the database is unavailable; try again shortly"}
+    finally:
+        connection.close()
