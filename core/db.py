@@ -157,11 +157,8 @@ def any_of(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
 # --- bulk writes -----------------------------------------------------------------------------
 
 
-def bulk_set(model: Any, objs: Sequence[Any], fields: list[str],
-             only_if: dict[str, Any] | None = None) -> None:
-    """Write `fields` of many rows by primary key (on PostgreSQL, with `only_if`, only the rows
-    whose columns still hold those values: a conditional write that takes no lock first; other
-    databases serialise their writers and write every row).
+def bulk_set(model: Any, objs: Sequence[Any], fields: list[str]) -> None:
+    """Write `fields` of many rows by primary key.
 
     Django's bulk_update builds one CASE WHEN per field and row, which costs seconds for a few
     thousand rows; on PostgreSQL a prepared UPDATE sent with executemany (pipelined by
@@ -173,13 +170,10 @@ def bulk_set(model: Any, objs: Sequence[Any], fields: list[str],
         model.objects.bulk_update(objs, fields, batch_size=500)
         return
     cols = [model._meta.get_field(f) for f in fields]
-    conditions = [(model._meta.get_field(name), value) for name, value in (only_if or {}).items()]
     sql = (f'UPDATE "{model._meta.db_table}" SET '
-           + ", ".join(f'"{c.column}" = %s' for c in cols) + ' WHERE "id" = %s'
-           + "".join(f' AND "{c.column}" = %s' for c, _ in conditions))
-    extra = [c.get_db_prep_save(value, connection) for c, value in conditions]
+           + ", ".join(f'"{c.column}" = %s' for c in cols) + ' WHERE "id" = %s')
     params = [[c.get_db_prep_save(getattr(o, c.attname), connection) for c in cols] + [o.pk]
-              + extra for o in objs]
+              for o in objs]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
 

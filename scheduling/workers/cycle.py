@@ -179,7 +179,8 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
     Compare-and-set: the workloads whose state the decisions change (and the preemptors their
     preemptions and nominations are for) are locked and read again first; a decision about a
     workload whose state moved since the snapshot (a user cancelled it, a cluster reported it
-    running or ended) is dropped, so nothing the cycle computed is written over a newer state.
+    running or ended) is dropped, so nothing the cycle computed is written over a newer state
+    (nor a reason on a workload that no longer waits).
     User actions do not wait for a cycle's engine, only for its writes to the rows they touch.
     """
     result = _still_as_read(result, parts, report)
@@ -203,9 +204,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
     db.insert_rows(Admission, out.new_admissions)
     reasons_only = [w for pk, w in out.changed.items() if pk not in moved]
     moved_rows = [w for pk, w in out.changed.items() if pk in moved]
-    # Not locked: written only where the workload still waits (a cancel may have just ended it).
-    db.bulk_set(Workload, reasons_only, ["reason_code", "reason_message", "nomination"],
-                only_if={"state": S.PENDING})
+    db.bulk_set(Workload, reasons_only, ["reason_code", "reason_message", "nomination"])
     db.bulk_set(Workload, moved_rows,
                 [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
                  "preempt_kind", "preempted_by", "not_before", "backoff_count", "nomination"])
@@ -215,10 +214,15 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
 def _still_as_read(result: engine.CycleResult, parts: SnapshotParts,
                    report: CycleReport) -> engine.CycleResult:
     """`result` without the decisions about workloads whose state moved since the snapshot;
-    the rest are locked (FOR UPDATE, in id order) until the cycle commits."""
+    the rest are locked (FOR UPDATE, in id order) until the cycle commits. A waiting
+    workload whose reason may be written (a new code or message) is one of them: a reason
+    and its event are never written on a workload a user cancelled meanwhile."""
     names = {a.workload for a in result.admitted} | {r.workload for r in result.rejected} \
         | {r.workload for r in result.released} | set(result.nominations) \
-        | {p.workload for p in result.preempted} | {p.by for p in result.preempted}
+        | {p.workload for p in result.preempted} | {p.by for p in result.preempted} \
+        | {n for n, r in result.reasons.items() if n in parts.rows and (
+            str(r.code) != parts.rows[n]["reason_code"]
+            or r.message != parts.rows[n]["reason_message"])}
     read = {int(n): parts.rows[n]["state"] for n in names if n in parts.rows}
     if not read:
         return result
