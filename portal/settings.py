@@ -213,8 +213,8 @@ OIDC_USE_PKCE = True
 OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = 15 * 60
 if OIDC_RP_CLIENT_ID and not ALLOT_OIDC_ISSUER:
     raise ImproperlyConfigured(
-        "ALLOT_OIDC_CLIENT_ID is set but ALLOT_OIDC_ISSUER is not: the issuer checks every "
-        "ID token (and, unless each ALLOT_OIDC_*_ENDPOINT is given, finds the endpoints)")
+        "ALLOT_OIDC_CLIENT_ID is set but ALLOT_OIDC_ISSUER is not: every ID token is checked "
+        "against the issuer, and its discovery document names the endpoints not given")
 
 # An LDAP directory (django-auth-ldap, portal/sso/ldap.py): on when a server URI is set.
 ALLOT_LDAP_SERVER_URI = env.str("ALLOT_LDAP_SERVER_URI", default="")
