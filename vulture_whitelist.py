@@ -261,6 +261,7 @@ _.filter_backends  # DRF: the history list's filter backend
 # --- Django system checks (registered by @checks.register, run by `manage.py check --deploy`)
 _.check_password_hashers  # portal/checks.py
 _.check_shared_cache  # portal/checks.py
+_.check_sso_transport  # portal/checks.py
 
 # --- portal.sso: single sign-on (docs/sso.md)
 _.OIDC_RP_SCOPES  # setting read by mozilla-django-oidc's views
