@@ -8,6 +8,7 @@ export REDIS_URL_TEST ?= redis://127.0.0.1:6379/0
 .PHONY: run test lint bench chaos venv venv-dev clean
 
 $(VENV)/.installed: requirements.txt
+	bash scripts/ensure_system_packages.sh build
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt

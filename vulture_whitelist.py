@@ -264,3 +264,20 @@ _.filter_backends  # DRF: the history list's filter backend
 # --- Django system checks (registered by @checks.register, run by `manage.py check --deploy`)
 _.check_password_hashers  # portal/checks.py
 _.check_shared_cache  # portal/checks.py
+_.check_sso_transport  # portal/checks.py
+
+# --- portal.sso: single sign-on (docs/sso.md)
+_.OIDC_RP_SCOPES  # setting read by mozilla-django-oidc's views
+_.OIDC_TOKEN_USE_BASIC_AUTH  # setting read by mozilla-django-oidc's backend
+_.OIDC_USE_PKCE  # setting read by mozilla-django-oidc's views
+_.OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS  # setting read by mozilla-django-oidc's callback
+_.LimitedLDAPBackend  # named in settings.AUTHENTICATION_BACKENDS (portal.sso.options)
+_.OidcBackend  # named in settings.AUTHENTICATION_BACKENDS (portal.sso.options)
+_.UserModel  # mozilla-django-oidc's backend reads it
+_.OIDC_RP_IDP_SIGN_KEY  # mozilla-django-oidc's backend reads it (None: the JWKS's keys)
+_.OIDC_OP_TOKEN_ENDPOINT  # mozilla-django-oidc's backend reads it
+_.OIDC_OP_USER_ENDPOINT  # mozilla-django-oidc's backend reads it
+_.OIDC_OP_AUTH_ENDPOINT  # mozilla-django-oidc's request view reads it
+_.retrieve_matching_jwk  # mozilla-django-oidc's backend hook
+_.get_or_create_user  # mozilla-django-oidc's backend hook
+_.login_failure  # mozilla-django-oidc's callback view hook

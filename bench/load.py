@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -41,12 +42,16 @@ class LoadResult:
     cpu_ms: tuple[float, float, float, float]  # gunicorn, PostgreSQL, workers, clients
     load: float
     admitted: int  # workloads the cycle admitted meanwhile (with workers)
+    percentiles: list[float] | None = None  # p50, p95, p99 in ms when the client gave only those
+    client: str = "python"  # the load generator: "python" threads or "wrk"
 
     @property
     def rps(self) -> float:
         return self.ok / self.seconds
 
     def pct(self, q: float) -> float:
+        if self.percentiles is not None:
+            return self.percentiles[{0.5: 0, 0.95: 1, 0.99: 2}[q]]
         if not self.latencies_ms:
             return 0.0
         return self.latencies_ms[min(len(self.latencies_ms) - 1,
@@ -133,10 +138,81 @@ def _admitted(pg: str, db: str) -> int:
     return int(row[0]) if row else 0
 
 
+# The wrk script: each request a new workload (a name unique per wrk thread and request) of the
+# next (token, queue) pair; answers other than 201 counted; the figures printed as one JSON
+# line by `done`. Latencies are wrk's (microseconds, from the request written to the answer
+# read), on completed requests (timeouts are counted as errors, and set to 60 s).
+_WRK_LUA = """
+local threads = {}
+local next_id = 1
+function setup(thread)
+  thread:set("tid", next_id)
+  next_id = next_id + 1
+  table.insert(threads, thread)
+end
+function init(args)
+  pairs_ = {}
+  for i = 1, #args, 2 do table.insert(pairs_, {args[i], args[i + 1]}) end
+  n, bad, shown = 0, 0, 0
+end
+function request()
+  n = n + 1
+  local p = pairs_[(n % #pairs_) + 1]
+  local body = '{"name": "wrk-' .. tid .. '-' .. n .. '", "queue": "' .. p[2] ..
+    '", "priority_class": "training", "duration_hint_s": 3600, "pods": [{"count": 1, ' ..
+    '"flavors": ["a100-80g"], "gpus": 1, "cpu": 4, "memory_gib": 16}]}'
+  return wrk.format("POST", "/api/v1/workloads", {["Authorization"] = "Token " .. p[1],
+    ["Content-Type"] = "application/json"}, body)
+end
+function response(status, headers, body)
+  if status ~= 201 then
+    bad = bad + 1
+    if shown < 3 then
+      shown = shown + 1
+      io.stderr:write(status .. " " .. body:sub(1, 200) .. "\\n")
+    end
+  end
+end
+function done(summary, latency, requests)
+  local b = 0
+  for _, t in ipairs(threads) do b = b + t:get("bad") end
+  local e = summary.errors
+  io.write(string.format('WRK {"requests": %d, "bad": %d, "errors": %d, "us": %d, ' ..
+    '"p50": %d, "p95": %d, "p99": %d}\\n', summary.requests, b,
+    e.connect + e.read + e.write + e.timeout, summary.duration,
+    latency:percentile(50), latency:percentile(95), latency:percentile(99)))
+end
+"""
+
+
+def _wrk(*, tokens: list[tuple[str, str]], clients: int, seconds: float, port: int
+         ) -> dict[str, int]:
+    """One wrk run (2 threads, `clients` keep-alive connections): its figures."""
+    script = Path(tempfile.mkdtemp(prefix="allot-bench-wrk-")) / "post.lua"
+    script.write_text(_WRK_LUA)
+    args = [a for pair in tokens for a in pair]
+    proc = subprocess.Popen(
+        ["wrk", "-t2", f"-c{clients}", f"-d{seconds:g}s", "--timeout", "60s", "-s",
+         str(script), f"http://127.0.0.1:{port}", "--", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=seconds + 120)
+    line = next((x for x in out.splitlines() if x.startswith("WRK ")), None)
+    if line is None:
+        raise SystemExit(f"wrk printed no figures:\n{out}\n{err}")
+    if err.strip():
+        print(f"  wrk: {err.strip()[:600]}", file=sys.stderr)
+    return dict(json.loads(line[4:]))
+
+
 def load_test(*, tokens: list[tuple[str, str]], clients: int, workers: int, seconds: float,
-              env: dict[str, str], gunicorn: str, port: int, pg: str, db: str) -> LoadResult:
-    """`clients` threads POSTing for `seconds` (after 2 s of warm-up) with `workers` Celery
-    workers running; the clients share `tokens` (token, queue path) round robin."""
+              env: dict[str, str], gunicorn: str, port: int, pg: str, db: str,
+              client: str = "python") -> LoadResult:
+    """`clients` POSTing for `seconds` (after 2 s of warm-up) with `workers` Celery workers
+    running; the clients share `tokens` (token, queue path) round robin.
+
+    `client`: "python" (a thread per client in this process) or "wrk" (Debian's wrk: two
+    event-loop threads in C; the load generator then costs a few percent of a core, and a
+    client's latency holds no wait for this process's GIL, which 200 Python threads add)."""
     log = Path(tempfile.mkdtemp(prefix="allot-bench-load-")) / "server.log"
     proc = subprocess.Popen(
         [str(ROOT / ".venv/bin/gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}",
@@ -148,13 +224,17 @@ def load_test(*, tokens: list[tuple[str, str]], clients: int, workers: int, seco
         _wait_up(port)
         procs = start_workers(workers, 2, env, name="load", loglevel="WARNING",
                               logs=log.parent) if workers else []
+        if client == "wrk":
+            return _load_wrk(tokens=tokens, clients=clients, workers=workers, seconds=seconds,
+                             port=port, pg=pg, db=db, gunicorn_pid=proc.pid,
+                             worker_pids=[p.pid for p in procs])
         counts = {"ok": 0, "other": 0}
         latencies: list[float] = []
         lock = threading.Lock()
         start_at = time.monotonic() + 2.0  # the first 2 s warm the workers up, not counted
         stop_at = start_at + seconds
 
-        def client(n: int) -> None:
+        def one_client(n: int) -> None:
             token, queue = tokens[n % len(tokens)]
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
@@ -193,7 +273,7 @@ def load_test(*, tokens: list[tuple[str, str]], clients: int, workers: int, seco
                         if counts["other"] <= 3:
                             print(f"  POST -> {status}: {data[:200]!r}", file=sys.stderr)
 
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+        threads = [threading.Thread(target=one_client, args=(n,)) for n in range(clients)]
         for t in threads:
             t.start()
         # CPU per request of each side: on a shared machine the rate depends on the
@@ -228,11 +308,42 @@ def load_test(*, tokens: list[tuple[str, str]], clients: int, workers: int, seco
             print(f"  (server and worker log, last lines)\n{tail}", file=sys.stderr)
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's reaped children so far (wrk, once it has exited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _load_wrk(*, tokens: list[tuple[str, str]], clients: int, workers: int, seconds: float,
+              port: int, pg: str, db: str, gunicorn_pid: int, worker_pids: list[int]
+              ) -> LoadResult:
+    """The measured part of `load_test` with wrk: 2 s of warm-up, then `seconds` measured."""
+    _wrk(tokens=tokens, clients=clients, seconds=2.0, port=port)
+    cpu0, client0 = _cpu(pg, db, gunicorn_pid, worker_pids), _children_cpu_s()
+    admitted0 = _admitted(pg, db)
+    figures = _wrk(tokens=tokens, clients=clients, seconds=seconds, port=port)
+    cpu1, client1 = _cpu(pg, db, gunicorn_pid, worker_pids), _children_cpu_s()
+    admitted1 = _admitted(pg, db)
+    ok = figures["requests"] - figures["bad"]
+    n = max(1, ok)
+    elapsed = figures["us"] / 1e6
+    # wrk gives percentiles, not every latency: three stand-ins placed so `pct` reads them.
+    marks = [figures["p50"] / 1000, figures["p95"] / 1000, figures["p99"] / 1000]
+    return LoadResult(
+        clients=clients, workers=workers, seconds=elapsed, ok=ok,
+        errors=figures["bad"] + figures["errors"], latencies_ms=[],
+        cpu_ms=((cpu1[0] - cpu0[0]) * 1000 / n, (cpu1[1] - cpu0[1]) * 1000 / n,
+                (cpu1[2] - cpu0[2]) * 1000 / n, (client1 - client0) * 1000 / n),
+        load=os.getloadavg()[0], admitted=admitted1 - admitted0, percentiles=marks,
+        client="wrk")
+
+
 def report(r: LoadResult, gunicorn: str) -> str:
     web, db, workers, client = r.cpu_ms
     total = web + db + workers + client
     with_workers = f"{r.workers} worker(s) scheduling" if r.workers else "no workers"
-    return (f"POST /api/v1/workloads, {r.clients} clients, {with_workers}, {r.seconds:g} s, "
+    return (f"POST /api/v1/workloads, {r.clients} clients ({r.client}), {with_workers}, "
+            f"{r.seconds:.0f} s, "
             f"gunicorn {gunicorn}: {r.rps:.0f} req/s ({r.ok} created, {r.errors} errors), "
             f"latency p50 {r.pct(0.5):.0f} ms, p95 {r.pct(0.95):.0f} ms, p99 "
             f"{r.pct(0.99):.0f} ms" + (f"; {r.admitted} admitted meanwhile" if r.workers else "")

@@ -16,7 +16,9 @@ BENCH_SECONDS (each load's duration, default 15), BENCH_LOADS (the loads, as
 `clients:workers` pairs, default `20:0,20:1,200:1`), BENCH_GUNICORN (gunicorn worker options,
 default `-w 2 -k gthread --threads 4`: two processes for two cores, four threads each; ten
 threads each cost 5-15% more CPU per request in lock contention, for no more throughput),
-BENCH_PARTS (`pages`, `post` or both, the default: `pages,post`), BENCH_URLS (measure only
+BENCH_CLIENT (the load generator: `wrk`, the default where Debian's wrk is installed, or
+`python`: a thread per client in the bench's process), BENCH_PARTS (`pages`, `post` or both,
+the default: `pages,post`), BENCH_URLS (measure only
 the pages whose URL contains one of these comma-separated parts, e.g.
 `/dashboard/,/queues/q/,/api/v1/queues`; default: all), BENCH_DB (database name, default
 `allot_bench`, so two runs need not share one), BENCH_KEEP=1 (keep the database afterwards)
@@ -28,6 +30,7 @@ from __future__ import annotations
 import os
 import random
 import secrets
+import shutil
 import statistics
 import sys
 import time
@@ -54,6 +57,8 @@ CLIENTS = 20  # tokens (users); more clients share them round robin
 LOADS = [tuple(int(x) for x in pair.split(":"))
          for pair in os.environ.get("BENCH_LOADS", "20:0,20:1,200:1").split(",")]
 ROOT = Path(__file__).resolve().parent.parent
+# The load generator: wrk (Debian's package) where installed, else Python threads.
+CLIENT = os.environ.get("BENCH_CLIENT") or ("wrk" if shutil.which("wrk") else "python")
 
 ENV = {
     "DATABASE_URL": f"{PG}/{BENCH_DB}",
@@ -322,7 +327,7 @@ def main() -> None:
         for clients, workers in LOADS:
             r = load_test(tokens=h["tokens"], clients=clients, workers=workers,
                           seconds=SECONDS, env={**os.environ, **ENV}, gunicorn=GUNICORN,
-                          port=PORT, pg=PG, db=BENCH_DB)
+                          port=PORT, pg=PG, db=BENCH_DB, client=CLIENT)
             _forget_load()
             print("\n" + report(r, GUNICORN))
     finally:

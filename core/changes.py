@@ -124,23 +124,47 @@ def _stores() -> dict[str, Store]:
 
 def fetch_prepared(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     """Run `sql` as a prepared statement (planned once per connection) on Django's
-    connection, in its current transaction; PostgreSQL (psycopg 3) only."""
+    connection, in its current transaction; PostgreSQL (psycopg 3) only.
+
+    The change log's check is the first query of most requests. Outside a transaction it
+    serves as the kept connection's health check (CONN_HEALTH_CHECKS): a connection the server
+    dropped (a restart, a failover) fails it, and is replaced and the check run again on a new
+    one, as Django's own check (`SELECT 1`, one more round trip per request) would have done
+    before it. Inside a transaction the connection is checked first as usual."""
     import psycopg  # noqa: PLC0415
 
-    # As Django's own cursors do: a kept connection the database dropped is replaced
-    # (CONN_HEALTH_CHECKS), not used to fail this request.
-    connection.close_if_health_check_failed()
+    db: Any = connection  # the health check's attributes are not in django-stubs
+    stands_for_check = (not db.in_atomic_block and db.connection is not None
+                        and db.health_check_enabled and not db.health_check_done)
+    if not stands_for_check:
+        connection.close_if_health_check_failed()
     connection.ensure_connection()
     start = time.perf_counter()
-    # Errors wrapped as on Django's cursors: a connection lost here is Django's
-    # OperationalError (an outage: 503), not psycopg's, which nothing above recognises.
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        rows = cursor.fetchall()
+    # Errors wrapped as on Django's cursors: a connection lost here (and not replaced below)
+    # is Django's OperationalError, an outage (503), not psycopg's, which nothing above
+    # recognises. Django's own errors (from ensure_connection) pass through unchanged.
+    with connection.wrap_database_errors:
+        try:
+            rows = _fetch(psycopg, sql, params)
+        except psycopg.OperationalError:
+            if not stands_for_check:
+                raise
+            logger.info("a kept database connection was dropped by the server: replaced")
+            connection.close()
+            connection.ensure_connection()
+            rows = _fetch(psycopg, sql, params)
+    if stands_for_check:
+        db.health_check_done = True
     if connection.queries_logged:  # visible to query counts in tests and the debug toolbar
         connection.queries_log.append({"sql": f"{sql} -- {params}",
                                        "time": f"{time.perf_counter() - start:.3f}"})
-    return [tuple(row) for row in rows]
+    return rows
+
+
+def _fetch(psycopg: Any, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return [tuple(row) for row in cursor.fetchall()]
 
 
 def _execute(sql: str, params: list[Any]) -> tuple[Any, ...]:

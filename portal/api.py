@@ -1,5 +1,9 @@
-"""API for accounts: `POST /api/v1/auth/token` issues a token, `DELETE` revokes;
-`GET /api/v1/auth/tokens` lists the caller's tokens, `DELETE .../tokens/{id}` revokes one."""
+"""API for accounts: `POST /api/v1/auth/token` issues a token for a username and password,
+`DELETE` revokes; `GET /api/v1/auth/tokens` lists the caller's tokens, `POST` issues one for a
+browser session (single sign-on users have no password), `DELETE .../tokens/{id}` revokes
+one."""
+
+from typing import Any
 
 from django.contrib.auth import authenticate
 from django.shortcuts import get_object_or_404
@@ -14,11 +18,11 @@ from portal.login_limits import login_wait_s, refusal
 from portal.models import ApiToken, TokenScope
 from portal.selectors import api_token_list
 from portal.services import api_token_create, api_token_revoke, api_token_revoke_all
+from portal.sso.options import sign_in_options
+from portal.sso.outcome import noted_error
 
 
-class TokenInput(serializers.Serializer):
-    username = serializers.CharField(max_length=150)
-    password = serializers.CharField(max_length=4096, style={"input_type": "password"})
+class NewTokenInput(serializers.Serializer):
     scope = serializers.ChoiceField(
         choices=TokenScope.choices, default=TokenScope.WRITE,
         help_text="`read`: GET, HEAD and OPTIONS only; `write`: everything the user may do.")
@@ -26,6 +30,11 @@ class TokenInput(serializers.Serializer):
         required=False, min_value=1,
         help_text="Lifetime in days (default ALLOT_API_TOKEN_TTL_DAYS, 90; at most "
         "ALLOT_API_TOKEN_MAX_DAYS, 365).")
+
+
+class TokenInput(NewTokenInput):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=4096, style={"input_type": "password"})
 
 
 class TokenOutput(serializers.Serializer):
@@ -69,6 +78,10 @@ class TokenView(APIView):
                                         "or the address; Retry-After says when to try again.")},
     )
     def post(self, request: Request) -> Response:
+        options = sign_in_options()
+        if not options.passwords:
+            return Response({"detail": options.passwords_off()},
+                            status=status.HTTP_403_FORBIDDEN)
         data = TokenInput(data=request.data)
         data.is_valid(raise_exception=True)
         username = data.validated_data["username"]
@@ -79,17 +92,16 @@ class TokenView(APIView):
                             headers={"Retry-After": str(wait)})
         user = authenticate(
             request._request, username=username, password=data.validated_data["password"])
+        reason = noted_error(request._request)
+        if user is None and reason is not None:  # the directory failed: not the password
+            return Response({"detail": f"Signing in failed: {reason}."},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
         if user is None or not user.is_active:  # counted by login_limits (user_login_failed)
             return Response(
                 {"detail": "Unable to sign in with the username and password given."},
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        token, raw = api_token_create(
-            user=user, scope=data.validated_data["scope"],
-            expires_in_days=data.validated_data.get("expires_in_days"))
-        out = TokenOutput({"token": raw, "prefix": token.prefix, "username": user.get_username(),
-                           "scope": token.scope, "expires_at": token.expires_at})
-        return Response(out.data, status=status.HTTP_201_CREATED)
+        return _issued(user, data.validated_data)
 
     @extend_schema(
         request=None,
@@ -106,10 +118,35 @@ class TokenView(APIView):
         return Response(RevokeOutput({"revoked": count}).data)
 
 
+def _issued(user: Any, data: dict[str, Any]) -> Response:
+    token, raw = api_token_create(user=user, scope=data["scope"],
+                                  expires_in_days=data.get("expires_in_days"))
+    out = TokenOutput({"token": raw, "prefix": token.prefix, "username": user.get_username(),
+                       "scope": token.scope, "expires_at": token.expires_at})
+    return Response(out.data, status=status.HTTP_201_CREATED)
+
+
 class TokenList(generics.ListAPIView):
-    """The caller's API tokens, newest first: prefix, scope, created, expires, last used."""
+    """The caller's API tokens, newest first: prefix, scope, created, expires, last used; POST
+    with a browser session issues one (how a single sign-on user, who has no password, gets a
+    token without the page)."""
 
     serializer_class = TokenListOutput
+
+    @extend_schema(
+        request=NewTokenInput,
+        responses={201: TokenOutput, 403: OpenApiResponse(
+            description="Sent with an API token: a token cannot issue tokens.")},
+    )
+    def post(self, request: Request) -> Response:
+        if isinstance(request.auth, ApiToken):
+            return Response({"detail": "An API token cannot issue tokens (each would outlive "
+                             "the last): sign in in a browser and use that session, or POST "
+                             "/api/v1/auth/token with a username and password."},
+                            status=status.HTTP_403_FORBIDDEN)
+        data = NewTokenInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        return _issued(request.user, data.validated_data)
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
         if getattr(self, "swagger_fake_view", False):  # the schema is built with no user

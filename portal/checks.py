@@ -43,3 +43,22 @@ def check_shared_cache(**kwargs: Any) -> list[checks.CheckMessage]:
         "failed sign-ins on its own",
         hint="Set CACHE_URL or REDIS_URL (e.g. redis://127.0.0.1:6379/1).",
         id="allot.W002")]
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def check_sso_transport(**kwargs: Any) -> list[checks.CheckMessage]:
+    """Single sign-on over plain HTTP or LDAP lets anyone on the way read what vouches for a
+    user: the provider's tokens, the directory's passwords."""
+    found: list[checks.CheckMessage] = []
+    issuer = getattr(settings, "ALLOT_OIDC_ISSUER", "")
+    if settings.OIDC_RP_CLIENT_ID and issuer.startswith("http://"):
+        found.append(checks.Warning(
+            f"ALLOT_OIDC_ISSUER is {issuer}: the identity provider is reached over plain HTTP",
+            hint="Use the provider's https:// issuer.", id="allot.W003"))
+    uri = getattr(settings, "AUTH_LDAP_SERVER_URI", "")
+    if uri and uri.startswith("ldap://") and not getattr(settings, "AUTH_LDAP_START_TLS", False):
+        found.append(checks.Warning(
+            f"ALLOT_LDAP_SERVER_URI is {uri} without ALLOT_LDAP_START_TLS: passwords cross the "
+            "network in clear",
+            hint="Use ldaps:// or set ALLOT_LDAP_START_TLS=true.", id="allot.W004"))
+    return found

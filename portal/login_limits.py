@@ -2,8 +2,9 @@
 
 Both the API (`POST /api/v1/auth/token`) and the sign-in page ask `login_wait_s` before they
 check a password, so a refused guess costs two cache reads and no password hashing, and
-answer 429. Every other way in (the admin's sign-in) goes through `LimitedModelBackend`,
-which refuses the same without checking the password. Each failure, whichever the way,
+answer 429. Every other way in (the admin's sign-in) goes through `LimitedModelBackend` (or
+the LDAP directory's `portal.sso.ldap.LimitedLDAPBackend`), which refuses the same without
+checking the password. Each failure, whichever the way,
 counts once against the username and once against the address (Django's
 `user_login_failed` signal). After
 `ALLOT_LOGIN_FAILURES` failures within a window of `ALLOT_LOGIN_WINDOW_S` seconds either key is
@@ -24,6 +25,8 @@ from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
+
+from portal.sso.outcome import noted_error
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +86,9 @@ class LimitedModelBackend(ModelBackend):
 
 def _count_failure(sender: Any, credentials: dict[str, Any], request: Any = None,
                    **kwargs: Any) -> None:
-    if request is not None:
+    # Only password guesses count: not a single sign-on answer (no username), nor a password
+    # a directory that failed could not check (portal/sso/ldap.py notes it on the request).
+    if request is not None and "username" in credentials and noted_error(request) is None:
         login_failed(request, str(credentials.get("username") or ""))
 
 

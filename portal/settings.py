@@ -12,6 +12,8 @@ import environ
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.sso import mapping as sso_mapping
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Local state (the SQLite database, file locks, the filesystem broker): made by scripts/run.sh,
 # and by the code that writes there, never on import.
@@ -185,9 +187,62 @@ _CACHE_URL = env.str("CACHE_URL", default="") or env.str("REDIS_URL", default=""
 CACHES = {"default": env.cache_url_config(_CACHE_URL) if _CACHE_URL else {
     "BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# Django's backend, refusing a username or address with too many failed sign-ins
-# (portal/login_limits.py): the admin's sign-in too.
-AUTHENTICATION_BACKENDS = ["portal.login_limits.LimitedModelBackend"]
+# Single sign-on (docs/sso.md): OpenID Connect, an LDAP directory, or both; local passwords may
+# be turned off. Groups (OIDC's groups claim, LDAP's groups) name teams and roles: each entry
+# `GROUP=TEAM[:ROLE]` (role researcher or lead), entries separated by `;` or new lines; the
+# teams named there are kept in step with the groups at each sign-in, others are left alone.
+# Members of ALLOT_SSO_ADMIN_GROUPS are platform admins (staff and superuser); when it is set,
+# each sign-in grants or takes away those flags.
+ALLOT_LOCAL_PASSWORDS = env.bool("ALLOT_LOCAL_PASSWORDS", default=True)
+ALLOT_SSO_GROUP_TEAMS = sso_mapping.parse_group_teams(
+    env.str("ALLOT_SSO_GROUP_TEAMS", default=""), "ALLOT_SSO_GROUP_TEAMS")
+ALLOT_SSO_ADMIN_GROUPS = sso_mapping.parse_groups(env.str("ALLOT_SSO_ADMIN_GROUPS", default=""))
+
+# OpenID Connect (mozilla-django-oidc, portal/sso/oidc.py): on when a client id is set. The
+# endpoints come from the issuer's discovery document unless given.
+ALLOT_OIDC_ISSUER = env.str("ALLOT_OIDC_ISSUER", default="").rstrip("/")
+ALLOT_OIDC_NAME = env.str("ALLOT_OIDC_NAME", default="single sign-on")
+ALLOT_OIDC_ENDPOINTS = {
+    name: env.str(f"ALLOT_OIDC_{name.upper()}", default="")
+    for name in ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")}
+ALLOT_OIDC_USERNAME_CLAIM = env.str("ALLOT_OIDC_USERNAME_CLAIM", default="preferred_username")
+ALLOT_OIDC_GROUPS_CLAIM = env.str("ALLOT_OIDC_GROUPS_CLAIM", default="groups")
+OIDC_RP_CLIENT_ID = env.str("ALLOT_OIDC_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = env.str("ALLOT_OIDC_CLIENT_SECRET", default="")
+OIDC_RP_SCOPES = env.str("ALLOT_OIDC_SCOPES", default="openid email profile")
+OIDC_RP_SIGN_ALGO = env.str("ALLOT_OIDC_SIGN_ALGO", default="RS256")
+_OIDC_CLIENT_AUTH = env.str("ALLOT_OIDC_CLIENT_AUTH", default="client_secret_post")
+if _OIDC_CLIENT_AUTH not in ("client_secret_post", "client_secret_basic"):
+    raise ImproperlyConfigured(f"ALLOT_OIDC_CLIENT_AUTH={_OIDC_CLIENT_AUTH!r}: "
+                               "client_secret_post or client_secret_basic")
+OIDC_TOKEN_USE_BASIC_AUTH = _OIDC_CLIENT_AUTH == "client_secret_basic"
+OIDC_TIMEOUT = env.float("ALLOT_OIDC_TIMEOUT_S", default=10.0)
+OIDC_USE_PKCE = True
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = 15 * 60
+if OIDC_RP_CLIENT_ID and not ALLOT_OIDC_ISSUER:
+    raise ImproperlyConfigured(
+        "ALLOT_OIDC_CLIENT_ID is set but ALLOT_OIDC_ISSUER is not: every ID token is checked "
+        "against the issuer, and its discovery document names the endpoints not given")
+
+# An LDAP directory (django-auth-ldap, portal/sso/ldap.py): on when a server URI is set.
+ALLOT_LDAP_SERVER_URI = env.str("ALLOT_LDAP_SERVER_URI", default="")
+if ALLOT_LDAP_SERVER_URI:
+    from portal.sso.ldap_settings import ldap_settings
+
+    globals().update(ldap_settings(env))
+
+# Who may sign in with a password: local accounts (Django's hashes) unless turned off, and the
+# LDAP directory; then OpenID Connect. Each password way refuses a username or address with
+# too many failed sign-ins (portal/login_limits.py): the admin's sign-in too.
+AUTHENTICATION_BACKENDS = [
+    *(["portal.login_limits.LimitedModelBackend"] if ALLOT_LOCAL_PASSWORDS else []),
+    *(["portal.sso.ldap.LimitedLDAPBackend"] if ALLOT_LDAP_SERVER_URI else []),
+    *(["portal.sso.oidc.OidcBackend"] if OIDC_RP_CLIENT_ID else []),
+]
+if not AUTHENTICATION_BACKENDS:
+    raise ImproperlyConfigured(
+        "ALLOT_LOCAL_PASSWORDS=false with neither ALLOT_OIDC_CLIENT_ID nor "
+        "ALLOT_LDAP_SERVER_URI set: nobody could sign in")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -6,7 +6,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from portal import errors
-from portal.views import LoginView
+from portal.views import LoginView, admin_login
 
 # Errors outside DRF's views: JSON under /api/, HTML pages elsewhere (portal/errors.py).
 handler400 = errors.bad_request
@@ -17,6 +17,7 @@ handler500 = errors.server_error
 urlpatterns = [
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/login/", admin_login),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves its start-up script as a file: the CSP refuses inline scripts.
@@ -32,6 +33,7 @@ urlpatterns = [
     path("api/v1/", include("portal.history.api_urls")),
     # Any other /api/ path: a JSON 404, with DEBUG on too (Django's would be an HTML page).
     re_path(r"^api/(?P<rest>.*)$", errors.api_not_found),
+    path("", include("portal.sso.urls")),
     path("", include("portal.page_urls")),
     path("", include("policies.urls")),
     path("", include("quotas.capacity.urls")),

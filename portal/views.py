@@ -1,13 +1,15 @@
-"""Portal pages: sign-in, the home page (the researcher's dashboard), the read-only queue tree,
-the user's API tokens."""
+"""Portal pages: sign-in (passwords and single sign-on), the home page (the researcher's
+dashboard), the read-only queue tree, the user's API tokens."""
 
 from typing import Any
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from portal.forms import TokenForm
@@ -15,6 +17,8 @@ from portal.login_limits import login_wait_s, refusal
 from portal.pages import views as page_views
 from portal.selectors import api_token_list
 from portal.services import api_token_create, api_token_revoke
+from portal.sso.options import sign_in_options
+from portal.sso.outcome import noted_error
 from quotas import selectors
 
 
@@ -46,10 +50,22 @@ def tree_partial(request: HttpRequest) -> HttpResponse:
 
 
 class LoginView(auth_views.LoginView):
-    """Django's sign-in page, refusing (429) a username or address with too many failures
-    before any password is checked (portal/login_limits.py, which also counts failures)."""
+    """Django's sign-in page, with the single sign-on button when OpenID Connect is on and the
+    password form when a password can sign anyone in (local accounts, an LDAP directory).
+
+    A username or address with too many failures is refused (429) before any password is
+    checked (portal/login_limits.py, which also counts failures); a password when none is
+    accepted is refused (403) naming the way in; a directory that failed is a 503 naming it."""
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return {**super().get_context_data(**kwargs), "sign_in": sign_in_options()}
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        options = sign_in_options()
+        if not options.passwords:
+            context = self.get_context_data(form=self.form_class(request),
+                                            refused=options.passwords_off())
+            return self.render_to_response(context, status=403)
         username = request.POST.get("username", "")
         wait = login_wait_s(request, username)
         if wait:
@@ -59,6 +75,21 @@ class LoginView(auth_views.LoginView):
             response["Retry-After"] = str(wait)
             return response
         return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        reason = noted_error(self.request)
+        if reason is None:
+            return super().form_invalid(form)
+        context = self.get_context_data(form=form, refused=f"Signing in failed: {reason}.")
+        return self.render_to_response(context, status=503)
+
+
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """The admin's sign-in form, or, when no password is accepted, this site's sign-in page
+    (its single sign-on button), coming back to the admin."""
+    if sign_in_options().passwords:
+        return admin.site.login(request)
+    return redirect_to_login(request.GET.get("next") or reverse("admin:index"))
 
 
 @login_required

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core import changes
 from scheduling import selectors, services
 from scheduling.filters import WorkloadFilter
 from scheduling.models import EventType, Workload
@@ -208,6 +209,15 @@ class WorkloadListCreateApi(generics.ListAPIView):
         if getattr(self, "swagger_fake_view", False):  # the schema is built with no user
             return Workload.objects.none()
         return selectors.workload_list(user=self.request.user)
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """A submission checks the change log once, before its token is looked up: the token
+        lookup and the submission's lookups and checks (which only read) use that one view, as
+        if the whole request had been taken at that moment. A list checks as usual."""
+        if request.method != "POST":
+            return super().dispatch(request, *args, **kwargs)
+        with changes.pinned():
+            return super().dispatch(request, *args, **kwargs)
 
     @extend_schema(request=WorkloadInputSerializer, responses={201: WorkloadDetailSerializer})
     def post(self, request: Request) -> Response:

@@ -2,15 +2,18 @@
 
 One cycle at a time across every worker and machine: `scheduling_lock` takes a
 transaction-level advisory lock (the try form for the cycle, which skips when another holds
-it; the blocking form for the other writers of workload states: sync, dispatch results,
-cancel). On SQLite (`make run` without DATABASE_URL) a file lock under var/ plays the same
-part (core.db). Dispatch and watch passes take session-level locks per cluster.
+it; the blocking form for the workers' other writers of workload states: sync, dispatch
+refusals, maintenance, and for updates). A cancel does not take it (`workload_writer`). On
+SQLite (`make run` without DATABASE_URL) a file lock under var/ plays the same part (core.db).
+Dispatch and watch passes take session-level locks per cluster.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+
+from django.db import transaction
 
 from core import db
 
@@ -23,6 +26,25 @@ def scheduling_lock(*, wait: bool) -> Iterator[bool]:
     done) when `wait` is False and another process holds it."""
     with db.xact_lock(LOCK_KEY, wait=wait, name="scheduling.lock") as got:
         yield got
+
+
+@contextlib.contextmanager
+def workload_writer() -> Iterator[None]:
+    """A transaction for a user's action on one workload (a cancel), which must win over a
+    cycle in flight without waiting for its engine.
+
+    On PostgreSQL a plain transaction: the action locks its row, and the cycle locks and reads
+    again the rows its decisions change before writing them, dropping a decision whose
+    workload moved (compare-and-set, scheduling/workers/cycle.py): the action waits at most
+    for the cycle's writes to that row. Elsewhere (SQLite: one writer at a time, whose reads
+    are not locked) the scheduling lock, waited for.
+    """
+    if db.postgres():
+        with transaction.atomic():
+            yield
+    else:
+        with scheduling_lock(wait=True):
+            yield
 
 
 DISPATCH_LOCK_BASE = LOCK_KEY + 1000  # + cluster id x 64 + shard

@@ -63,9 +63,25 @@ if [ -z "${DATABASE_URL:-}" ]; then
   concurrency=1
   export ALLOT_WATCH="${ALLOT_WATCH:-false}"
 fi
-$CELERY -A portal worker --loglevel=INFO --concurrency="$concurrency" -n "allot-run@%h" &
+# The worker and the beat are started again whenever they exit, as a production supervisor
+# (systemd Restart=always, a Kubernetes Deployment) would: a Celery worker can exit on its own
+# when the broker goes away (docs/faults.md).
+supervise() {
+  local name=$1 child="" code
+  shift
+  trap 'if [ -n "$child" ]; then kill "$child" 2>/dev/null; wait "$child" 2>/dev/null; fi; exit 0' TERM INT
+  while true; do
+    "$@" &
+    child=$!
+    if wait "$child"; then code=0; else code=$?; fi
+    echo "$name exited (code $code); starting it again in 2 s" >&2
+    sleep 2
+  done
+}
+supervise worker $CELERY -A portal worker --loglevel=INFO --concurrency="$concurrency" \
+  -n "allot-run@%h" &
 pids+=($!)
-$CELERY -A portal beat --loglevel=INFO -s var/celerybeat-schedule &
+supervise beat $CELERY -A portal beat --loglevel=INFO -s var/celerybeat-schedule &
 pids+=($!)
 $PY manage.py runserver "127.0.0.1:$PORT" --noreload &
 pids+=($!)

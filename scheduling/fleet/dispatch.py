@@ -181,12 +181,12 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
                            row["workload_id"], outcome.error)
         else:
             started.append((row, outcome.running))
-    now = now or timezone.now()
-    _dispatched(cluster, started, now, report)
+    _dispatched(cluster, started, now or timezone.now(), report)
     if refused:
         with scheduling_lock(wait=True):
+            at = now or timezone.now()  # read once the lock is held: after what a cycle wrote
             for row, refusal in refused:
-                if _refused(row, refusal, now):
+                if _refused(row, refusal, at):
                     report.refused.append(row["workload_id"])
         enqueue.cycle_nudge()
 

@@ -95,7 +95,7 @@ def _human(seconds: float) -> str:
 
 def workloads_maintain(*, now: datetime | None = None) -> MaintainReport:
     """Clean up ended admissions past the TTL; reclaim workloads stuck past their limit."""
-    now = now or timezone.now()
+    given, now = now, now or timezone.now()
     report = MaintainReport()
     expired = Admission.objects.filter(
         ended_at__lte=now - timedelta(seconds=cleanup_ttl_s()), cleaned_at__isnull=True,
@@ -118,7 +118,8 @@ def workloads_maintain(*, now: datetime | None = None) -> MaintainReport:
                           .values_list("pk", flat=True)[:1000])
         if candidates:
             with scheduling_lock(wait=True):
-                _reclaim_stuck(state, candidates, limit_s, now, report)
+                # The clock is read once the lock is held (after what a cycle wrote).
+                _reclaim_stuck(state, candidates, limit_s, given or timezone.now(), report)
     if report.reclaimed:
         enqueue.cycle_nudge()
     return report

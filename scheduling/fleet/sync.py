@@ -99,9 +99,10 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
                 if _moves(r["workload__state"], status.phase)]
     if not observed:
         return report
-    now = now or timezone.now()
     with scheduling_lock(wait=True):
-        _apply_status(cluster.name, observed, now, report)
+        # The clock is read once the lock is held: what a cycle wrote while this pass waited
+        # comes before the changes it records.
+        _apply_status(cluster.name, observed, now or timezone.now(), report)
     if nudge and (report.finished or report.failed or report.lost):
         enqueue.cycle_nudge()
     return report

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from quotas.models import TeamRole
 from scheduling import enqueue, outbox
-from scheduling.locks import scheduling_lock
+from scheduling.locks import workload_writer
 from scheduling.models import (
     OPEN_STATES,
     EndReason,
@@ -39,15 +39,14 @@ def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = Non
     """Cancel a workload that has not ended; its quota is released at once, its nodes once
     the cluster confirms the delete of its objects (an outbox row written with the cancel).
 
-    Under the scheduling lock: a cycle in flight read the workload before this cancel and
-    would write its earlier decision (an admission, a preemption) over it, so the cancel waits
-    for that cycle to end, and the next cycle reads it cancelled. Its time is read once the
-    lock is held, so the cancel comes after what that cycle wrote (an admission it ends would
-    otherwise end before it began).
+    It wins over a cycle in flight without waiting for it (`workload_writer`): the cycle
+    drops a decision about a workload whose state moved since its snapshot. Its time is read
+    once the row is locked, so a cancel that waited for a cycle's writes to this row comes
+    after what that cycle wrote (an admission it ends would otherwise end before it began).
     """
-    with scheduling_lock(wait=True):
-        now = now or timezone.now()
+    with workload_writer():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        now = now or timezone.now()
         if not user_may_manage(user, workload):
             raise PermissionDenied("only the owner, a lead of its team or an admin may cancel "
                                    f"workload {workload.name}")

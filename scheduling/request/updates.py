@@ -195,8 +195,8 @@ def workload_update(
     request meanwhile.
     """
     _check_fields(changes, UPDATE_FIELDS, "an update")
-    now = now or timezone.now()
     with scheduling_lock(wait=True):
+        now = now or timezone.now()  # read once the lock is held: after what a cycle wrote
         w = _locked(user, workload)
         if w.state != S.PENDING:
             raise ValidationError({"state": [

@@ -7,6 +7,7 @@ database as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ class CycleReport:
     released: list[int] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
     refused: list[int] = field(default_factory=list)  # refused by a cluster joining the cycle
+    # Decisions dropped: their workloads' state moved since the snapshot (compare-and-set).
+    superseded: list[int] = field(default_factory=list)
     pending: int = 0
     seconds: float = 0.0
     dispatch_clusters: set[int] = field(default_factory=set)
@@ -171,7 +174,16 @@ class _Writes:
 
 def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
            report: CycleReport) -> None:
-    """Write the engine's decisions: bulk inserts and updates, in the caller's transaction."""
+    """Write the engine's decisions: bulk inserts and updates, in the caller's transaction.
+
+    Compare-and-set: the workloads whose state the decisions change (and the preemptors their
+    preemptions and nominations are for) are locked and read again first; a decision about a
+    workload whose state moved since the snapshot (a user cancelled it, a cluster reported it
+    running or ended) is dropped, so nothing the cycle computed is written over a newer state
+    (nor a reason on a workload that no longer waits).
+    User actions do not wait for a cycle's engine, only for its writes to the rows they touch.
+    """
+    result = _still_as_read(result, parts, report)
     out = _Writes()
     _admitted(now, result, parts, report, out)
     if out.new_admissions:
@@ -197,6 +209,40 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
                 [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
                  "preempt_kind", "preempted_by", "not_before", "backoff_count", "nomination"])
     db.insert_rows(WorkloadEvent, out.events)
+
+
+def _still_as_read(result: engine.CycleResult, parts: SnapshotParts,
+                   report: CycleReport) -> engine.CycleResult:
+    """`result` without the decisions about workloads whose state moved since the snapshot;
+    the rest are locked (FOR UPDATE, in id order) until the cycle commits. A waiting
+    workload whose reason may be written (a new code or message) is one of them: a reason
+    and its event are never written on a workload a user cancelled meanwhile."""
+    names = {a.workload for a in result.admitted} | {r.workload for r in result.rejected} \
+        | {r.workload for r in result.released} | set(result.nominations) \
+        | {p.workload for p in result.preempted} | {p.by for p in result.preempted} \
+        | {n for n, r in result.reasons.items() if n in parts.rows and (
+            str(r.code) != parts.rows[n]["reason_code"]
+            or r.message != parts.rows[n]["reason_message"])}
+    read = {int(n): parts.rows[n]["state"] for n in names if n in parts.rows}
+    if not read:
+        return result
+    now_state = dict(Workload.objects.filter(pk__in=list(read)).order_by("pk")
+                     .select_for_update().values_list("pk", "state"))
+    moved = {str(pk) for pk, state in read.items() if now_state.get(pk) != state}
+    if not moved:
+        return result
+    report.superseded = sorted(int(n) for n in moved)
+    logger.info("cycle: %d decision(s) dropped, their workloads moved since the snapshot: %s",
+                len(moved), report.superseded)
+    return dataclasses.replace(
+        result,
+        admitted=[a for a in result.admitted if a.workload not in moved],
+        rejected=[r for r in result.rejected if r.workload not in moved],
+        released=[r for r in result.released if r.workload not in moved],
+        preempted=[p for p in result.preempted
+                   if p.workload not in moved and p.by not in moved],
+        nominations={n: v for n, v in result.nominations.items() if n not in moved},
+        reasons={n: v for n, v in result.reasons.items() if n not in moved})
 
 
 def _admitted(now: datetime, result: engine.CycleResult, parts: SnapshotParts,

@@ -75,3 +75,29 @@ def test_a_kept_connection_the_database_dropped_is_replaced_before_the_next_requ
     finally:
         connection.close()
         connection.settings_dict["CONN_MAX_AGE"] = max_age
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_connection_is_checked_by_the_change_logs_query_not_a_select_1(monkeypatch):
+    """The change log's check (the first query of a token-authenticated request) stands for
+    the kept connection's health check: no `SELECT 1` round trip per request."""
+    from django.test.utils import CaptureQueriesContext
+
+    client = client_for(UserFactory(username="alice"))
+    max_age = connection.settings_dict["CONN_MAX_AGE"]
+    connection.close()
+    connection.settings_dict["CONN_MAX_AGE"] = 60
+    try:
+        assert client.get("/api/v1/workloads").status_code == 200
+        connection.close_if_unusable_or_obsolete()  # what each request starts with
+        assert connection.health_check_enabled and not connection.health_check_done
+        checks: list[bool] = []
+        real = connection.is_usable
+        monkeypatch.setattr(connection, "is_usable", lambda: checks.append(True) or real())
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get("/api/v1/workloads").status_code == 200
+        assert "policies_changes_since" in ctx.captured_queries[0]["sql"]
+        assert checks == []
+    finally:
+        connection.close()
+        connection.settings_dict["CONN_MAX_AGE"] = max_age
