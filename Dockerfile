@@ -12,16 +12,23 @@
 # SECRET_KEY and DATABASE_URL have no default in production and are given at run time.
 
 # --- build: the runtime requirements in a virtual environment --------------------------------
-FROM python:3.11-slim-trixie AS build
+FROM python:3.11-slim-bookworm AS build
 
+# python-ldap (requirements.txt) has no wheels: it is compiled here, against the OpenLDAP and
+# SASL headers. Versions are not pinned: the image's tag fixes the Debian release, and a pin
+# would break the build at its next security update.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libldap2-dev libsasl2-dev \
+    && rm -rf /var/lib/apt/lists/*
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 RUN python -m venv /opt/venv
 COPY requirements.txt /tmp/requirements.txt
 RUN /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
 
-# --- runtime: the venv, the code, the collected static files; no compiler, not root ---------
-FROM python:3.11-slim-trixie AS runtime
+# --- runtime: the venv, the code, the collected static files; no compiler, not root --------
+FROM python:3.11-slim-bookworm AS runtime
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -31,7 +38,12 @@ ENV PATH=/opt/venv/bin:$PATH \
     STATIC_ROOT=/app/staticfiles \
     GUNICORN_BIND=0.0.0.0:8000
 
-RUN groupadd --system --gid 10001 allot \
+# The libraries python-ldap was built against (no compiler, no headers).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libldap-2.5-0 libsasl2-2 \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 allot \
     && useradd --system --uid 10001 --gid allot --home-dir /app --no-create-home \
        --shell /usr/sbin/nologin allot
 
