@@ -95,6 +95,21 @@ def test_other_teams_workloads_are_404_and_hidden(world):
     assert APIClient().get("/api/v1/workloads").status_code == 401
 
 
+def test_list_mine_is_the_callers_own(world):
+    workload_submit(user=world.alice, data=request("alices"))
+    workload_submit(user=world.bob, data=request("bobs"))
+    lead = client_for(world.bob)  # a lead sees the team's workloads; `mine` only his own
+    assert [w["name"] for w in lead.get("/api/v1/workloads").json()["results"]] == [
+        "bobs", "alices"]
+    assert [w["name"] for w in lead.get("/api/v1/workloads?mine=true").json()["results"]] == [
+        "bobs"]
+    assert len(lead.get("/api/v1/workloads?mine=false").json()["results"]) == 2
+    page = APIClient()
+    page.force_login(world.alice)  # the page's filter form has it too
+    html = page.get("/workloads/?mine=true").content.decode()
+    assert "alices" in html and "bobs" not in html
+
+
 def test_list_query_budget(world, django_assert_max_num_queries):
     for i in range(15):
         workload_submit(user=world.alice, data=request(f"b{i}"))
