@@ -172,6 +172,7 @@ _.get_admissions  # SerializerMethodField
 _.get_events  # SerializerMethodField
 _.get_pods  # SerializerMethodField
 _.can_submit  # serializer field (queues API)
+_.document  # serializer field (policy tests API)
 _.filter_mine  # django-filter: named by the `mine` filter's method= (workloads list)
 _.capacity_requests  # serializer field (approvals API)
 _.estimate_total  # serializer field (workload cost API)
