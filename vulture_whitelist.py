@@ -152,6 +152,9 @@ _.deleted_objects  # admin formsets: read by the admin's change message
 _.permission_classes  # APIView
 _.serializer_class  # GenericAPIView
 _.filterset_class  # django-filter's DRF backend
+_.PageNumberWithSize  # REST_FRAMEWORK's DEFAULT_PAGINATION_CLASS
+_.page_size_query_param  # PageNumberPagination: the page size parameter's name
+_.max_page_size  # PageNumberPagination: the largest page size a client may ask for
 _.get_permissions  # APIView hook
 _.has_permission  # BasePermission hook
 _.authenticate_credentials  # TokenAuthentication hook
