@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Debian packages the tests need (Chromium for browser tests, Prometheus for metering tests),
-# installed only when missing. Needs root (CI and these machines run as root).
+# Debian packages the tests need (Chromium for browser tests, Prometheus for metering tests,
+# zsh for the command line's completion script), installed only when missing. Needs root (CI and these machines run as root).
 set -u
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v zsh >/dev/null 2>&1 || missing+=(zsh)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "Missing system packages: ${missing[*]}. Install them (apt-get install ${missing[*]})." >&2
