@@ -62,6 +62,12 @@ def span(seconds: float) -> str:
     return f"{d}d {h}h" if h else f"{d}d"
 
 
+def moment(value: str | None) -> str:
+    """`2026-05-01 12:00 UTC`; `-` for none."""
+    parsed = parse_time(value)
+    return f"{parsed.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if parsed else "-"
+
+
 def when(value: str | None, now: datetime | None = None) -> str:
     """`2026-05-01 12:00 UTC (5m ago)` or `(in 1h 20m)`; `-` for none."""
     moment = parse_time(value)

@@ -8,7 +8,7 @@ from typing import Any
 
 from allot_cli.context import Context
 from allot_cli.errors import Exit
-from allot_cli.output import emit, table
+from allot_cli.output import emit, moment, table
 
 
 def _dec(value: Any) -> Decimal:
@@ -35,12 +35,13 @@ def run_usage(ctx: Context) -> int:
         body = table(
             [a.group_by.upper(), "GPU-HOURS", "ACTIVE", "FROZEN", "GAP", "CORE-HOURS",
              "EFFICIENCY", "COST"],
-            [[r["key"] or "-", r["reserved_gpu_hours"], r["active_gpu_hours"],
-              r["frozen_gpu_hours"], r["gap_gpu_hours"], r["core_hours"],
+            [[r["key"] or "-", *(r[k] if r[k] is not None else "-" for k in (
+                "reserved_gpu_hours", "active_gpu_hours", "frozen_gpu_hours", "gap_gpu_hours",
+                "core_hours")),
               "-" if r["efficiency"] is None else f"{100 * _dec(r['efficiency']):.1f}%",
               f"{r['cost']} {r['currency']}".strip()] for r in rows],
             right=range(1, 8))
-        period = f"From {data['from']} to {data['to']}, by {a.group_by}"
+        period = f"From {moment(data['from'])} to {moment(data['to'])}, by {a.group_by}"
         if not rows:
             return f"{period}: no usage."
         cost = ", ".join(f"{v} {k}" for k, v in sorted(totals.items()))

@@ -8,7 +8,7 @@ from typing import Any
 
 from allot_cli.context import Context
 from allot_cli.errors import Exit
-from allot_cli.output import ago, emit, number, table
+from allot_cli.output import ago, emit, moment, number, table
 
 STATES = ("submitted", "approved", "active", "denied", "cancelled", "reverted")
 
@@ -20,11 +20,11 @@ def _change(r: dict[str, Any]) -> str:
 
 def _one(r: dict[str, Any]) -> str:
     lines = [f"Capacity request #{r['id']}: {r['state']}. {_change(r)}",
-             f"  requested by {r['requested_by']}, starts {r['starts_at']}"
-             + (f", ends {r['ends_at']}" if r.get("ends_at") else ", permanent"),
+             f"  requested by {r['requested_by']}, starts {moment(r['starts_at'])}"
+             + (f", ends {moment(r['ends_at'])}" if r.get("ends_at") else ", permanent"),
              f"  justification: {r['justification']}"]
     if r.get("decided_by"):
-        lines.append(f"  decided by {r['decided_by']} at {r['decided_at']}"
+        lines.append(f"  decided by {r['decided_by']} at {moment(r['decided_at'])}"
                      + (f": {r['decision_comment']}" if r.get("decision_comment") else ""))
     return "\n".join(lines)
 
