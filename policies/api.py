@@ -213,12 +213,18 @@ class PolicyTestInput(serializers.Serializer):
                                   max_length=MAX_TEST_FILES)
 
 
+class MayRunPolicyTests(IsPlatformAdmin):
+    """Platform admins, who alone change policies (and whose cases run in the web process)."""
+
+    message = "Only platform admins may run policy tests."
+
+
 class PolicyTests(APIView):
     """Run the test cases of policy files, as `manage.py policies_test DIR` does; nothing is
     saved. Each policy first passes the checks of a save (CEL, cost), else it is one failed
     case. 200 with every case's outcome, whether they pass or not."""
 
-    permission_classes = [IsAdminOrReadOnly]
+    permission_classes = [MayRunPolicyTests]
 
     @extend_schema(request=PolicyTestInput, responses=inline_serializer(
         "PolicyTestReport", {

@@ -212,3 +212,4 @@ def test_admins_only(user_api):
     response = user_api.post("/api/v1/policy-tests", files({"name": "x", "kind": "validate",
                                                              "rule": "true"}), format="json")
     assert response.status_code == 403
+    assert response.json() == {"detail": "Only platform admins may run policy tests."}
