@@ -267,7 +267,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.pagination.PageNumberWithSize",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
     # DRF's parsers with limits: JSON nested at most 64 levels, no NUL characters (PostgreSQL
