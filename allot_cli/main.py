@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-u", "--username", help="default: asked")
     p.add_argument("--password-stdin", action="store_true",
                    help="read the password from standard input (for scripts)")
+    p.add_argument("--token-stdin", action="store_true",
+                   help="save a token made in the portal instead (single sign-on users, "
+                   "who have no password): read from standard input, checked with the server")
     p.add_argument("--scope", choices=("write", "read"), default="write",
                    help="read: GET only (default write)")
     p.add_argument("--expires-in-days", type=_positive, metavar="DAYS",

@@ -29,6 +29,8 @@ def run_login(ctx: Context) -> int:
     (replacing, and revoking, the one saved for it before)."""
     args = ctx.args
     server = ctx.target().server
+    if args.token_stdin:
+        return _login_with_token(ctx, server, sys.stdin.readline().strip())
     username = args.username or _ask("Username: ", secret=False).strip()
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
@@ -75,6 +77,28 @@ def _revoke_quietly(server: str, token: str, timeout: float) -> None:
         Api(config.Target(server, token), timeout=timeout).delete("auth/token")
     except CliError:
         pass
+
+
+def _login_with_token(ctx: Context, server: str, token: str) -> int:
+    """Save a token made elsewhere (a single sign-on user's, from the portal's token page or
+    POST /api/v1/auth/tokens with a browser session) once the server accepts it."""
+    if not token:
+        raise CliError(Exit.USAGE, "--token-stdin: standard input held no token")
+    api = Api(config.Target(server, token), timeout=ctx.args.timeout)
+    mine = api.get("auth/tokens", {"page_size": 1000})  # 401 (exit 4) for a bad token
+    rows = mine.get("results", mine) if isinstance(mine, dict) else mine
+    this = next((r for r in rows if token.startswith(str(r.get("prefix", "")))), {})
+    path = config.save(config.Config(server=server, token=token,
+                                     username=ctx.args.username or "",
+                                     scope=str(this.get("scope", "")),
+                                     expires_at=str(this.get("expires_at") or "")))
+    summary = {"server": server, "username": ctx.args.username or "",
+               "scope": this.get("scope", ""), "prefix": token[:8],
+               "expires_at": this.get("expires_at"), "config": str(path)}
+    emit(summary, ctx.output, lambda: (
+        f"Signed in to {server} with token {token[:8]}..., scope {this.get('scope', '?')}, "
+        f"expires {when(this.get('expires_at'))}.\nSaved in {path}."))
+    return Exit.OK
 
 
 def run_logout(ctx: Context) -> int:

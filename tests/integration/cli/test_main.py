@@ -146,7 +146,7 @@ def test_researcher_flow(cli, org, priority_classes, tokens, tmp_path, config_fi
     assert ran.code == 4 and "not signed in" in ran.err
 
 
-def test_bad_input_exit_codes(cli, org, priority_classes, tokens, tmp_path):  # noqa: F811
+def test_bad_input_exit_codes(cli, org, priority_classes, tokens, tmp_path, config_file):  # noqa: F811
     alice = tokens["alice"]
     # A bad manifest: the API's message names the field and the bound; nothing is saved.
     bad = MANIFEST.replace("gpus: 8", "gpus: 65")
@@ -186,6 +186,15 @@ def test_bad_input_exit_codes(cli, org, priority_classes, tokens, tmp_path):  # 
     assert ran.code == 0
     ran = cli("cancel", "1")  # a read token may not POST
     assert ran.code == 4 and "scope is read" in ran.err
+    # A token made in the portal (single sign-on users have no password) is saved once the
+    # server accepts it; a bad one is refused with the auth exit code and not saved.
+    ran = cli("login", "--token-stdin", stdin="not-a-token\n")
+    assert ran.code == 4
+    ran = cli("login", "--token-stdin", stdin=alice + "\n")
+    assert ran.code == 0, ran.err
+    saved = tomllib.loads(config_file.read_text())
+    assert saved["token"] == alice and saved["scope"] == "write"
+    assert cli("list").code == 0
     # The server down: nothing listens on the port.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
