@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import sys
 from dataclasses import replace
+from typing import Any
 from urllib.parse import urlsplit
 
 from allot_cli import config
@@ -87,7 +88,8 @@ def _login_with_token(ctx: Context, server: str, token: str) -> int:
     api = Api(config.Target(server, token), timeout=ctx.args.timeout)
     mine = api.get("auth/tokens", {"page_size": 1000})  # 401 (exit 4) for a bad token
     rows = mine.get("results", mine) if isinstance(mine, dict) else mine
-    this = next((r for r in rows if token.startswith(str(r.get("prefix", "")))), {})
+    this: dict[str, Any] = next(
+        (r for r in rows if token.startswith(str(r.get("prefix", "")))), {})
     path = config.save(config.Config(server=server, token=token,
                                      username=ctx.args.username or "",
                                      scope=str(this.get("scope", "")),
