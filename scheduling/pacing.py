@@ -9,11 +9,13 @@ at most half a core); a nudge that comes earlier is dropped, and one nudge is qu
 moment the pause ends, whichever process asks first. The beat's periodic cycle and the
 cycles run when capacity comes back are never paced.
 
-The last cycle's end and duration are one row (`CycleMark`), shared by every worker process.
+The last cycle's end and duration are one row (`CycleMark`), shared by every worker process;
+each cycle's duration is also counted in /metrics' histogram (scheduling/tallies.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -22,15 +24,21 @@ from django.utils import timezone
 
 from scheduling import enqueue
 from scheduling.models import CycleMark
+from scheduling.tallies import cycle_observe
 
 _MARK = 1
 
 
-def cycle_mark(*, ended_at: datetime, seconds: float) -> None:
-    """Note a cycle that ran (after its transaction)."""
-    if not CycleMark.objects.filter(pk=_MARK).update(ended_at=ended_at, seconds=seconds):
-        CycleMark.objects.get_or_create(pk=_MARK, defaults={"ended_at": ended_at,
-                                                           "seconds": seconds})
+def cycle_mark(*, ended_at: datetime, seconds: float,
+               guarantee_blocked: Sequence[str] = ()) -> None:
+    """Note a cycle that ran (after its transaction): its end and duration, the leaves whose
+    guarantee it left blocked, and its duration in the /metrics histogram."""
+    blocked = list(guarantee_blocked)
+    if not CycleMark.objects.filter(pk=_MARK).update(ended_at=ended_at, seconds=seconds,
+                                                     guarantee_blocked=blocked):
+        CycleMark.objects.get_or_create(pk=_MARK, defaults={
+            "ended_at": ended_at, "seconds": seconds, "guarantee_blocked": blocked})
+    cycle_observe(seconds)
 
 
 def cycle_paced(now: datetime | None = None) -> bool:

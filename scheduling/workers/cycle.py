@@ -59,6 +59,7 @@ class CycleReport:
     superseded: list[int] = field(default_factory=list)
     pending: int = 0
     seconds: float = 0.0
+    guarantee_blocked: list[str] = field(default_factory=list)  # leaf paths (engine's view)
     dispatch_clusters: set[int] = field(default_factory=set)
     suspend_admissions: list[int] = field(default_factory=list)
     delete_admissions: list[int] = field(default_factory=list)
@@ -89,6 +90,7 @@ def cycle_run(*, now: datetime | None = None, wait: bool = False,
         if after_snapshot is not None:
             after_snapshot(snapshot, result)
         _apply(now, result, parts, report)
+        report.guarantee_blocked = result.guarantee_blocked
         report.pending = len(snapshot.pending) - len(report.admitted) - len(report.rejected)
         if enqueue_dispatch:
             report.outbox_rows += [outbox.message_dispatch(cluster_id=pk, at=now)
