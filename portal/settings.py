@@ -350,6 +350,9 @@ ALLOT_PROMETHEUS_URL = env.str("ALLOT_PROMETHEUS_URL", default="")
 # (/sim/<cluster>/metrics); empty: only a logged-in staff user may read it. `make run` makes
 # one for the Prometheus it starts.
 ALLOT_SIM_METRICS_TOKEN = env.str("ALLOT_SIM_METRICS_TOKEN", default="")
+# The bearer token Prometheus presents to scrape Allot's own metrics (/metrics: scheduling,
+# billing, clusters; docs/operations.md); empty: only a logged-in staff user may read them.
+ALLOT_METRICS_TOKEN = env.str("ALLOT_METRICS_TOKEN", default="")
 ALLOT_WORKERS = {
     "dispatch_penalty_s": env.float("ALLOT_DISPATCH_PENALTY_S", default=300.0),
     "dispatch_penalty": env.float("ALLOT_DISPATCH_PENALTY", default=0.6),

@@ -17,6 +17,9 @@ from scheduling.models import MetricTally
 # large fleets take up to a few seconds).
 CYCLE = "cycle_seconds"
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# From submission (or the last requeue) to admission: Kueue's buckets for its
+# admission_wait_time_seconds (1 s, then 2.5 s doubling up to 10,240 s).
+WAIT_BUCKETS = (1.0, *(2.5 * 2 ** k for k in range(13)))
 SUM = "sum"
 INF = "+Inf"
 
