@@ -157,11 +157,15 @@ def _quota_gauges(queues: dict[int, dict[str, Any]]) -> list[Metric]:
         qmax = ceiling.get((queue_id, flavor, resource))
         if qmax is not None:
             borrowing.add_metric(key, float(max(qmax - qmin, Decimal(0))))
-    # Every key a queue sets is reported (0 when unused), and every key in use.
+    # The keys some queue sets (a key none sets is not accounted, as Kueue reports only the
+    # resources a queue covers): each queue that sets one reports it, 0 when unused, and
+    # every other queue where it is in use or asked for.
     usage = queue_usage()
     zero = {"used": Decimal(0), "borrowed": Decimal(0), "lent": Decimal(0),
             "pending": Decimal(0)}
-    keys = explicit | {(path, *key) for path, per_key in usage.items() for key in per_key}
+    accounted = {(flavor, resource) for _, flavor, resource in explicit}
+    keys = explicit | {(path, *key) for path, per_key in usage.items() for key in per_key
+                       if key in accounted}
     for path, flavor, resource in sorted(keys):
         figures = usage.get(path, {}).get((flavor, resource), zero)
         key = [path, flavor, resource]

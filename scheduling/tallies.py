@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from core import db
 from scheduling.models import MetricTally
 
-# The scheduling cycle's duration in seconds (a cycle runs every few seconds; the benchmark's
-# large fleets take up to a few seconds).
+# The scheduling cycle's duration in seconds (from a small fleet's milliseconds to a large
+# one's seconds).
 CYCLE = "cycle_seconds"
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # From submission (or the last requeue) to admission: Kueue's buckets for its

@@ -19,9 +19,13 @@ from django.core.wsgi import get_wsgi_application
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from billing.models import LedgerVerification
+from portal.monitoring import REGISTRY, exposition
 from scheduling.pacing import cycle_mark
 from scheduling.workers.cycle import cycle_run
 from tests.factories import AdminFactory, UserFactory
@@ -100,6 +104,24 @@ def test_with_no_token_set_only_a_staff_user_reads_them(client, settings):
     client.force_login(AdminFactory(username="ops"))
     ok = scrape(client)
     assert ok.status_code == 200 and b"allot_pending_workloads" in ok.content
+
+
+@pytest.mark.django_db
+def test_the_exposition_is_the_text_prometheus_client_writes():
+    scenario()
+    odd = GaugeMetricFamily("allot_odd", 'help with a \\ and a\nnew line',
+                            labels=["queue", "reason"])
+    odd.add_metric(['a"b\\c\nd', "é"], 1e7)
+    odd.add_metric(["x", "y"], float("inf"))
+    families = [*REGISTRY.collect(), odd]
+
+    class Fixed(Collector):
+        def collect(self):
+            return iter(families)
+
+    registry = CollectorRegistry()
+    registry.register(Fixed())
+    assert exposition(families) == generate_latest(registry)
 
 
 # --- a real Prometheus -----------------------------------------------------------------------
