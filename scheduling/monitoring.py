@@ -104,16 +104,19 @@ def _workload_gauges(paths: dict[int, str], now: datetime) -> list[Metric]:
             .annotate(n=Count("id"), since=Min("state_changed_at")).order_by())
     states: Counter[tuple[str, str]] = Counter()
     placed: Counter[str] = Counter()
+    waiting = []
     for queue_id, state, reason, n, since in rows:
         path = paths.get(queue_id)
         if path is None:
             continue
         states[(path, state)] += n
         if state == WorkloadState.PENDING:
-            pending.add_metric([path, reason or QUEUED], n)
-            oldest.add_metric([path, reason or QUEUED], max(0.0, (now - since).total_seconds()))
+            waiting.append((path, reason or QUEUED, n, since))
         elif state in PLACED_STATES:
             placed[path] += n
+    for path, reason, n, since in sorted(waiting):
+        pending.add_metric([path, reason], n)
+        oldest.add_metric([path, reason], max(0.0, (now - since).total_seconds()))
     for (path, state), n in sorted(states.items()):
         by_state.add_metric([path, state], n)
     for path, n in sorted(placed.items()):
