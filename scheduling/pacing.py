@@ -9,8 +9,7 @@ at most half a core); a nudge that comes earlier is dropped, and one nudge is qu
 moment the pause ends, whichever process asks first. The beat's periodic cycle and the
 cycles run when capacity comes back are never paced.
 
-The last cycle's end and duration are one row (`CycleMark`), shared by every worker process;
-each cycle's duration is also counted in /metrics' histogram (scheduling/tallies.py).
+The last cycle's end and duration are one row (`CycleMark`), shared by every worker process.
 """
 
 from __future__ import annotations
@@ -24,21 +23,19 @@ from django.utils import timezone
 
 from scheduling import enqueue
 from scheduling.models import CycleMark
-from scheduling.tallies import cycle_observe
 
 _MARK = 1
 
 
 def cycle_mark(*, ended_at: datetime, seconds: float,
                guarantee_blocked: Sequence[str] = ()) -> None:
-    """Note a cycle that ran (after its transaction): its end and duration, the leaves whose
-    guarantee it left blocked, and its duration in the /metrics histogram."""
+    """Note a cycle that ran (after its transaction): its end and duration, and the leaves
+    whose guarantee it left blocked (for /metrics)."""
     blocked = list(guarantee_blocked)
     if not CycleMark.objects.filter(pk=_MARK).update(ended_at=ended_at, seconds=seconds,
                                                      guarantee_blocked=blocked):
         CycleMark.objects.get_or_create(pk=_MARK, defaults={
             "ended_at": ended_at, "seconds": seconds, "guarantee_blocked": blocked})
-    cycle_observe(seconds)
 
 
 def cycle_paced(now: datetime | None = None) -> bool:

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import db
-from scheduling import engine, enqueue, outbox
+from scheduling import engine, enqueue, outbox, tallies
 from scheduling.engine.engine import schedule
 from scheduling.fleet import dispatch as fleet_dispatch
 from scheduling.locks import scheduling_lock
@@ -98,6 +98,9 @@ def cycle_run(*, now: datetime | None = None, wait: bool = False,
         outbox.messages_write(report.outbox_rows)
         if report.refused:
             transaction.on_commit(enqueue.cycle_nudge)  # placed elsewhere by the next cycle
+        # In /metrics' histogram, written with the decisions (no commit of its own): its
+        # duration up to the commit.
+        tallies.cycle_observe(time.monotonic() - started)
     report.seconds = time.monotonic() - started
     return report
 

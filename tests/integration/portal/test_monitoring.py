@@ -74,7 +74,7 @@ def test_the_token_reads_the_metrics_after_a_scenario(client, settings):
     gpu = frozenset({("flavor", "a100-80g"), ("resource", "gpu")})
     assert found[("allot_quota_reserved_resource", vision | gpu)] == 24
     assert found[("allot_nominal_quota", vision | gpu)] == 8
-    assert found[("allot_cycle_duration_seconds_count", frozenset())] == 1
+    assert found[("allot_cycle_duration_seconds_count", frozenset())] == 2
     assert found[("allot_ledger_entries_total", frozenset())] == 0
 
 
