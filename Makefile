@@ -7,11 +7,14 @@ export REDIS_URL_TEST ?= redis://127.0.0.1:6379/0
 
 .PHONY: run test lint bench chaos venv venv-dev clean
 
-$(VENV)/.installed: requirements.txt
+# The `allot` command line (pyproject.toml) is installed in editable mode, without its
+# dependencies (requirements.txt pins them): .venv/bin/allot runs this checkout's allot_cli/.
+$(VENV)/.installed: requirements.txt pyproject.toml
 	bash scripts/ensure_system_packages.sh build
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
@@ -30,14 +33,16 @@ run: venv
 ##     scheduling.engine is pure Python: no Django, Celery, kubernetes, no project code outside it;
 ##     only scheduling.backends imports kubernetes (and core.quantity, its quantity parser only);
 ##     no module outside the policies app imports it (it plugs in through scheduling.extensions);
-##     core, the shared kernel (core/changes.py, core/db.py, core/quantity.py), imports no app.
+##     core, the shared kernel (core/changes.py, core/db.py, core/quantity.py), imports no app;
+##     allot_cli, the command line, imports no app and no server library: it speaks the REST API.
 ##   scripts/check_imports.py: no import circles among the project's modules (each printed as its
 ##     chain of imports); core.quantity imports nothing of kubernetes but kubernetes.utils.quantity.
 ##   vulture: no dead code (vulture_whitelist.py: what Django, DRF and Celery use by name).
 lint: venv-dev
 	@status=0; \
 	$(VENV)/bin/ruff check . || status=1; \
-	$(VENV)/bin/mypy core portal quotas scheduling billing policies scripts/check_imports.py || status=1; \
+	$(VENV)/bin/mypy core portal quotas scheduling billing policies allot_cli \
+		scripts/check_imports.py || status=1; \
 	$(VENV)/bin/lint-imports --no-logo --no-cache || status=1; \
 	$(PY) scripts/check_imports.py || status=1; \
 	$(VENV)/bin/vulture || status=1; \

@@ -155,6 +155,9 @@ _.deleted_objects  # admin formsets: read by the admin's change message
 _.permission_classes  # APIView
 _.serializer_class  # GenericAPIView
 _.filterset_class  # django-filter's DRF backend
+_.PageNumberWithSize  # REST_FRAMEWORK's DEFAULT_PAGINATION_CLASS
+_.page_size_query_param  # PageNumberPagination: the page size parameter's name
+_.max_page_size  # PageNumberPagination: the largest page size a client may ask for
 _.get_permissions  # APIView hook
 _.has_permission  # BasePermission hook
 _.authenticate_credentials  # TokenAuthentication hook
@@ -175,6 +178,8 @@ _.get_admissions  # SerializerMethodField
 _.get_events  # SerializerMethodField
 _.get_pods  # SerializerMethodField
 _.can_submit  # serializer field (queues API)
+_.document  # serializer field (policy tests API)
+_.filter_mine  # django-filter: named by the `mine` filter's method= (workloads list)
 _.capacity_requests  # serializer field (approvals API)
 _.estimate_total  # serializer field (workload cost API)
 _.queue_position  # serializer field (workloads API)

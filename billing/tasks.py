@@ -8,7 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from billing.prometheus import TelemetryUnavailable
-from billing.services import budgets_evaluate, reconciliation_run, rollup_and_post
+from billing.services import budgets_evaluate, ledger_check, reconciliation_run, rollup_and_post
 from billing.services.usage import hours_due
 
 
@@ -35,6 +35,13 @@ def reconcile_yesterday() -> dict:
     day = (timezone.now() - timedelta(days=1)).date()
     run = reconciliation_run(day=day)
     return {"day": day.isoformat(), "findings": run.findings_count}
+
+
+@shared_task(name="billing.verify_ledger")
+def verify_ledger() -> dict:
+    """The daily ledger check (hash chain and invoice totals), recorded for /metrics."""
+    check = ledger_check()
+    return {"ok": check.ok, "checked": check.checked, "problem": check.problem}
 
 
 @shared_task(name="billing.issue_last_month_invoices")

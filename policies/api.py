@@ -21,7 +21,9 @@ from .checks import definition_errors
 from .filters import PolicyViolationFilter
 from .models import Policy, PolicyKind, PolicyMode, TeamApproval
 from .rules import ORDER_MAX, ORDER_MIN
-from .specs import check_fields, normalise
+from .specs import PolicyFileError, check_fields, normalise, read_document
+
+MAX_TEST_FILES = 1000  # files in one `POST /api/v1/policy-tests`
 
 
 class IsPlatformAdmin(BasePermission):
@@ -197,6 +199,58 @@ class PolicyTry(APIView):
         spec = _spec_for(_get(name), data.validated_data.get("policy"))
         result = selectors.policy_try(spec, data.validated_data["input"])
         return Response(result.__dict__)
+
+
+class PolicyTestFileInput(serializers.Serializer):
+    path = serializers.CharField(max_length=1000, help_text="The file's name, for messages.")
+    document = serializers.JSONField(
+        help_text="The file's parsed YAML: one policy (a mapping) or `{policies: [...]}`, "
+                  "each with its `tests`.")
+
+
+class PolicyTestInput(serializers.Serializer):
+    files = serializers.ListField(child=PolicyTestFileInput(), allow_empty=False,
+                                  max_length=MAX_TEST_FILES)
+
+
+class MayRunPolicyTests(IsPlatformAdmin):
+    """Platform admins, who alone change policies (and whose cases run in the web process)."""
+
+    message = "Only platform admins may run policy tests."
+
+
+class PolicyTests(APIView):
+    """Run the test cases of policy files, as `manage.py policies_test DIR` does; nothing is
+    saved. Each policy first passes the checks of a save (CEL, cost), else it is one failed
+    case. 200 with every case's outcome, whether they pass or not."""
+
+    permission_classes = [MayRunPolicyTests]
+
+    @extend_schema(request=PolicyTestInput, responses=inline_serializer(
+        "PolicyTestReport", {
+            "passed": serializers.IntegerField(), "failed": serializers.IntegerField(),
+            "policies": serializers.IntegerField(), "files": serializers.IntegerField(),
+            "results": serializers.ListField(child=inline_serializer("PolicyTestCase", {
+                "file": serializers.CharField(), "policy": serializers.CharField(),
+                "case": serializers.CharField(), "passed": serializers.BooleanField(),
+                "detail": serializers.CharField()}))}))
+    def post(self, request: Request) -> Response:
+        data = PolicyTestInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        files, problems = [], []
+        for item in data.validated_data["files"]:
+            try:
+                files.append(read_document(item["path"], item["document"]))
+            except PolicyFileError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise serializers.ValidationError({"files": problems})
+        results = [{"file": f.path, **r.__dict__}
+                   for f in files for r in selectors.policy_file_test(f)]
+        failed = sum(1 for r in results if not r["passed"])
+        return Response({"passed": len(results) - failed, "failed": failed,
+                         "policies": sum(len(f.policies) for f in files), "files": len(files),
+                         "results": results})
 
 
 class ReplayInput(serializers.Serializer):

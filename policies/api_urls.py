@@ -12,6 +12,7 @@ urlpatterns = [
          name="api-policy-versions"),
     path("policies/<slug:name>/try", api.PolicyTry.as_view(), name="api-policy-try"),
     path("policies/<slug:name>/replay", api.PolicyReplay.as_view(), name="api-policy-replay"),
+    path("policy-tests", api.PolicyTests.as_view(), name="api-policy-tests"),
     path("policy-violations", api.ViolationList.as_view(), name="api-policy-violations"),
     path("policy-approvals", api.ApprovalList.as_view(), name="api-policy-approvals"),
     path("policy-approvals/<slug:team>/<slug:name>", api.ApprovalDetail.as_view(),

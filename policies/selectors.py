@@ -11,10 +11,12 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from .celexpr import PolicyEvaluationError, make_context
+from .checks import definition_errors
 from .cost_center import cost_center_variables
 from .evaluation import evaluate_limits, evaluate_placements, evaluate_request
 from .models import Policy, PolicyVersion, PolicyViolation
 from .rules import ENFORCE, LIMIT, PLACEMENT, PRIORITY, PolicySpec, run_match, run_message, run_rule
+from .specs import CaseResult, PolicyFile, normalise, run_tests
 from .variables import (
     admitted_usage_by_leaf,
     deep_merge,
@@ -222,3 +224,24 @@ def policy_try(spec: PolicySpec, sample: Mapping[str, Any], *, now: datetime | N
     else:
         decision = f"priority class {value}" if value else "no opinion"
     return TryResult(True, value, decision, message, "")
+
+
+def policy_file_test(policy_file: PolicyFile) -> list[CaseResult]:
+    """Every test case of one policy file, run as `manage.py policies_test` runs them.
+
+    Each policy must first pass the checks of a save (`checks.definition_errors`: fields, CEL,
+    and the time each expression takes on a sample request with the current fleet, in a child
+    process), so no expression that could hold this process runs here; one that fails them
+    counts as one failed "(definition)" case, as an invalid policy does in `policies_test`.
+    """
+    results: list[CaseResult] = []
+    checked = PolicyFile(path=policy_file.path, tests=policy_file.tests)
+    for definition in policy_file.policies:
+        errors = definition_errors(normalise(definition))
+        if errors:
+            detail = "; ".join(f"{k}: {m}" for k, ms in errors.items() for m in ms)
+            results.append(CaseResult(str(definition.get("name")), "(definition)", False,
+                                      detail))
+        else:
+            checked.policies.append(definition)
+    return results + run_tests([checked], sample_variables())

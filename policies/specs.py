@@ -156,6 +156,12 @@ def read_file(path: Path) -> PolicyFile:
         doc = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
     except (OSError, yaml.YAMLError) as exc:
         raise PolicyFileError(f"{path}: {exc}") from exc
+    return read_document(str(path), doc)
+
+
+def read_document(path: str, doc: Any) -> PolicyFile:
+    """The policies and cases of one file's parsed content (`path` names it in errors); raise
+    PolicyFileError naming the file and the problem."""
     if isinstance(doc, Mapping) and "policies" in doc:
         items = doc["policies"]
     elif isinstance(doc, Mapping):

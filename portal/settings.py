@@ -282,7 +282,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.pagination.PageNumberWithSize",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
     # DRF's parsers with limits: JSON nested at most 64 levels, no NUL characters (PostgreSQL
@@ -350,12 +350,14 @@ CELERY_BEAT_SCHEDULE = {
                           "options": {"expires": max(1.0, 2 * _OUTBOX_S)}},
     "capacity-process-due": {"task": "capacity.process_due", "schedule": 60.0},
     # Billing (billing/tasks.py): meter, price and check budgets after each hour; reconcile
-    # the previous day; invoice the previous month on the 1st.
+    # the previous day and check the ledger; invoice the previous month on the 1st.
     "billing-rollup": {"task": "billing.rollup_recent_hours", "schedule": crontab(minute=5)},
     "billing-reconcile": {"task": "billing.reconcile_yesterday",
                           "schedule": crontab(hour=2, minute=15)},
     "billing-invoices": {"task": "billing.issue_last_month_invoices",
                          "schedule": crontab(day_of_month=1, hour=3, minute=30)},
+    # The ledger check, recorded for /metrics (allot_ledger_verify_ok and its alert).
+    "billing-verify": {"task": "billing.verify_ledger", "schedule": crontab(hour=2, minute=45)},
 }
 # The Prometheus that scrapes dcgm-exporter (empty: no telemetry, every minute is a gap).
 ALLOT_PROMETHEUS_URL = env.str("ALLOT_PROMETHEUS_URL", default="")
@@ -363,6 +365,9 @@ ALLOT_PROMETHEUS_URL = env.str("ALLOT_PROMETHEUS_URL", default="")
 # (/sim/<cluster>/metrics); empty: only a logged-in staff user may read it. `make run` makes
 # one for the Prometheus it starts.
 ALLOT_SIM_METRICS_TOKEN = env.str("ALLOT_SIM_METRICS_TOKEN", default="")
+# The bearer token Prometheus presents to scrape Allot's own metrics (/metrics: scheduling,
+# billing, clusters; docs/operations.md); empty: only a logged-in staff user may read them.
+ALLOT_METRICS_TOKEN = env.str("ALLOT_METRICS_TOKEN", default="")
 ALLOT_WORKERS = {
     "dispatch_penalty_s": env.float("ALLOT_DISPATCH_PENALTY_S", default=300.0),
     "dispatch_penalty": env.float("ALLOT_DISPATCH_PENALTY", default=0.6),

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from portal import errors
+from portal import errors, monitoring
 from portal.views import LoginView, admin_login
 
 # Errors outside DRF's views: JSON under /api/, HTML pages elsewhere (portal/errors.py).
@@ -19,6 +19,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/login/", admin_login),
     path("admin/", admin.site.urls),
+    # Prometheus' scrape (bearer token of ALLOT_METRICS_TOKEN): docs/operations.md.
+    path("metrics", monitoring.metrics, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves its start-up script as a file: the CSP refuses inline scripts.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"),

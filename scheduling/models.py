@@ -367,9 +367,33 @@ class CycleMark(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     seconds = models.FloatField(default=0.0)
     deferred_until = models.DateTimeField(null=True, blank=True)  # the one paced nudge queued
+    # The leaves whose guarantee borrowed work blocked after that cycle (the engine's
+    # `violating_leaves`), for /metrics' allot_guarantee_unmet.
+    guarantee_blocked = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return f"cycle ended {self.ended_at} after {self.seconds:.3f} s"
+
+
+class MetricTally(models.Model):
+    """A running total behind a counter or histogram of /metrics, kept in the database so it
+    survives restarts and is the same whichever process serves the scrape: workload events
+    folded in once they are old enough (scheduling/monitoring.py) and the cycles' durations,
+    added by each cycle (scheduling/tallies.py)."""
+
+    family = models.CharField(max_length=40)
+    queue_id = models.IntegerField(default=0, help_text="A queue's id; 0: no queue.")
+    label = models.CharField(max_length=200, blank=True)
+    value = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["family", "queue_id", "label"],
+                                    name="metrictally_unique_series"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.family} {self.queue_id} {self.label} = {self.value:g}"
 
 
 class OutboxKind(models.TextChoices):

@@ -14,6 +14,7 @@ The last cycle's end and duration are one row (`CycleMark`), shared by every wor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -26,11 +27,15 @@ from scheduling.models import CycleMark
 _MARK = 1
 
 
-def cycle_mark(*, ended_at: datetime, seconds: float) -> None:
-    """Note a cycle that ran (after its transaction)."""
-    if not CycleMark.objects.filter(pk=_MARK).update(ended_at=ended_at, seconds=seconds):
-        CycleMark.objects.get_or_create(pk=_MARK, defaults={"ended_at": ended_at,
-                                                           "seconds": seconds})
+def cycle_mark(*, ended_at: datetime, seconds: float,
+               guarantee_blocked: Sequence[str] = ()) -> None:
+    """Note a cycle that ran (after its transaction): its end and duration, and the leaves
+    whose guarantee it left blocked (for /metrics)."""
+    blocked = list(guarantee_blocked)
+    if not CycleMark.objects.filter(pk=_MARK).update(ended_at=ended_at, seconds=seconds,
+                                                     guarantee_blocked=blocked):
+        CycleMark.objects.get_or_create(pk=_MARK, defaults={
+            "ended_at": ended_at, "seconds": seconds, "guarantee_blocked": blocked})
 
 
 def cycle_paced(now: datetime | None = None) -> bool:

@@ -41,7 +41,8 @@ def cycle_and_dispatch(*, wait: bool = False, nudged: bool = False) -> dict[str,
     report = cycle_run(enqueue_dispatch=False, wait=wait)
     if not report.ran:
         return None
-    cycle_mark(ended_at=timezone.now(), seconds=report.seconds)
+    cycle_mark(ended_at=timezone.now(), seconds=report.seconds,
+               guarantee_blocked=report.guarantee_blocked)
     if report.admitted or report.preempted or report.rejected or report.released:
         logger.info("cycle: %d admitted, %d preempted, %d rejected, %d released, %d requeued, "
                     "%d pending in %.3fs", len(report.admitted), len(report.preempted),

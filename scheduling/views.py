@@ -57,7 +57,7 @@ class WorkloadPageFilter(WorkloadFilter):
 def workload_list(request: HttpRequest) -> HttpResponse:
     """The workloads the user may see, filterable and sortable."""
     qs = selectors.workload_list(user=request.user)
-    filterset = WorkloadPageFilter(request.GET, queryset=qs)
+    filterset = WorkloadPageFilter(request.GET, queryset=qs, request=request)
     page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
     return render(request, "scheduling/workload_list.html", {"filter": filterset, "page": page})
 

@@ -24,7 +24,7 @@ import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
 # The project's packages; `policies` becomes one when the policies app moves out of quotas/.
-PACKAGES = ("core", "portal", "quotas", "scheduling", "billing", "policies")
+PACKAGES = ("core", "portal", "quotas", "scheduling", "billing", "policies", "allot_cli")
 QUANTITY_MODULE = "core.quantity"
 QUANTITY_IMPORT = re.compile(r"^\s*(from\s+kubernetes\.utils\.quantity\s+import\b"
                              r"|import\s+kubernetes\.utils\.quantity\b)")

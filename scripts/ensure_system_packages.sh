@@ -5,7 +5,8 @@
 #                                     headers and a C compiler (the Makefile runs this first)
 #   ensure_system_packages.sh         those, and what the tests need: Chromium (browser tests),
 #                                     Prometheus (metering tests), slapd and ldap-utils (the LDAP
-#                                     sign-in tests run their own slapd)
+#                                     sign-in tests run their own slapd), zsh (the command line's
+#                                     completion script is tested in it)
 set -u
 missing=()
 [ -f /usr/include/ldap.h ] || missing+=(libldap2-dev)
@@ -16,6 +17,7 @@ if [ "${1:-}" != build ]; then
   command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
   [ -x /usr/sbin/slapd ] || command -v slapd >/dev/null 2>&1 || missing+=(slapd)
   command -v ldapsearch >/dev/null 2>&1 || missing+=(ldap-utils)
+  command -v zsh >/dev/null 2>&1 || missing+=(zsh)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -21,6 +21,8 @@ echo "broker: ${CELERY_BROKER_URL:-filesystem (var/broker, no server)}"
 # Without it the demo still runs: billing then records the minutes as telemetry gaps.
 # The endpoint answers only a staff login or the bearer token of ALLOT_SIM_METRICS_TOKEN: one
 # is made here (unless set) for the portal started below and written into Prometheus's config.
+# The same Prometheus scrapes Allot's own /metrics (ALLOT_METRICS_TOKEN, made the same way) and
+# evaluates the alert rules of deploy/prometheus on them (its page /alerts lists them).
 start_prometheus=""
 if [ -z "${ALLOT_PROMETHEUS_URL:-}" ] && command -v prometheus >/dev/null 2>&1; then
   PROM_PORT="${PROM_PORT:-9095}"
@@ -29,9 +31,17 @@ if [ -z "${ALLOT_PROMETHEUS_URL:-}" ] && command -v prometheus >/dev/null 2>&1; 
     ALLOT_SIM_METRICS_TOKEN="$($PY -c 'import secrets; print(secrets.token_urlsafe(32))')"
     export ALLOT_SIM_METRICS_TOKEN
   fi
+  if [ -z "${ALLOT_METRICS_TOKEN:-}" ]; then
+    ALLOT_METRICS_TOKEN="$($PY -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    export ALLOT_METRICS_TOKEN
+  fi
   rm -f var/prometheus.yml
   (umask 077; {
-    printf 'global:\n  scrape_interval: 15s\nscrape_configs:\n'
+    printf 'global:\n  scrape_interval: 15s\nrule_files: [%s]\nscrape_configs:\n' \
+      "'$PWD/deploy/prometheus/allot-alerts.yml'"
+    printf '  - job_name: allot\n    authorization: {credentials: %s}\n' \
+      "'$ALLOT_METRICS_TOKEN'"
+    printf '    static_configs: [{targets: [%s]}]\n' "'127.0.0.1:$PORT'"
     $PY manage.py shell -v0 -c "
 import os
 from scheduling.models import Cluster
@@ -89,7 +99,8 @@ if [ -n "$start_prometheus" ]; then
   prometheus --config.file=var/prometheus.yml --storage.tsdb.path=var/prometheus \
     --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >var/prometheus.log 2>&1 &
   pids+=($!)
-  echo "telemetry: Prometheus on $ALLOT_PROMETHEUS_URL scraping the simulated DCGM endpoints"
+  echo "telemetry: Prometheus on $ALLOT_PROMETHEUS_URL scraping the simulated DCGM endpoints" \
+    "and /metrics (alerts: $ALLOT_PROMETHEUS_URL/alerts)"
 fi
 echo "portal on http://127.0.0.1:$PORT/ (Ctrl-C stops everything)"
 wait -n "${pids[@]}" || true

@@ -17,7 +17,7 @@ from billing.models.rounding import MONEY_PLACES, QUANTITY_PLACES, round_money, 
 from billing.models.cost_centers import ChargeBasis, CostCenter, TeamCostCenter
 from billing.models.rates import UNITS, BillableResource, RateCard
 from billing.models.usage import OrphanTelemetry, Phase, UsageRecord
-from billing.models.ledger import ChargeKind, LedgerEntry, LedgerHead
+from billing.models.ledger import ChargeKind, LedgerEntry, LedgerHead, LedgerVerification
 from billing.models.invoices import (
     Invoice,
     InvoiceLine,
@@ -41,6 +41,7 @@ __all__ = [
     "MONEY_PLACES", "QUANTITY_PLACES", "UNITS", "BillableResource", "Budget", "BudgetAction",
     "BudgetFiring", "BudgetPeriod", "BudgetThreshold", "ChargeBasis", "ChargeKind", "CostCenter",
     "FindingKind", "Invoice", "InvoiceLine", "InvoiceState", "InvoiceWorkloadLine", "LedgerEntry",
-    "LedgerHead", "OrphanTelemetry", "Phase", "RateCard", "ReconciliationFinding",
-    "ReconciliationRun", "TeamCostCenter", "UsageRecord", "round_money", "round_quantity",
+    "LedgerHead", "LedgerVerification", "OrphanTelemetry", "Phase", "RateCard",
+    "ReconciliationFinding", "ReconciliationRun", "TeamCostCenter", "UsageRecord", "round_money",
+    "round_quantity",
 ]

@@ -73,3 +73,22 @@ class LedgerEntry(models.Model):
         if self.pk is not None and not kwargs.pop("_allow_update", False):
             raise ValueError("ledger entries are append-only: post a correction instead")
         super().save(*args, **kwargs)
+
+
+class LedgerVerification(models.Model):
+    """One run of the ledger check (`manage.py billing_verify`, the daily task): whether the
+    hash chain and every issued invoice's total held, and the first problem found."""
+
+    ran_at = models.DateTimeField(db_index=True)
+    ok = models.BooleanField()
+    checked = models.PositiveIntegerField(default=0, help_text="Entries verified.")
+    invoices = models.PositiveIntegerField(default=0, help_text="Invoice totals that matched.")
+    first_bad_seq = models.BigIntegerField(null=True, blank=True)
+    problem = models.TextField(blank=True)
+    seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["-ran_at"]
+
+    def __str__(self) -> str:
+        return f"ledger check {self.ran_at:%Y-%m-%d %H:%M}: {'OK' if self.ok else 'FAILED'}"

@@ -317,7 +317,10 @@ class Engine(SubmissionMixin, CycleMixin):
 
 def schedule(snapshot: Snapshot) -> CycleResult:
     """One cycle on a snapshot (the workers' entry point): pure, deterministic."""
-    return Engine.from_snapshot(snapshot).cycle(snapshot.now)
+    eng = Engine.from_snapshot(snapshot)
+    result = eng.cycle(snapshot.now)
+    result.guarantee_blocked = sorted(eng.violating_leaves())
+    return result
 
 
 def check_request(workload: WorkloadSpec, snapshot: Snapshot) -> list[Reason]:

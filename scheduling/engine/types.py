@@ -356,7 +356,8 @@ class Release:
 class CycleResult:
     """What one cycle decided. `reasons` holds one reason per workload left waiting;
     `nominations` the nominations that began (a preemption) or ended (None) in it, per
-    preemptor."""
+    preemptor; `guarantee_blocked` the leaves whose guarantee borrowed work blocks after it
+    (`Engine.violating_leaves`, filled by `schedule`)."""
 
     now: float
     admitted: list[Admit] = field(default_factory=list)
@@ -366,3 +367,4 @@ class CycleResult:
     reasons: dict[str, Reason] = field(default_factory=dict)
     cooldowns: dict[str, float] = field(default_factory=dict)
     nominations: dict[str, Nomination | None] = field(default_factory=dict)
+    guarantee_blocked: list[str] = field(default_factory=list)

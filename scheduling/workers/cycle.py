@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import db
-from scheduling import engine, enqueue, outbox
+from scheduling import engine, enqueue, outbox, tallies
 from scheduling.engine.engine import schedule
 from scheduling.fleet import dispatch as fleet_dispatch
 from scheduling.locks import scheduling_lock
@@ -59,6 +59,7 @@ class CycleReport:
     superseded: list[int] = field(default_factory=list)
     pending: int = 0
     seconds: float = 0.0
+    guarantee_blocked: list[str] = field(default_factory=list)  # leaf paths (engine's view)
     dispatch_clusters: set[int] = field(default_factory=set)
     suspend_admissions: list[int] = field(default_factory=list)
     delete_admissions: list[int] = field(default_factory=list)
@@ -89,6 +90,7 @@ def cycle_run(*, now: datetime | None = None, wait: bool = False,
         if after_snapshot is not None:
             after_snapshot(snapshot, result)
         _apply(now, result, parts, report)
+        report.guarantee_blocked = result.guarantee_blocked
         report.pending = len(snapshot.pending) - len(report.admitted) - len(report.rejected)
         if enqueue_dispatch:
             report.outbox_rows += [outbox.message_dispatch(cluster_id=pk, at=now)
@@ -96,6 +98,9 @@ def cycle_run(*, now: datetime | None = None, wait: bool = False,
         outbox.messages_write(report.outbox_rows)
         if report.refused:
             transaction.on_commit(enqueue.cycle_nudge)  # placed elsewhere by the next cycle
+        # In /metrics' histogram, written with the decisions (no commit of its own): its
+        # duration up to the commit.
+        tallies.cycle_observe(time.monotonic() - started)
     report.seconds = time.monotonic() - started
     return report
 

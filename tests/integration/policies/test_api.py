@@ -1,8 +1,10 @@
 """/api/v1/policies and friends: CRUD with versions, CEL errors as 400s, try, replay,
-violations and approvals, permissions, and the OpenAPI schema."""
+violations and approvals, the policy files' test cases, permissions, and the OpenAPI schema."""
 
 from datetime import timedelta
+from pathlib import Path
 
+import yaml
 from django.urls import reverse
 from django.utils import timezone
 
@@ -125,6 +127,7 @@ def test_policies_are_in_the_openapi_schema(admin_api):
     for path in ("/api/v1/policies", "/api/v1/policies/{name}",
                  "/api/v1/policies/{name}/versions", "/api/v1/policies/{name}/try",
                  "/api/v1/policies/{name}/replay", "/api/v1/policy-violations",
+                 "/api/v1/policy-tests",
                  "/api/v1/policy-approvals"):
         assert path in paths, path
     assert set(paths["/api/v1/policies"]) >= {"get", "post"}
@@ -144,3 +147,69 @@ def test_order_is_bounded(admin_api):
         "order": ["order 1000000000000 is out of range: from -1000000 to 1000000"]}}
     created = admin_api.post("/api/v1/policies", {**H100, "order": -1_000_000}, format="json")
     assert created.status_code == 201 and created.json()["order"] == -1_000_000
+
+
+# --- POST /api/v1/policy-tests: a policy repository's test cases, run by the server as
+# `manage.py policies_test` runs them (what `allot policies test DIR` sends); nothing saved.
+
+ONES = "[" + ", ".join(["1"] * 400) + "]"  # as test_checks.py: a costly comprehension's list
+EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "examples"
+
+
+def files(*docs):
+    return {"files": [{"path": f"p{i}.yaml", "document": d} for i, d in enumerate(docs)]}
+
+
+def test_the_examples_pass_as_with_the_command(admin_api):
+    body = {"files": [{"path": p.name, "document": yaml.safe_load(p.read_text())}
+                      for p in sorted(EXAMPLES.glob("*.yaml"))]}
+    response = admin_api.post("/api/v1/policy-tests", body, format="json")
+    assert response.status_code == 200, response.json()
+    report = response.json()
+    assert (report["passed"], report["failed"], report["policies"], report["files"]) == (
+        14, 0, 5, 5)
+    first = report["results"][0]
+    assert first == {"file": "h100-approved-projects.yaml", "policy": "h100-approved-projects",
+                     "case": "an approved team may use H100s", "passed": True,
+                     "detail": "allow"}
+    assert not Policy.objects.exists()
+
+
+def test_failures_are_reported_case_by_case(admin_api):
+    doc = {"policies": [
+        {"name": "at-most-8", "kind": "validate", "rule": "request.gpus <= 8",
+         "tests": [{"name": "big", "input": {"request": {"gpus": 16}}, "expect": "allow"}]},
+        {"name": "broken", "kind": "limit", "rule": "16"},
+        # Passes the syntax checks but costs too much: refused as a save would refuse it,
+        # before any case runs in the web process.
+        {"name": "costly", "kind": "validate",
+         "rule": f"{ONES}.map(a, {ONES}.map(b, a + b)).size() > 0",
+         "tests": [{"name": "never run", "expect": "allow"}]},
+    ]}
+    report = admin_api.post("/api/v1/policy-tests", files(doc), format="json").json()
+    assert (report["passed"], report["failed"]) == (0, 3)
+    by_case = {(r["policy"], r["case"]): r["detail"] for r in report["results"]}
+    assert by_case[("at-most-8", "big")] == (
+        "expected allow, got deny: policy at-most-8: rule request.gpus <= 8 is false")
+    assert by_case[("broken", "(definition)")].startswith(
+        "key: a limit policy needs the quota key it caps")
+    assert "took longer than" in by_case[("costly", "(definition)")]
+
+
+def test_a_file_that_is_no_policy_file_is_a_400(admin_api):
+    response = admin_api.post("/api/v1/policy-tests",
+                              files({"name": "x", "kind": "validate", "rule": "true",
+                                     "colour": "red"}, ["a list"]), format="json")
+    assert response.status_code == 400
+    assert response.json() == {"files": [
+        "p0.yaml: x: unknown field(s) colour",
+        "p1.yaml: expected a policy mapping or 'policies: [...]'"]}
+    assert admin_api.post("/api/v1/policy-tests", {"files": []},
+                          format="json").status_code == 400
+
+
+def test_admins_only(user_api):
+    response = user_api.post("/api/v1/policy-tests", files({"name": "x", "kind": "validate",
+                                                             "rule": "true"}), format="json")
+    assert response.status_code == 403
+    assert response.json() == {"detail": "Only platform admins may run policy tests."}

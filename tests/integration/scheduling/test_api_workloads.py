@@ -4,6 +4,7 @@ detail's fields are the serializer's, and a submission costs a fixed number of q
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 from unittest import mock
@@ -93,6 +94,61 @@ def test_other_teams_workloads_are_404_and_hidden(world):
     assert client_for(world.bob).post(f"/api/v1/workloads/{mine.pk}/cancel").status_code == 200
     assert client_for(world.admin).get(f"/api/v1/workloads/{mine.pk}").status_code == 200
     assert APIClient().get("/api/v1/workloads").status_code == 401
+
+
+def test_list_mine_is_the_callers_own(world):
+    workload_submit(user=world.alice, data=request("alices"))
+    workload_submit(user=world.bob, data=request("bobs"))
+    lead = client_for(world.bob)  # a lead sees the team's workloads; `mine` only his own
+    assert [w["name"] for w in lead.get("/api/v1/workloads").json()["results"]] == [
+        "bobs", "alices"]
+    assert [w["name"] for w in lead.get("/api/v1/workloads?mine=true").json()["results"]] == [
+        "bobs"]
+    assert len(lead.get("/api/v1/workloads?mine=false").json()["results"]) == 2
+    page = APIClient()
+    page.force_login(world.alice)  # the page's filter form has it too
+    html = page.get("/workloads/?mine=true").content.decode()
+    assert "alices" in html and "bobs" not in html
+
+
+def test_list_page_size(world):
+    for i in range(12):
+        workload_submit(user=world.alice, data=request(f"p{i}"))
+    api = client_for(world.alice)
+    page = api.get("/api/v1/workloads?page_size=5&page=3").json()
+    assert page["count"] == 12 and page["next"] is None
+    assert [w["name"] for w in page["results"]] == ["p1", "p0"]
+    # More than the most (1000) is given the most; what is no size, the default (50).
+    for size in ("5000", "abc", "0", "-3"):
+        assert len(api.get(f"/api/v1/workloads?page_size={size}").json()["results"]) == 12
+
+
+def test_list_data_is_what_the_serializers_fields_make(world):
+    """The list answers `workload_list_data` (the serializer returns it): the same JSON as
+    DRF's fields of WorkloadListSerializer make of a workload."""
+    from rest_framework import serializers
+    from rest_framework.renderers import JSONRenderer
+
+    from scheduling.api_workloads import WorkloadListSerializer, workload_list_data
+
+    two = request("two", pods=[
+        {"count": 2, "flavors": ["a100-80g"], "gpus": 4, "cpu": "7.25", "memory_gib": 64},
+        {"count": 1, "flavors": ["a100-80g"], "gpus": 0, "cpu": 2, "gpu_memory_gib": 40}])
+    workload_submit(user=world.alice, data=two)
+    workload_submit(user=world.alice, data=request("huge", count=40))  # rejected: a reason
+    services.workload_cancel(user=world.alice, workload=workload_submit(
+        user=world.alice, data=request("ended")))
+    listed = list(selectors.workload_list(user=world.alice))
+    assert {w.state for w in listed} == {"pending", "rejected", "cancelled"}
+
+    def as_json(data):
+        return json.loads(JSONRenderer().render(data))
+
+    for w in listed:
+        per_field = serializers.Serializer.to_representation(WorkloadListSerializer(), w)
+        assert as_json(workload_list_data(w)) == as_json(per_field)
+    assert WorkloadListSerializer(listed, many=True).data == [workload_list_data(w)
+                                                              for w in listed]
 
 
 def test_list_query_budget(world, django_assert_max_num_queries):

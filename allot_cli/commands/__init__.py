@@ -1,0 +1,1 @@
+"""The commands of `allot`, one module per area; each `run_*` returns the exit code."""
