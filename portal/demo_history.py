@@ -302,11 +302,12 @@ def _write(drawn: list[dict[str, Any]], result: dict[str, Any], start: datetime,
             reserved = at(adm["at"])
             running = reserved + timedelta(seconds=min(20, 1 + i))
             pre = next((p for p in pres if p["at"] >= adm["at"]), None)
+            finished = w.finished_at or reserved
             if pre is not None:
                 pres.remove(pre)
                 ended, why = at(pre["at"]) + timedelta(seconds=30), EndReason.PREEMPTED
             else:
-                ended = w.finished_at
+                ended = finished
                 why = EndReason.FINISHED if w.state == WorkloadState.FINISHED else \
                     EndReason.CANCELLED
             ended = max(ended, running)
@@ -331,11 +332,13 @@ def _write(drawn: list[dict[str, Any]], result: dict[str, Any], start: datetime,
                     workload=w, at=at(pre["at"]), type=EventType.PREEMPTED,
                     message=f"preempted ({pre['kind']}) for {pre['by']}",
                     payload={"kind": pre["kind"], "by_name": pre["by"], "history": True}))
-                events.append(WorkloadEvent(workload=w, at=ended, type=EventType.REQUEUED,
-                                            message="grace period over: back in the queue"))
+                if finished > ended:  # not cancelled during its grace period
+                    events.append(WorkloadEvent(
+                        workload=w, at=ended, type=EventType.REQUEUED,
+                        message="grace period over: back in the queue"))
         final = EventType.FINISHED if w.state == WorkloadState.FINISHED else \
             EventType.CANCELLED
-        events.append(WorkloadEvent(workload=w, at=w.finished_at, type=final,
+        events.append(WorkloadEvent(workload=w, at=w.finished_at or w.submitted_at, type=final,
                                     message="finished" if final == EventType.FINISHED else
                                     "cancelled by its owner"))
     PodSet.objects.bulk_create(pod_sets, batch_size=1000)
@@ -370,10 +373,12 @@ def _bill(start: datetime, now: datetime) -> str:
     """Meter and price every past hour, evaluate the budgets, reconcile each day and issue
     the invoices of the months that ended."""
     rng = random.Random(SEED + 1)
-    spans = []
-    for a in Admission.objects.filter(workload__labels__has_key=LABEL).values_list(
+    spans: list[tuple[int, datetime, datetime, int, float]] = []
+    for wid, running, ended, gpus in Admission.objects.filter(
+            workload__labels__has_key=LABEL).values_list(
             "workload_id", "running_at", "ended_at", "gpus"):
-        spans.append((a[0], a[1], a[2], a[3], rng.uniform(0.35, 0.95)))
+        if running is not None and ended is not None:
+            spans.append((wid, running, ended, gpus, rng.uniform(0.35, 0.95)))
     hour, last = start, hour_floor(now) - timedelta(hours=1)
     hours = 0
     while hour <= last:
