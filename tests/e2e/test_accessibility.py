@@ -57,7 +57,7 @@ def _axe(page) -> list[str]:
 
 
 @pytest.mark.parametrize("width", [1280, 390])
-def test_every_page_passes_axe_and_fits(browser, live_server, org, data, width, shots):
+def test_every_page_passes_axe_and_fits(browser, live_server, org, data, width, shots):  # noqa: F811
     base = live_server.url
     problems: list[str] = []
     for username, pages in (("alice", RESEARCHER_PAGES), ("root", ADMIN_PAGES)):
@@ -77,7 +77,7 @@ def test_every_page_passes_axe_and_fits(browser, live_server, org, data, width, 
     assert not problems, "\n".join(problems)
 
 
-def test_phone_navigation_and_filters_fold(browser, live_server, org, data, shots):
+def test_phone_navigation_and_filters_fold(browser, live_server, org, data, shots):  # noqa: F811
     base = live_server.url
     ctx = browser.new_context(viewport={"width": 390, "height": 844})
     page = ctx.new_page()
@@ -128,7 +128,7 @@ def _tab_walk(page, limit: int = 400) -> set[str]:
 @pytest.mark.parametrize("username,url", [("alice", "/workloads/new/"),
                                           ("alice", "/dashboard/"),
                                           ("root", "/approvals/")])
-def test_every_control_is_in_the_tab_order(browser, live_server, org, data, username, url):
+def test_every_control_is_in_the_tab_order(browser, live_server, org, data, username, url):  # noqa: F811
     from decimal import Decimal
 
     from quotas.capacity.services import capacity_request_submit
@@ -147,7 +147,7 @@ def test_every_control_is_in_the_tab_order(browser, live_server, org, data, user
     ctx.close()
 
 
-def test_a_request_submitted_with_the_keyboard_alone(browser, live_server, org, data):
+def test_a_request_submitted_with_the_keyboard_alone(browser, live_server, org, data):  # noqa: F811
     base = live_server.url
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     page = ctx.new_page()
