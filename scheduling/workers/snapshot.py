@@ -165,7 +165,8 @@ def nomination_from_json(data: dict[str, Any]) -> engine.Nomination:
             engine.NominatedVictim(
                 name=str(v["name"]), queue=str(v["queue"]), cluster=str(v["cluster"]),
                 nodes=tuple(str(n) for n in v["nodes"]),
-                pods=tuple((int(p[0]), float(p[1]), float(p[2])) for p in v["pods"]))
+                pods=tuple((int(p[0]) if float(p[0]) >= 1 or float(p[0]) == 0 else float(p[0]),
+                            *(float(x) for x in p[1:])) for p in v["pods"]))
             for v in data["victims"]))
 
 
