@@ -36,6 +36,10 @@ from scheduling.engine.fragmentation import (
 # memory slice of a fraction (-1: f x the card's memory; 0 for whole cards) and the card a
 # placed fraction holds (-1: not placed, or not a fraction).
 Pod = tuple[float, float, float, float, int]
+# What `Pool.score` says of a card: -1 whole cards, -2 a fully free card, or the (free milli-GPU,
+# free GiB) of the shared card a fraction goes on.
+CardChoice = int | tuple[int, float]
+Score = tuple[float, float, float, float, CardChoice]
 
 
 def pod_of(gpus: float, cpu: float, memory: float, gpu_memory: float | None = None,
@@ -110,8 +114,11 @@ class Pool:
         self.held = 0  # GPUs taken by ended workloads not confirmed gone (HeldCapacity)
         self.placed: list[Pod] = []  # the pods of the last `place`, with their cards
         self._card = -1  # the card `_pick_fit` chose (-1: whole cards, -2: a fully free one)
-        self._frag: dict[tuple[NodeState, int], float] = {}  # fragment per state (mix version)
+        # Memoised per mix version: fragment per node state, score per (state, pod).
+        self._frag: dict[NodeState, float] = {}
+        self._scores: dict[tuple[NodeState, Pod, float], Score | None] = {}
         self._frag_version = -1
+        self._states: list[NodeState | None] = []  # per node, None when it changed
 
     def add_node(self, name: str, gpus: int, cpu: float, mem: float, rack: str,
                  ready: bool) -> None:
@@ -125,6 +132,7 @@ class Pool:
         self.fc.append(cpu)
         self.fm.append(mem)
         self.shared.append({})
+        self._states.append(None)
 
     def build_index(self) -> None:
         self.max_gpus = max(self.gpus, default=0)
@@ -165,6 +173,7 @@ class Pool:
         """Take a pod's resources on node i; returns the pod with its card (a fraction with
         card -1 goes on the first shared card it fits, else opens one; -2 opens one)."""
         g, c, m = pod[0], pod[1], pod[2]
+        self._states[i] = None
         if is_fraction(g):
             milli = to_milli(g)
             need = self._slice(pod)
@@ -192,6 +201,7 @@ class Pool:
 
     def give(self, i: int, pod: Pod) -> None:
         g, c, m = pod[0], pod[1], pod[2]
+        self._states[i] = None
         if is_fraction(g):
             shared = self.shared[i]
             s = shared.get(pod[4])
@@ -211,7 +221,7 @@ class Pool:
         for i, p in zip(nodes, self.placed, strict=True):
             self.give(i, p)
 
-    def _move(self, i: int, fg: int) -> None:
+    def _move(self, i: int, fg: int) -> None:  # (callers forget `_states[i]`)
         """Set node i's fully free cards, keeping the index. Free cards go below zero when the
         workloads on a node hold more than it has (it shrank, or a release is unconfirmed):
         such a node is indexed, and counted, as having none free."""
@@ -273,8 +283,8 @@ class Pool:
     def pick(self, pod: Pod, spread: bool, reserve: float, rack: str | None) -> int:
         """The node for one pod (-1 when none fits)."""
         g = pod[0]
-        if g > 0 and not spread and (self.aware() or self.policy == "bestfit"
-                                     or is_fraction(g)):
+        if not spread and (is_fraction(g) or (g > 0 or self.max_gpus > 0) and (
+                self.policy == "bestfit" or self.aware())):
             return self._pick_fit(pod, reserve, rack)
         if g >= 1 and rack is None:
             g = int(g)
@@ -299,87 +309,110 @@ class Pool:
     # ---- placement by fit or by expected fragmentation --------------------------------
 
     def state(self, i: int) -> NodeState:
-        """Node i as the fragmentation measure sees it."""
-        shared = tuple(sorted((int(s[0]), round(s[1], 6)) for s in self.shared[i].values()))
-        return (max(self.fg[i], 0), shared, round(self.fc[i], 6), round(self.fm[i], 6),
-                float(self.card_mem or -1.0))
+        """Node i as the fragmentation measure sees it (kept until the node changes)."""
+        st = self._states[i]
+        if st is None:
+            shared = tuple(sorted((int(s[0]), round(s[1], 6))
+                                  for s in self.shared[i].values()))
+            st = self._states[i] = (max(self.fg[i], 0), shared, round(self.fc[i], 6),
+                                    round(self.fm[i], 6), float(self.card_mem or -1.0))
+        return st
+
+    def _fresh(self) -> None:
+        """Forget the memoised answers when the mix has changed."""
+        if self._frag_version != self.mix.version:
+            self._frag = {}
+            self._scores = {}
+            self._frag_version = self.mix.version
 
     def fragment_of(self, st: NodeState) -> float:
-        mix = self.mix
-        if self._frag_version != mix.version:
-            self._frag = {}
-            self._frag_version = mix.version
-        key = (st, 0)
-        got = self._frag.get(key)
+        got = self._frag.get(st)
         if got is None:
-            got = self._frag[key] = fragment(st, mix.shares)
+            got = self._frag[st] = fragment(st, self.mix.shares)
         return got
 
-    def score(self, i: int, pod: Pod, reserve: float
-              ) -> tuple[float, float, float, int] | None:
-        """How good placing the pod on node i is with the pool's policy (lower is better:
-        growth of expected fragmentation, then milli-GPU left free on the node and on the card;
-        best fit: the last two only) and the card (-1: whole cards, -2: a fully free card), or
-        None when it does not fit."""
-        if not self._node_fits(i, pod, reserve):
-            return None
+    def score(self, st: NodeState, pod: Pod, reserve: float) -> Score | None:
+        """How good placing a pod on a node in state `st` is with the pool's policy (lower is
+        better: growth of expected fragmentation, then milli-GPU left free on the node, on the
+        card, and cores left; best fit: the last three only) and the card it takes (-1: whole
+        cards or none, -2: a fully free card, else the free milli-GPU and memory of the shared
+        card it goes on), or None when it does not fit."""
+        key = (st, pod, reserve)
+        if key in self._scores:
+            return self._scores[key]
+        got = self._score(st, pod, reserve)
+        self._scores[key] = got
+        return got
+
+    def _score(self, st: NodeState, pod: Pod, reserve: float) -> Score | None:
         g, c, m = pod[0], pod[1], pod[2]
-        st = self.state(i)
         fg, shared, fc, fm, cm = st
-        free_before = fg * MILLI + sum(s[0] for s in shared)
+        if fm + EPS < m or fc - (reserve * fg if g == 0 else 0.0) + EPS < c:
+            return None
+        options: list[tuple[CardChoice, int, NodeState]] = []
         if is_fraction(g):
             milli = to_milli(g)
             need = self._slice(pod)
-            # (card, its free milli-GPU left, the node's state after)
-            options: list[tuple[int, int, NodeState]] = []
-            seen: set[tuple[int, float]] = set()
-            for k, (free_m, free_mem) in sorted(self.shared[i].items()):
+            for sig in sorted(set(shared)):
+                free_m, free_mem = sig
                 if free_m >= milli and free_mem + EPS >= need:
-                    sig = (int(free_m), round(free_mem, 6))
-                    if sig in seen:
-                        continue
-                    seen.add(sig)
                     rest = list(shared)
                     rest.remove(sig)
-                    rest.append((int(free_m) - milli, round(free_mem - need, 6)))
-                    options.append((k, int(free_m) - milli,
-                                    (fg, tuple(sorted(rest)), round(fc - c, 6),
-                                     round(fm - m, 6), cm)))
+                    rest.append((free_m - milli, round(free_mem - need, 6)))
+                    options.append((sig, free_m - milli, (fg, tuple(sorted(rest)),
+                                                          round(fc - c, 6), round(fm - m, 6),
+                                                          cm)))
             if fg >= 1 and (cm <= 0 or need <= cm + EPS):
                 opened = (MILLI - milli, round((cm if cm > 0 else 0.0) - need, 6))
                 options.append((-2, MILLI - milli,
                                 (fg - 1, tuple(sorted((*shared, opened))), round(fc - c, 6),
                                  round(fm - m, 6), cm)))
-        else:
-            options = [(-1, 0, (fg - int(g), shared, round(fc - c, 6), round(fm - m, 6),
-                                cm))]
-        left = float(free_before - to_milli(g))
-        best: tuple[float, float, float, int] | None = None
+        elif fg >= g:
+            options.append((-1, 0, (fg - int(g), shared, round(fc - c, 6), round(fm - m, 6),
+                                    cm)))
+        if not options:
+            return None
+        left = float(fg * MILLI + sum(s[0] for s in shared) - to_milli(g))
+        best: Score | None = None
         aware = self.aware()
         before = self.fragment_of(st) if aware else 0.0
+        cores = fc - c
         for k, card_left, after in options:
             if not aware:
-                cand = (left, float(card_left), 0.0, k)
+                cand: Score = (0.0, left, float(card_left), cores, k)
             elif self.policy == "fgd":
-                cand = (self.fragment_of(after) - before, 0.0, 0.0, k)
+                cand = (self.fragment_of(after) - before, 0.0, 0.0, 0.0, k)
             else:
                 delta = round((self.fragment_of(after) - before) / TIE) * TIE
-                cand = (delta, left, float(card_left), k)
-            if best is None or cand[:3] < best[:3]:
+                cand = (delta, left, float(card_left), cores, k)
+            if best is None or cand[:4] < best[:4]:
                 best = cand
         return best
 
     def _pick_fit(self, pod: Pod, reserve: float, rack: str | None) -> int:
-        best, best_key = -1, (0.0, 0.0, 0.0)
+        """The best node by `score` (ties: the lowest index); sets `_card`."""
+        self._fresh()
+        best, best_key = -1, (0.0, 0.0, 0.0, 0.0)
+        choice: CardChoice = -1
+        scores = self._scores
+        states = self._states
+        ready = self.ready
         for i in range(len(self.names)):
-            if not self.ready[i] or (rack is not None and self.rack[i] != rack):
+            if not ready[i] or (rack is not None and self.rack[i] != rack):
                 continue
-            got = self.score(i, pod, reserve)
+            st = states[i] or self.state(i)
+            key = (st, pod, reserve)
+            got = scores[key] if key in scores else self.score(st, pod, reserve)
             if got is None:
                 continue
-            if best < 0 or got[:3] < best_key:
-                best, best_key = i, got[:3]
-                self._card = got[3]
+            if best < 0 or got[:4] < best_key:
+                best, best_key, choice = i, got[:4], got[4]
+        if best >= 0:
+            if isinstance(choice, tuple):
+                self._card = next(k for k, v in sorted(self.shared[best].items())
+                                  if (int(v[0]), round(v[1], 6)) == choice)
+            else:
+                self._card = choice
         return best
 
     def place(self, pods: Sequence[Pod], spread: bool, reserve: float,
