@@ -196,7 +196,7 @@ class Engine(SubmissionMixin, CycleMixin):
         pod = pod_of(max(0, min(int(held.gpus), pool.fg[i])), max(0.0, min(held.cpu, pool.fc[i])),
                      max(0.0, min(held.memory_gib, pool.fm[i])))
         self.fleet.assign(held.cluster, loc[1], [i], [pod])
-        pool.held += pod[0]
+        pool.held += int(pod[0])
 
     def _index_admitted(self, a: Admitted) -> None:
         self.admitted[a.name] = a

@@ -292,7 +292,7 @@ class Runner(Metrics):
             w = self.ws[adm.workload]
             w.state = "reserved"
             w.last_code = ""
-            entry = {"at": num(t), "cluster": adm.cluster, "flavor": adm.flavor,
+            entry: dict[str, object] = {"at": num(t), "cluster": adm.cluster, "flavor": adm.flavor,
                      "borrowed": adm.borrowed, "nodes": list(adm.nodes)}
             if adm.cards:
                 entry["cards"] = list(adm.cards)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -35,7 +36,7 @@ def approval_reason(submission: Mapping[str, Any]) -> str:
     `workloads_submit` calls it on the validated request and then sets `needs_approval`.
     """
     max_gpus, max_hours = approval_thresholds()
-    gpus = sum(int(p.get("count", 1)) * int(p.get("gpus", 0))
+    gpus = sum(int(p.get("count", 1)) * Decimal(str(p.get("gpus", 0) or 0))
                for p in submission.get("pods") or [])
     parts = []
     if gpus > max_gpus:
