@@ -32,7 +32,7 @@ from scheduling.engine.accounting import EPS
 MILLI = 1000
 TIE = 0.5  # milli-GPU of expected fragmentation below which placements count as tied
 WINDOW = 2000  # pods remembered in the mix
-REFRESH = 200  # pods recorded between two refreshes of the mix's shares
+REFRESH = 200  # at most this many pods recorded between two refreshes of the mix's shares
 TOP = 32  # most common shapes kept in the mix
 
 # A pod shape in the mix: (GPU milli per card for a fraction, or cards x 1000; cpu; memory;
@@ -76,7 +76,8 @@ class Mix:
         if shape[0] < MILLI and not self.fractional:
             self.fractional = True
             self.refresh()
-        elif not self.shares or self.since >= REFRESH:
+        elif self.since >= max(1, min(REFRESH, len(self.window) // 8)):
+            # (Often while the window is small, so the first requests do not stand for all.)
             self.refresh()
 
     def set_shares(self, shares: dict[Shape, float]) -> None:
