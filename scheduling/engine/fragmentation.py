@@ -128,3 +128,38 @@ def fragment(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float
         else:
             out += share * shared_total
     return out
+
+
+def stranded(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float:
+    """Expected milli-GPU on the node that copies of the mix's pods could not fill.
+
+    Where `fragment` asks whether one pod of a kind fits, this asks how many fit at once: as
+    many as the cards, the cores and the memory all allow. A node with 12 cores and two free
+    cards strands one card for pods of one card and 12 cores, and a card with 0.9 free strands
+    0.44 for pods of 0.46, which `fragment` counts as usable.
+    """
+    fg, shared, fc, fm, card_mem = state
+    free_total = fg * MILLI + sum(s[0] for s in shared)
+    if free_total <= 0:
+        return 0.0
+    out = 0.0
+    for (g, cpu, mem, gmem), share in shares:
+        room = min(fc / cpu if cpu > EPS else INF_PODS, fm / mem if mem > EPS else INF_PODS)
+        if g < MILLI:
+            need = slice_of(g, gmem, card_mem)
+            cards = 0
+            for free_m, free_mem in shared:
+                by_mem = int((free_mem + EPS) // need) if need > EPS else INF_PODS
+                cards += min(free_m // g, by_mem)
+            if card_mem <= 0 or need <= card_mem + EPS:
+                per_card = min(MILLI // g, int((card_mem + EPS) // need)
+                               if need > EPS and card_mem > 0 else INF_PODS)
+                cards += fg * per_card
+        else:
+            cards = fg // (g // MILLI)
+        fits = min(cards, int(room + EPS))
+        out += share * (free_total - fits * g)
+    return out
+
+
+INF_PODS = 1 << 30

@@ -29,6 +29,7 @@ from scheduling.engine.fragmentation import (
     NodeState,
     fragment,
     slice_of,
+    stranded,
     to_milli,
 )
 
@@ -328,7 +329,8 @@ class Pool:
     def fragment_of(self, st: NodeState) -> float:
         got = self._frag.get(st)
         if got is None:
-            got = self._frag[st] = fragment(st, self.mix.shares)
+            measure = fragment if self.policy == "fgd" else stranded
+            got = self._frag[st] = measure(st, self.mix.shares)
         return got
 
     def score(self, st: NodeState, pod: Pod, reserve: float) -> Score | None:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from portal.pages.access import user_scope
 from scheduling import enqueue
 from scheduling.models import EventCode, EventType, Workload, WorkloadEvent, WorkloadState
+from scheduling.request.validation import gpus_shown
 from scheduling.transitions import workload_transition
 
 
@@ -40,7 +41,7 @@ def approval_reason(submission: Mapping[str, Any]) -> str:
                for p in submission.get("pods") or [])
     parts = []
     if gpus > max_gpus:
-        parts.append(f"{gpus} GPUs > {max_gpus}")
+        parts.append(f"{gpus_shown(gpus)} GPUs > {max_gpus}")
     hint = submission.get("duration_hint_s")
     if hint is not None and float(hint) / 3600 > max_hours:
         parts.append(f"expected {float(hint) / 3600:g} h > {max_hours:g} h")

@@ -12,6 +12,7 @@ from quotas.models import Queue
 from quotas.tree_rules import fmt, validate_tree
 from scheduling.models import ACTIVE_STATES, Admission, Node, PodSet, PriorityClass, Workload
 from scheduling.models import WorkloadState as S
+from scheduling.request.validation import gpus_shown
 
 ZERO = Decimal(0)
 
@@ -128,7 +129,7 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
         return preview
     if blocked_by_guarantee:
         preview.estimate_note = (
-            f"not preemptible: it waits until {gpus} GPUs fit within the guaranteed "
+            f"not preemptible: it waits until {gpus_shown(gpus)} GPUs fit within the guaranteed "
             f"{fmt(preview.guaranteed_room)} left (or mark it preemptible to borrow)"
         )
     # When the queue's own admitted work ends (at its duration hints), enough may be freed.

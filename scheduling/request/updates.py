@@ -43,7 +43,7 @@ from scheduling.request.cancel import user_may_manage
 from scheduling.request.check import RequestChecker
 from scheduling.request.lookups import SubmitLookups, policy_priority_class
 from scheduling.request.submission import workload_submit
-from scheduling.request.validation import _validate
+from scheduling.request.validation import _validate, gpus_shown
 
 S = WorkloadState
 
@@ -257,7 +257,7 @@ def workload_update(
         w.save(update_fields=fields)
         PodSet.objects.filter(workload=w).delete()
         PodSet.objects.bulk_create(pod_sets)
-        gpus = sum(p.count * p.gpus for p in pod_sets)
+        gpus = gpus_shown(sum(p.count * p.gpus for p in pod_sets))
         events.insert(0, WorkloadEvent(
             workload=w, at=now, type=EventType.UPDATED, actor=user, code=EventCode.UPDATED,
             message=f"updated by {who} ({', '.join(changed)}): {gpus} GPUs in "
