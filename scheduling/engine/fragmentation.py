@@ -34,6 +34,7 @@ TIE = 0.5  # milli-GPU of expected fragmentation below which placements count as
 WINDOW = 2000  # pods remembered in the mix
 REFRESH = 200  # at most this many pods recorded between two refreshes of the mix's shares
 TOP = 32  # most common shapes kept in the mix
+SHIFT = 0.01  # a share moving less than this keeps the mix as it was
 
 # A pod shape in the mix: (GPU milli per card for a fraction, or cards x 1000; cpu; memory;
 # GPU memory slice per card or -1 for f x the card's memory).
@@ -89,10 +90,17 @@ class Mix:
         self.version += 1
 
     def refresh(self) -> None:
+        """Recompute the shares; the version (which memoised answers follow) only moves when
+        some share moved by a percentage point or more."""
         self.since = 0
         top = sorted(self.counts.items(), key=lambda t: (-t[1], t[0]))[:TOP]
         total = sum(n for _, n in top) or 1
-        self.shares = tuple((s, n / total) for s, n in top)
+        shares = tuple((s, n / total) for s, n in top)
+        old = dict(self.shares)
+        if (len(old) == len(shares)
+                and all(abs(old.get(s, -1.0) - v) < SHIFT for s, v in shares)):
+            return
+        self.shares = shares
         self.version += 1
 
 
@@ -139,26 +147,43 @@ def stranded(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float
     0.44 for pods of 0.46, which `fragment` counts as usable.
     """
     fg, shared, fc, fm, card_mem = state
-    free_total = fg * MILLI + sum(s[0] for s in shared)
+    free_total = fg * MILLI
+    for free_m, _ in shared:
+        free_total += free_m
     if free_total <= 0:
         return 0.0
     out = 0.0
     for (g, cpu, mem, gmem), share in shares:
-        room = min(fc / cpu if cpu > EPS else INF_PODS, fm / mem if mem > EPS else INF_PODS)
+        room = int((fc + EPS) / cpu) if cpu > EPS else INF_PODS
+        if mem > EPS:
+            by_mem = int((fm + EPS) / mem)
+            if by_mem < room:
+                room = by_mem
+        if room <= 0:
+            out += share * free_total
+            continue
         if g < MILLI:
-            need = slice_of(g, gmem, card_mem)
+            need = gmem if gmem >= 0 else (g * card_mem / MILLI if card_mem > 0 else 0.0)
             cards = 0
             for free_m, free_mem in shared:
-                by_mem = int((free_mem + EPS) // need) if need > EPS else INF_PODS
-                cards += min(free_m // g, by_mem)
-            if card_mem <= 0 or need <= card_mem + EPS:
-                per_card = min(MILLI // g, int((card_mem + EPS) // need)
-                               if need > EPS and card_mem > 0 else INF_PODS)
+                k = free_m // g
+                if need > EPS:
+                    k2 = int((free_mem + EPS) // need)
+                    if k2 < k:
+                        k = k2
+                cards += k
+            if fg and (card_mem <= 0 or need <= card_mem + EPS):
+                per_card = MILLI // g
+                if need > EPS and card_mem > 0:
+                    k2 = int((card_mem + EPS) // need)
+                    if k2 < per_card:
+                        per_card = k2
                 cards += fg * per_card
         else:
             cards = fg // (g // MILLI)
-        fits = min(cards, int(room + EPS))
-        out += share * (free_total - fits * g)
+        if room < cards:
+            cards = room
+        out += share * (free_total - cards * g)
     return out
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Sequence
+from typing import Any
 
 from scheduling.engine.accounting import EPS
 from scheduling.engine.fragmentation import (
@@ -37,6 +38,8 @@ from scheduling.engine.fragmentation import (
 # memory slice of a fraction (-1: f x the card's memory; 0 for whole cards) and the card a
 # placed fraction holds (-1: not placed, or not a fraction).
 Pod = tuple[float, float, float, float, int]
+POD_SHAPES = 512  # pods whose scores per node state are kept (the mix's usual shapes)
+_MISSING: object = object()
 # What `Pool.score` says of a card: -1 whole cards, -2 a fully free card, or the (free milli-GPU,
 # free GiB) of the shared card a fraction goes on.
 CardChoice = int | tuple[int, float]
@@ -117,7 +120,11 @@ class Pool:
         self._card = -1  # the card `_pick_fit` chose (-1: whole cards, -2: a fully free one)
         # Memoised per mix version: fragment per node state, score per (state, pod).
         self._frag: dict[NodeState, float] = {}
-        self._scores: dict[tuple[NodeState, Pod, float], Score | None] = {}
+        # Per (pod, reserve): the score of each node state, by the state's number.
+        self._scores: dict[tuple[Pod, float], dict[int, Score | None]] = {}
+        self._ids: dict[NodeState, int] = {}  # node states seen, numbered
+        self._by_id: list[NodeState] = []
+        self._sid: list[int] = []  # per node, its state's number (-1 when it changed)
         self._frag_version = -1
         self._states: list[NodeState | None] = []  # per node, None when it changed
 
@@ -134,6 +141,7 @@ class Pool:
         self.fm.append(mem)
         self.shared.append({})
         self._states.append(None)
+        self._sid.append(-1)
 
     def build_index(self) -> None:
         self.max_gpus = max(self.gpus, default=0)
@@ -175,6 +183,8 @@ class Pool:
         card -1 goes on the first shared card it fits, else opens one; -2 opens one)."""
         g, c, m = pod[0], pod[1], pod[2]
         self._states[i] = None
+        self._sid[i] = -1
+        self._sid[i] = -1
         if is_fraction(g):
             milli = to_milli(g)
             need = self._slice(pod)
@@ -317,6 +327,11 @@ class Pool:
                                   for s in self.shared[i].values()))
             st = self._states[i] = (max(self.fg[i], 0), shared, round(self.fc[i], 6),
                                     round(self.fm[i], 6), float(self.card_mem or -1.0))
+            sid = self._ids.get(st)
+            if sid is None:
+                sid = self._ids[st] = len(self._by_id)
+                self._by_id.append(st)
+            self._sid[i] = sid
         return st
 
     def _fresh(self) -> None:
@@ -325,6 +340,12 @@ class Pool:
             self._frag = {}
             self._scores = {}
             self._frag_version = self.mix.version
+            if len(self._by_id) > 4 * len(self.names) + 1024:
+                # Forget the numbers of states no node is in any more.
+                self._ids = {}
+                self._by_id = []
+                self._sid = [-1] * len(self.names)
+                self._states = [None] * len(self.names)
 
     def fragment_of(self, st: NodeState) -> float:
         got = self._frag.get(st)
@@ -339,12 +360,7 @@ class Pool:
         card, and cores left; best fit: the last three only) and the card it takes (-1: whole
         cards or none, -2: a fully free card, else the free milli-GPU and memory of the shared
         card it goes on), or None when it does not fit."""
-        key = (st, pod, reserve)
-        if key in self._scores:
-            return self._scores[key]
-        got = self._score(st, pod, reserve)
-        self._scores[key] = got
-        return got
+        return self._score(st, pod, reserve)
 
     def _score(self, st: NodeState, pod: Pod, reserve: float) -> Score | None:
         g, c, m = pod[0], pod[1], pod[2]
@@ -396,15 +412,25 @@ class Pool:
         self._fresh()
         best, best_key = -1, (0.0, 0.0, 0.0, 0.0)
         choice: CardChoice = -1
-        scores = self._scores
-        states = self._states
+        scores = self._scores.get((pod, reserve))
+        if scores is None:
+            if len(self._scores) >= POD_SHAPES:
+                self._scores.clear()
+            scores = self._scores[(pod, reserve)] = {}
+        sids = self._sid
+        by_id = self._by_id
         ready = self.ready
+        missing: Any = _MISSING
         for i in range(len(self.names)):
             if not ready[i] or (rack is not None and self.rack[i] != rack):
                 continue
-            st = states[i] or self.state(i)
-            key = (st, pod, reserve)
-            got = scores[key] if key in scores else self.score(st, pod, reserve)
+            sid = sids[i]
+            if sid < 0:
+                self.state(i)
+                sid = sids[i]
+            got = scores.get(sid, missing)
+            if got is missing:
+                got = scores[sid] = self._score(by_id[sid], pod, reserve)
             if got is None:
                 continue
             if best < 0 or got[:4] < best_key:
