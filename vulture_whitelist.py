@@ -286,3 +286,7 @@ _.OIDC_OP_AUTH_ENDPOINT  # mozilla-django-oidc's request view reads it
 _.retrieve_matching_jwk  # mozilla-django-oidc's backend hook
 _.get_or_create_user  # mozilla-django-oidc's backend hook
 _.login_failure  # mozilla-django-oidc's callback view hook
+
+# --- fractional GPUs
+_.set_shares  # bench.fragmentation fixes the FGD baseline's mix to the whole trace's
+_.clean_gpus  # Django form hook (PodSetForm)

@@ -47,7 +47,7 @@ class AdmissionSpan:
     flavor: str
     queue: str
     team_id: int | None
-    gpus: int
+    gpus: Decimal
     cpu: Decimal
     memory_gib: Decimal
     reserved_at: datetime

@@ -39,7 +39,7 @@ class UsageInput:
     phase: str
     start: datetime
     end: datetime
-    gpus: int
+    gpus: Decimal
     cpu: Decimal
     memory_gib: Decimal
     active_gpu_hours: Decimal | None

@@ -17,6 +17,7 @@ from scheduling import selectors, services
 from scheduling.filters import WorkloadFilter
 from scheduling.models import EventType, Workload
 from scheduling.request import validation as limits
+from scheduling.request.validation import gpus_shown
 
 
 class PodSetInputSerializer(serializers.Serializer):
@@ -93,8 +94,8 @@ class WorkloadListSerializer(serializers.Serializer):
             return None
         return {"code": obj.reason_code, "message": obj.reason_message}
 
-    def get_gpus(self, obj: Workload) -> int:
-        return sum(ps.count * ps.gpus for ps in obj.pod_sets.all())
+    def get_gpus(self, obj: Workload) -> int | float:
+        return gpus_shown(sum((ps.count * ps.gpus for ps in obj.pod_sets.all()), Decimal(0)))
 
     def to_representation(self, instance: Workload) -> dict[str, Any]:
         return workload_list_data(instance)
@@ -126,7 +127,8 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
     def _admission(a: Any) -> dict[str, Any]:
         return {
             "cluster": a.cluster.name, "flavor": a.flavor.name, "nodes": a.nodes,
-            "borrowed": a.borrowed, "gpus": a.gpus, "admitted_at": a.reserved_at,
+            "borrowed": a.borrowed, "gpus": gpus_shown(a.gpus), "cards": list(a.cards or []),
+            "admitted_at": a.reserved_at,
             "dispatched_at": a.dispatched_at, "running_at": a.running_at,
             "ended_at": a.ended_at, "end_reason": a.end_reason,
         }
@@ -143,7 +145,7 @@ def _decimal(value: Any) -> Decimal:
 
 def _pod_set(ps: Any) -> dict[str, Any]:
     return {"index": int(ps.index), "count": int(ps.count),
-            "flavors": [str(f) for f in ps.flavors], "gpus": int(ps.gpus),
+            "flavors": [str(f) for f in ps.flavors], "gpus": gpus_shown(ps.gpus),
             "cpu": _decimal(ps.cpu), "memory_gib": _decimal(ps.memory_gib),
             "gpu_memory_gib": None if ps.gpu_memory_gib is None else int(ps.gpu_memory_gib)}
 
@@ -165,7 +167,7 @@ def workload_list_data(obj: Workload, *, pod_sets: list[Any] | None = None) -> d
         "finished_at": obj.finished_at,
         "reason": ({"code": obj.reason_code, "message": obj.reason_message}
                    if obj.reason_code else None),
-        "gpus": sum(ps.count * ps.gpus for ps in pod_sets),
+        "gpus": gpus_shown(sum((ps.count * ps.gpus for ps in pod_sets), Decimal(0))),
         "pod_sets": [_pod_set(ps) for ps in pod_sets],
     }
 

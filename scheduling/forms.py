@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shlex
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -91,8 +92,10 @@ class PodSetForm(forms.Form):
     """One pod set: how many identical pods, and what each one needs."""
 
     count = forms.IntegerField(min_value=1, max_value=limits.MAX_PODS, initial=1, label="Pods")
-    gpus = forms.IntegerField(min_value=0, max_value=limits.MAX_GPUS, initial=1,
-                              label="GPUs per pod")
+    gpus = forms.DecimalField(min_value=0, max_value=limits.MAX_GPUS, initial=1,
+                              decimal_places=limits.DECIMAL_PLACES, label="GPUs per pod",
+                              help_text="Whole cards, or a share of one card such as 0.25.",
+                              widget=forms.NumberInput(attrs={"step": "0.001"}))
     cpu = forms.DecimalField(min_value=0, max_value=limits.MAX_CPU, initial=8,
                              decimal_places=limits.DECIMAL_PLACES, label="CPU cores per pod")
     memory_gib = forms.DecimalField(min_value=0, max_value=limits.MAX_MEMORY_GIB, initial=64,
@@ -101,7 +104,16 @@ class PodSetForm(forms.Form):
     gpu_memory_gib = forms.IntegerField(min_value=1, max_value=limits.MAX_GPU_MEMORY_GIB,
                                         required=False,
                                         label="GPU memory per card (GiB, at least)",
-                                        help_text="Empty: any.")
+                                        help_text="Empty: any. For a share of a card: the "
+                                                  "memory it needs on that card.")
+
+    def clean_gpus(self) -> Decimal:
+        errors: dict[str, list[str]] = {}
+        value = limits.parse_gpus(self.cleaned_data["gpus"], "gpus", errors,
+                                  maximum=limits.MAX_GPUS)
+        if value is None:
+            raise forms.ValidationError(errors["gpus"])
+        return value
 
 
 POD_SETS_PREFIX = "pods"

@@ -204,9 +204,9 @@ class Workload(models.Model):
         return f"{self.name} ({self.state})"
 
     @property
-    def gpus(self) -> int:
-        """Total GPU cards the gang asks for."""
-        return sum(ps.count * ps.gpus for ps in self.pod_sets.all())
+    def gpus(self) -> Decimal:
+        """Total GPUs the gang asks for (fractions of a card count as their fraction)."""
+        return sum((ps.count * ps.gpus for ps in self.pod_sets.all()), Decimal(0))
 
 
 class PodSet(models.Model):
@@ -216,7 +216,8 @@ class PodSet(models.Model):
     index = models.PositiveSmallIntegerField()
     count = models.PositiveIntegerField()
     flavors = models.JSONField(default=list)
-    gpus = models.PositiveIntegerField(default=0)
+    # Whole cards, or a fraction 0 < f < 1 of one card in steps of 0.001 (QUOTA-SEMANTICS §10).
+    gpus = models.DecimalField(max_digits=9, decimal_places=3, default=Decimal(0))
     cpu = models.DecimalField(max_digits=10, decimal_places=3, default=Decimal(0))
     memory_gib = models.DecimalField(max_digits=12, decimal_places=3, default=Decimal(0))
     gpu_memory_gib = models.PositiveIntegerField(null=True, blank=True)
@@ -258,8 +259,12 @@ class Admission(models.Model):
         "quotas.Flavor", on_delete=models.PROTECT, related_name="admissions"
     )
     nodes = models.JSONField(default=list, help_text="One node name per pod.")
+    cards = models.JSONField(
+        default=list, blank=True,
+        help_text="Per pod, the card a fractional pod holds on its node (null for others); "
+                  "empty when no pod is a fraction.")
     borrowed = models.BooleanField(default=False)
-    gpus = models.PositiveIntegerField(default=0)
+    gpus = models.DecimalField(max_digits=12, decimal_places=3, default=Decimal(0))
     cpu = models.DecimalField(max_digits=12, decimal_places=3, default=Decimal(0))
     memory_gib = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
     reserved_at = models.DateTimeField()

@@ -201,9 +201,10 @@ def fleet_usage() -> dict[tuple[str, str], dict[str, Decimal]]:
 
 # --- queue position ---------------------------------------------------------------------------
 
-def _gpus(workload: Workload, pod_sets: list[PodSet] | None = None) -> int:
-    return sum(ps.count * ps.gpus
-               for ps in (workload.pod_sets.all() if pod_sets is None else pod_sets))
+def _gpus(workload: Workload, pod_sets: list[PodSet] | None = None) -> Decimal:
+    return sum((ps.count * ps.gpus
+                for ps in (workload.pod_sets.all() if pod_sets is None else pod_sets)),
+               Decimal(0))
 
 
 def position_sql(me: str) -> tuple[str, str]:

@@ -31,7 +31,7 @@ class UsageRecord(models.Model):
     team = models.ForeignKey(
         "quotas.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    gpus = models.PositiveIntegerField()
+    gpus = models.DecimalField(max_digits=12, decimal_places=3)
     cpu = models.DecimalField(max_digits=12, decimal_places=3)
     memory_gib = models.DecimalField(max_digits=14, decimal_places=3)
     gpu_hours = models.DecimalField(max_digits=16, decimal_places=4)

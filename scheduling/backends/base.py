@@ -100,13 +100,18 @@ class PodSetSpec:
     index: int
     count: int
     flavor: str
-    gpus: int  # whole cards per pod (the `nvidia.com/gpu` limit)
+    gpus: Decimal  # whole cards per pod, or a fraction 0 < f < 1 of one card
     cpu: Decimal  # cores per pod (request)
     memory_gib: Decimal  # per pod (request)
     node_selector: Mapping[str, str] = field(default_factory=dict)  # the flavor's
     # The nodes the engine chose, one per pod (may repeat). Kubernetes keeps pods on this set
     # of nodes with a node affinity; the simulated cluster places pod k on nodes[k].
     nodes: tuple[str, ...] = ()
+    # A fraction's GPU memory slice (None: its share of the card), the flavor's memory per
+    # card, and per pod the card the engine chose on its node (empty: not a fraction).
+    gpu_memory_gib: Decimal | None = None
+    card_memory_gib: Decimal | None = None
+    cards: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)

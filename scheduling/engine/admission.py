@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from scheduling.engine.accounting import EPS, INF, fmt
 from scheduling.engine.holds import HoldsMixin
+from scheduling.engine.pool import cards_of
 from scheduling.engine.state import ADMITTED, FAILED, PREEMPTING, RC, WAITING, Admitted, Pending
 from scheduling.engine.types import Admit, CycleResult, Reason
 
@@ -163,7 +164,8 @@ class AdmissionMixin(HoldsMixin):
         self.seq += 1
         pool = self.fleet.by_name[cluster].pools[f]
         names = tuple(pool.names[i] for i in nodes)
-        a = Admitted(p.spec, p.leaf, f, cluster, nodes, names, p.pods, d, borrowed, now,
+        placed = pool.placed if p.fractional else p.pods
+        a = Admitted(p.spec, p.leaf, f, cluster, nodes, names, placed, d, borrowed, now,
                      self.seq)
         self._index_admitted(a)
         tree = self.tree
@@ -180,7 +182,8 @@ class AdmissionMixin(HoldsMixin):
             self._denominate(p.name, res)
         g = sum(x[0] for x in p.pods)
         res.admitted.append(Admit(p.name, cluster, f, names, borrowed, g,
-                                  sum(x[1] for x in p.pods), sum(x[2] for x in p.pods)))
+                                  sum(x[1] for x in p.pods), sum(x[2] for x in p.pods),
+                                  cards_of(placed)))
         return None
 
     def _waiting_reason(self, name: str, now: float) -> Reason:

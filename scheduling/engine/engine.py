@@ -24,7 +24,7 @@ from itertools import chain
 from scheduling.engine.accounting import Demand, QuotaTree
 from scheduling.engine.cycle import CycleMixin
 from scheduling.engine.placement import Fleet
-from scheduling.engine.pool import Pod, Pool
+from scheduling.engine.pool import Pod, Pool, pod_of, with_cards
 from scheduling.engine.state import (
     Admitted,
     Group,
@@ -64,7 +64,8 @@ class Engine(SubmissionMixin, CycleMixin):
         self.parking = parking
         # As given: what `export.snapshot_of` writes back (with the fleet's current state).
         self.specs = (tuple(queues), tuple(clusters), tuple(flavors))
-        self.fleet = Fleet(clusters, s.min_cluster_health, s.cpu_per_gpu_reserved)
+        self.fleet = Fleet(clusters, s.min_cluster_health, s.cpu_per_gpu_reserved,
+                           {f.name: f.gpu_memory_gib for f in flavors})
         self.tree = QuotaTree(queues)
         # The same tree with real usage only (admissions and ends; no starving workload's
         # hold): what the reasons and wake conditions of a failure are computed on, without
@@ -155,7 +156,8 @@ class Engine(SubmissionMixin, CycleMixin):
         """Record a workload that already holds capacity (reserved or running)."""
         w = adm.workload
         leaf = self.tree.index[w.queue]
-        pods = expand_pods(w)
+        pods = with_cards(expand_pods(w), adm.cards)
+        self.record_mix(w)
         idx: list[int] = []
         kept_pods: list[Pod] = []
         cluster = self.fleet.by_name.get(adm.cluster)
@@ -166,7 +168,7 @@ class Engine(SubmissionMixin, CycleMixin):
             idx.append(loc[2])
             kept_pods.append(pod)
         if cluster is not None and idx:
-            self.fleet.assign(adm.cluster, adm.flavor, idx, kept_pods)
+            kept_pods = self.fleet.assign(adm.cluster, adm.flavor, idx, kept_pods)
         demand = self._demand(adm.flavor, pods)
         self.tree.add(leaf, demand)
         self.real.add(leaf, demand)
@@ -191,10 +193,10 @@ class Engine(SubmissionMixin, CycleMixin):
             return  # the node is gone
         pool = self.fleet.by_name[held.cluster].pools[loc[1]]
         i = loc[2]
-        pod = (max(0, min(int(held.gpus), pool.fg[i])), max(0.0, min(held.cpu, pool.fc[i])),
-               max(0.0, min(held.memory_gib, pool.fm[i])))
+        pod = pod_of(max(0, min(int(held.gpus), pool.fg[i])), max(0.0, min(held.cpu, pool.fc[i])),
+                     max(0.0, min(held.memory_gib, pool.fm[i])))
         self.fleet.assign(held.cluster, loc[1], [i], [pod])
-        pool.held += pod[0]
+        pool.held += int(pod[0])
 
     def _index_admitted(self, a: Admitted) -> None:
         self.admitted[a.name] = a

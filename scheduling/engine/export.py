@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scheduling.engine.engine import Engine
+from scheduling.engine.pool import cards_of
 from scheduling.engine.types import (
     AdmittedWorkload,
     ClusterSpec,
@@ -33,7 +34,8 @@ def snapshot_of(eng: Engine, now: float) -> Snapshot:
         AdmittedWorkload(workload=a.spec, cluster=a.cluster, flavor=a.flavor,
                          nodes=a.node_names, borrowed=a.borrowed, admitted_at=a.admitted_at,
                          running=a.running, admission_seq=a.seq, grace_until=a.grace_until,
-                         preempted_by=a.preempted_by)
+                         preempted_by=a.preempted_by, cards=cards_of(a.pods)
+                         if len(a.pods) == len(a.node_names) else ())
         for a in eng.admitted.values())
     repayment = tuple(
         RepaymentRecord(queue=paths[leaf], ended_at=at, forced=forced)

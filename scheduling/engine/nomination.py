@@ -28,8 +28,15 @@ Choices where the semantics page is silent:
 
 from __future__ import annotations
 
+from scheduling.engine.pool import Pod, as_pod, is_fraction
 from scheduling.engine.state import Admitted, EngineBase, expand_pods
 from scheduling.engine.types import CycleResult, NominatedVictim, Nomination, WorkloadSpec
+
+
+def _stored(pod: Pod) -> tuple[float, ...]:
+    """A victim's pod as a nomination keeps it: GPUs, CPU, memory, and for a fraction its
+    memory slice and card."""
+    return pod if is_fraction(pod[0]) else pod[:3]
 
 
 class NominationMixin(EngineBase):
@@ -40,7 +47,10 @@ class NominationMixin(EngineBase):
         """`name` preempted `victims` on `flavor`: it is nominated for what they free."""
         nom = Nomination(flavor=flavor, at=now, victims=tuple(
             NominatedVictim(name=a.name, queue=a.spec.queue, cluster=a.cluster,
-                            nodes=a.node_names, pods=tuple(expand_pods(a.spec)))
+                            nodes=a.node_names,
+                            pods=tuple(_stored(p) for p in (
+                                a.pods if len(a.pods) == len(a.node_names)
+                                else expand_pods(a.spec))))
             for a in victims))
         self.nominations[name] = nom
         res.nominations[name] = nom
@@ -110,9 +120,9 @@ class NominationMixin(EngineBase):
         leaf = self.tree.index.get(v.queue)
         if leaf is None:
             return  # its queue is gone: nothing to hold
-        pods = list(v.pods)
+        pods = [as_pod(p) for p in v.pods]
         idx: list[int] = []
-        kept: list[tuple[int, float, float]] = []
+        kept = []
         for node, pod in zip(v.nodes if nodes else (), pods, strict=False):
             loc = self.fleet.node_loc.get(node)
             if loc is None or loc[0] != v.cluster or loc[1] != nom.flavor:
@@ -120,7 +130,7 @@ class NominationMixin(EngineBase):
             idx.append(loc[2])
             kept.append(pod)
         if idx:
-            self.fleet.assign(v.cluster, nom.flavor, idx, kept)
+            kept = self.fleet.assign(v.cluster, nom.flavor, idx, kept)
         demand = self._demand(nom.flavor, pods)
         self.tree.add(leaf, demand)
         self.real.add(leaf, demand)

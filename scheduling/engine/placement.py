@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduling.engine.accounting import fmt
-from scheduling.engine.pool import Pod, Pool
+from scheduling.engine.fragmentation import Mix
+from scheduling.engine.pool import Pod, Pool, whole_gpus
 from scheduling.engine.types import ClusterSpec, Reason, ReasonCode
 
 
@@ -52,8 +53,11 @@ class Fleet:
     """All clusters, their pools, and the node lookup by name."""
 
     def __init__(self, clusters: Sequence[ClusterSpec], min_health: float,
-                 reserve_cpu_per_gpu: float) -> None:
+                 reserve_cpu_per_gpu: float,
+                 card_mem: dict[str, float | None] | None = None) -> None:
         self.min_health = min_health
+        # The recent mix of requests per flavor (what fragmentation-aware placement reads).
+        self.mixes: dict[str, Mix] = {}
         self.reserve = reserve_cpu_per_gpu
         self.clusters: list[ClusterState] = []
         self.by_name: dict[str, ClusterState] = {}
@@ -64,7 +68,9 @@ class Fleet:
             for node in spec.nodes:
                 pool = pools.get(node.flavor)
                 if pool is None:
-                    pool = pools[node.flavor] = Pool(spec.name, node.flavor)
+                    mix = self.mixes.setdefault(node.flavor, Mix())
+                    pool = pools[node.flavor] = Pool(spec.name, node.flavor,
+                                                     (card_mem or {}).get(node.flavor), mix)
                 self.node_loc[node.name] = (spec.name, node.flavor, len(pool.names))
                 pool.add_node(node.name, int(node.gpus), float(node.cpu),
                               float(node.memory_gib), node.rack, node.ready)
@@ -94,13 +100,17 @@ class Fleet:
                     cap[(flavor, res)] = cap.get((flavor, res), 0.0) + v
         return cap
 
-    def assign(self, cluster: str, flavor: str, nodes: Sequence[int], pods: Sequence[Pod]) -> None:
+    def assign(self, cluster: str, flavor: str, nodes: Sequence[int],
+               pods: Sequence[Pod]) -> list[Pod]:
+        """Take the pods' resources on their nodes; returns the pods with their cards."""
         state = self.by_name[cluster]
         pool = state.pools[flavor]
+        out = []
         for i, pod in zip(nodes, pods, strict=True):
-            pool.take(i, pod)
+            out.append(pool.take(i, pod))
             state.gpu_used += pod[0]
             state.cpu_used += pod[1]
+        return out
 
     def unassign(self, cluster: str, flavor: str, nodes: Sequence[int],
                  pods: Sequence[Pod]) -> None:
@@ -152,9 +162,10 @@ class Fleet:
         dg = 0
         max_pod = 0
         for pod in pods:
-            dg += pod[0]
-            if pod[0] > max_pod:
-                max_pod = pod[0]
+            if pod[0] >= 1:
+                dg += int(pod[0])
+                if pod[0] > max_pod:
+                    max_pod = int(pod[0])
         able: list[ClusterState] = []
         for c in self.flavor_clusters.get(flavor, ()):
             if (allowed is not None and c.name not in allowed) or not self.healthy(c):
@@ -174,8 +185,7 @@ class Fleet:
         for rack in racks:
             got = pool.place(pods, spread, self.reserve, rack)
             if got is not None:
-                for i, p in zip(got, pods, strict=True):
-                    pool.give(i, p)
+                pool.undo(got)
                 return True
         return False
 
@@ -187,7 +197,7 @@ class Fleet:
         """Choose a cluster by score and nodes in it; take them when `commit`.
 
         Returns (cluster name, node indices per pod) or the reason nothing fits (`brief`: its
-        code only, with an empty message).
+        code only, with an empty message). The pods with their cards are the pool's `placed`.
         """
         found = self._candidates(flavor, allowed)
         if isinstance(found, Reason):
@@ -195,9 +205,10 @@ class Fleet:
         healthy = found
         dg = sum(p[0] for p in pods)
         dc = sum(p[1] for p in pods)
-        scored = self._by_score(flavor, healthy, dg, dc, spread, dataset, weights)
+        whole = whole_gpus(pods)
+        scored = self._by_score(flavor, healthy, dg, whole, dc, spread, dataset, weights)
         topology_only = False
-        max_pod = max((p[0] for p in pods), default=0)
+        max_pod = max((int(p[0]) for p in pods), default=0)
         for _, _, c in scored:
             pool = c.pools[flavor]
             if max_pod and pool.largest_free() < max_pod:
@@ -212,8 +223,7 @@ class Fleet:
                     free = pool.place(pods, spread, self.reserve, None)
                     if free is not None:
                         topology_only = True
-                        for i, p in zip(free, pods, strict=True):
-                            pool.give(i, p)
+                        pool.undo(free)
             else:
                 got = pool.place(pods, spread, self.reserve, None)
             if got is None:
@@ -222,13 +232,13 @@ class Fleet:
                 c.gpu_used += dg
                 c.cpu_used += dc
             else:
-                for i, p in zip(got, pods, strict=True):
-                    pool.give(i, p)
+                pool.undo(got)
             return c.name, got
         return self._no_room(flavor, pods, healthy, dg, max_pod, topology_only, brief)
 
     @staticmethod
-    def _by_score(flavor: str, healthy: list[ClusterState], dg: int, dc: float, spread: bool,
+    def _by_score(flavor: str, healthy: list[ClusterState], dg: float, whole: int, dc: float,
+                  spread: bool,
                   dataset: str, weights: tuple[float, float, float, float]
                   ) -> list[tuple[float, str, ClusterState]]:
         """The healthy clusters with enough free GPUs on the flavor, best score first (ties by
@@ -238,7 +248,7 @@ class Fleet:
         scored = []
         for c in healthy:
             pool = c.pools[flavor]
-            if dg and pool.free_gpus() < dg:
+            if whole and pool.free_gpus() < whole:
                 continue
             util = c.utilisation(dg, dc)
             packing = 1.0 - util if spread else util
@@ -250,22 +260,33 @@ class Fleet:
         return scored
 
     @staticmethod
-    def _no_room(flavor: str, pods: Sequence[Pod], healthy: list[ClusterState], dg: int,
+    def _no_room(flavor: str, pods: Sequence[Pod], healthy: list[ClusterState], dg: float,
                  max_pod: int, topology_only: bool, brief: bool) -> Reason:
         """Why no healthy cluster places the pods (`brief`: the code only)."""
         if brief:
             return Reason(ReasonCode.TOPOLOGY_UNSATISFIABLE if topology_only
                           else ReasonCode.NO_CAPACITY, "")
         n = len(pods)
-        shape = f"{n} pod{'s' if n != 1 else ''} of {max_pod} GPU" if max_pod else f"{n} pods"
+        frac = max((p[0] for p in pods if 0 < p[0] < 1), default=0.0)
+        shape = (f"{n} pod{'s' if n != 1 else ''} of {fmt(max_pod or frac)} GPU"
+                 if max_pod or frac else f"{n} pods")
         if topology_only:
             return Reason(ReasonCode.TOPOLOGY_UNSATISFIABLE,
                           f"flavor {flavor}: {shape} fit in a cluster but not within one rack")
         best = max(healthy, key=lambda c: (c.pools[flavor].free_gpus(), c.name))
         bp = best.pools[flavor]
         held = sum(c.pools[flavor].held for c in healthy)
+        if frac and not max_pod:
+            top = max(((s[0], s[1]) for c in healthy
+                       for i, shared in enumerate(c.pools[flavor].shared)
+                       if c.pools[flavor].ready[i] for s in shared.values()), default=None)
+            card = (f"; no fully free card, the most free shared card has {fmt(top[0] / 1000)} "
+                    f"GPU and {fmt(top[1])} GiB free" if top and not bp.free_gpus() else "")
+            return Reason(ReasonCode.NO_CAPACITY, (
+                f"flavor {flavor}: no healthy cluster can place {shape} ({fmt(dg)} GPUs) on "
+                f"one card with the memory it asks{card}"))
         return Reason(ReasonCode.NO_CAPACITY, (
-            f"flavor {flavor}: no healthy cluster can place {shape} ({dg} GPUs); most free: "
+            f"flavor {flavor}: no healthy cluster can place {shape} ({fmt(dg)} GPUs); most free: "
             f"{best.name} {bp.free_gpus()} GPUs, largest node {bp.largest_free()} free"
             + (f"; {held} GPUs still held by ended workloads until their clusters confirm "
                "the delete" if held else "")))

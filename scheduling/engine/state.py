@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduling.engine.accounting import INF, Demand, QuotaTree
 from scheduling.engine.placement import Fleet
-from scheduling.engine.pool import Pod, Pool
+from scheduling.engine.pool import Pod, Pool, pod_of
 from scheduling.engine.types import (
     CycleResult,
     DisruptionBudget,
@@ -32,7 +32,8 @@ def pods_text(n: int) -> str:
 def expand_pods(w: WorkloadSpec) -> list[Pod]:
     pods: list[Pod] = []
     for ps in w.pod_sets:
-        pods.extend([(int(ps.gpus), float(ps.cpu), float(ps.memory_gib))] * int(ps.count))
+        pods.extend([pod_of(ps.gpus, ps.cpu, ps.memory_gib, ps.gpu_memory_gib)]
+                    * int(ps.count))
     return pods
 
 
@@ -41,7 +42,7 @@ class Pending:
 
     __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
                  "sig", "gpu_key", "order_tail", "not_before", "group", "last_code", "wg",
-                 "wg_ver", "cpu_only", "place_key", "flavor_key")
+                 "wg_ver", "cpu_only", "place_key", "flavor_key", "fractional")
 
     def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
                  demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
@@ -51,6 +52,7 @@ class Pending:
         self.leaf = leaf
         self.pods = pods
         self.cpu_only = all(x[0] == 0 for x in pods)
+        self.fractional = any(0 < x[0] < 1 for x in pods)
         self.demand = demand
         self.flavors = flavors
         self.flavor_key = tuple(flavors)

@@ -13,7 +13,8 @@ import heapq
 from collections.abc import Sequence
 
 from scheduling.engine.accounting import EPS, Demand, fmt
-from scheduling.engine.pool import Pod
+from scheduling.engine.fragmentation import MILLI, to_milli
+from scheduling.engine.pool import Pod, is_fraction
 from scheduling.engine.state import (
     RC,
     EngineBase,
@@ -23,6 +24,24 @@ from scheduling.engine.state import (
     pods_text,
 )
 from scheduling.engine.types import Reason, WorkloadSpec
+
+
+def gpus_problems(gpus: float, gpu_memory_gib: float | None) -> list[str]:
+    """What is wrong with a pod's GPU request (QUOTA-SEMANTICS.md §10): a whole number of
+    cards, or a fraction 0 < f < 1 in steps of 0.001 with a positive memory slice."""
+    g = float(gpus)
+    out: list[str] = []
+    if g < 0:
+        return out  # (said by the caller: "< 0")
+    if g >= 1 and not g.is_integer():
+        out.append(f"gpus {fmt(g)}: more than one card must be a whole number of cards")
+    elif is_fraction(g) and abs(g * MILLI - round(g * MILLI)) > 1e-6:
+        out.append(f"gpus {g!r}: a fraction of a card is in steps of 0.001")
+    elif is_fraction(g) and to_milli(g) == 0:
+        out.append(f"gpus {g!r}: a fraction of a card is at least 0.001")
+    if gpu_memory_gib is not None and gpu_memory_gib < 0:
+        out.append(f"gpu_memory_gib {fmt(gpu_memory_gib)} < 0")
+    return out
 
 
 class SubmissionMixin(EngineBase):
@@ -57,7 +76,8 @@ class SubmissionMixin(EngineBase):
             reasons = self._flavor_static(w, f)
             reasons += self.tree.static_reasons(leaf, self._demand(f, pods),
                                                 preemptible=w.preemptible)
-            if not any(r.code == RC.FLAVOR_UNAVAILABLE for r in reasons):
+            if not any(r.code in (RC.FLAVOR_UNAVAILABLE, RC.GPU_MEMORY_INSUFFICIENT)
+                       for r in reasons):
                 fit = self._fits_empty(f, pods, w.topology_same == "rack")
                 if fit is not None:
                     reasons.append(fit)
@@ -84,6 +104,7 @@ class SubmissionMixin(EngineBase):
             for field_name in ("gpus", "cpu", "memory_gib"):
                 if getattr(ps, field_name) < 0:
                     out.append(f"pod set {i}: {field_name} {fmt(getattr(ps, field_name))} < 0")
+            out.extend(f"pod set {i}: {m}" for m in gpus_problems(ps.gpus, ps.gpu_memory_gib))
             if ps.flavors != first:
                 out.append(f"pod set {i}: flavors {list(ps.flavors)} differ from pod set 0's "
                            f"{list(first)}")
@@ -105,6 +126,11 @@ class SubmissionMixin(EngineBase):
                     return [Reason(RC.GPU_MEMORY_INSUFFICIENT,
                                    f"flavor {f}: pod set {i} asks {fmt(ps.gpu_memory_gib)} GiB "
                                    f"per GPU; {f} has no GPUs")]
+                if mem is not None and ps.gpu_memory_gib > mem + EPS and is_fraction(ps.gpus):
+                    return [Reason(RC.GPU_MEMORY_INSUFFICIENT,
+                                   f"flavor {f}: pod set {i} asks {fmt(ps.gpus)} of a card with "
+                                   f"{fmt(ps.gpu_memory_gib)} GiB of its memory > "
+                                   f"{fmt(mem)} GiB per card")]
                 if mem is not None and ps.gpu_memory_gib > mem + EPS:
                     return [Reason(RC.GPU_MEMORY_INSUFFICIENT,
                                    f"flavor {f}: pod set {i} asks {fmt(ps.gpu_memory_gib)} GiB "
@@ -135,7 +161,7 @@ class SubmissionMixin(EngineBase):
             if ok:
                 break
         if not ok:
-            g = sum(p[0] for p in pods)
+            g = fmt(sum(p[0] for p in pods))
             if topo:
                 result = Reason(RC.TOPOLOGY_UNSATISFIABLE,
                                 f"flavor {f}: {pods_text(len(pods))} ({g} GPUs) fit no single rack "
@@ -147,8 +173,26 @@ class SubmissionMixin(EngineBase):
         self._empty_fit[key] = result
         return result
 
+    def record_mix(self, w: WorkloadSpec) -> None:
+        """Count the workload's GPU pods in the recent mix of its flavors (what
+        fragmentation-aware placement reads)."""
+        mixes = self.fleet.mixes
+        for ps in w.pod_sets:
+            g = float(ps.gpus)
+            if g <= 0:
+                continue
+            gmem = ps.gpu_memory_gib if is_fraction(g) and ps.gpu_memory_gib is not None else -1.0
+            shape = (to_milli(g) if is_fraction(g) else int(g) * MILLI, float(ps.cpu),
+                     float(ps.memory_gib), float(gmem))
+            for f in ps.flavors:
+                mix = mixes.get(f)
+                if mix is not None:
+                    for _ in range(min(int(ps.count), 64)):
+                        mix.record(shape)
+
     def submit(self, w: WorkloadSpec) -> None:
         """Add a pending workload (checked by `check` beforehand if the caller wants)."""
+        self.record_mix(w)
         shape = self._shapes.get((w.queue, w.pod_sets))
         if shape is None:
             shape = self._shapes[(w.queue, w.pod_sets)] = self._shape(w)

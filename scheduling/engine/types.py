@@ -156,11 +156,16 @@ class QueueSpec:
 
 @dataclass(frozen=True)
 class PodSetSpec:
-    """`count` identical pods; `flavors` in order of preference (the same in every pod set)."""
+    """`count` identical pods; `flavors` in order of preference (the same in every pod set).
+
+    `gpus` is a whole number of cards, or a fraction 0 < f < 1 (steps of 0.001) of one card;
+    `gpu_memory_gib` is then the memory slice it needs on that card (None: f x the card's
+    memory), and for whole cards the memory each card must have.
+    """
 
     count: int
     flavors: tuple[str, ...]
-    gpus: int = 0
+    gpus: float = 0
     cpu: float = 0.0
     memory_gib: float = 0.0
     gpu_memory_gib: float | None = None
@@ -211,7 +216,8 @@ class AdmittedWorkload:
 
     `nodes` has one node name per pod, in pod-set order. `admission_seq` orders admissions
     (ties on `admitted_at`). `grace_until` is set while it is a preemption victim in its grace
-    period (its capacity still counts as used; it is no longer a victim candidate).
+    period (its capacity still counts as used; it is no longer a victim candidate). `cards`
+    (empty, or one per pod) is the card a fractional pod holds on its node (None for others).
     """
 
     workload: WorkloadSpec
@@ -224,6 +230,7 @@ class AdmittedWorkload:
     admission_seq: int = 0
     grace_until: float | None = None
     preempted_by: str = ""
+    cards: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -259,14 +266,14 @@ class HeldCapacity:
 @dataclass(frozen=True)
 class NominatedVictim:
     """One victim of a nomination and the capacity it holds: its leaf, cluster, nodes (one
-    name per pod) and pods (GPUs, CPU, memory GiB each), so that what it frees can be kept for
-    the preemptor after it has ended."""
+    name per pod) and pods (GPUs, CPU, memory GiB each, then for a fraction its GPU memory
+    slice and card), so that what it frees can be kept for the preemptor after it has ended."""
 
     name: str
     queue: str
     cluster: str
     nodes: tuple[str, ...]
-    pods: tuple[tuple[int, float, float], ...]
+    pods: tuple[tuple[float, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -318,9 +325,10 @@ class Admit:
     flavor: str
     nodes: tuple[str, ...]
     borrowed: bool
-    gpus: int = 0
+    gpus: float = 0
     cpu: float = 0.0
     memory_gib: float = 0.0
+    cards: tuple[int | None, ...] = ()  # per pod when some pod is a fraction (else empty)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from scheduling.models import (
     OutboxMessage,
     WorkloadEvent,
 )
+from scheduling.request.validation import gpus_shown
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ def _alarm_events(messages: list[OutboxMessage], error: str, now: datetime) -> N
             continue
         if m.kind == OutboxKind.DELETE:
             code = EventCode.DELETE_UNCONFIRMED
-            what = (f"the delete of its objects; its {adm.gpus} GPUs on "
+            what = (f"the delete of its objects; its {gpus_shown(adm.gpus)} GPUs on "
                     f"{', '.join(sorted(set(adm.nodes)))} still count as used")
         else:
             code = EventCode.SUSPEND_UNCONFIRMED

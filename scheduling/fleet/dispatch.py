@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -77,7 +78,8 @@ class DispatchReport:
 
 # The columns a dispatch pass reads, in one query (no model instances on the hot path).
 DISPATCH_FIELDS = (
-    "pk", "workload_id", "nodes", "flavor__name", "flavor__node_selector", "cluster__name",
+    "pk", "workload_id", "nodes", "cards", "flavor__name", "flavor__node_selector",
+    "flavor__gpu_memory_gib", "cluster__name",
     "workload__name", "workload__queue__path", "workload__queue__namespace",
     "workload__image", "workload__command", "workload__priority_class__name",
     "workload__termination_grace_s", "workload__duration_hint_s", "workload__progress_s",
@@ -124,6 +126,10 @@ def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
     return report
 
 
+def _decimal_or_none(value: Any) -> Decimal | None:
+    return None if value is None else Decimal(str(value))
+
+
 def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpec:
     """The backend's view of one admission row (see DISPATCH_FIELDS)."""
     sets, k = [], 0
@@ -132,7 +138,10 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
             index=ps["index"], count=ps["count"], flavor=row["flavor__name"], gpus=ps["gpus"],
             cpu=ps["cpu"], memory_gib=ps["memory_gib"],
             node_selector=dict(row["flavor__node_selector"] or {}),
-            nodes=tuple(row["nodes"][k:k + ps["count"]])))
+            nodes=tuple(row["nodes"][k:k + ps["count"]]),
+            gpu_memory_gib=_decimal_or_none(ps["gpu_memory_gib"]),
+            card_memory_gib=_decimal_or_none(row["flavor__gpu_memory_gib"]),
+            cards=tuple((row["cards"] or [])[k:k + ps["count"]])))
         k += ps["count"]
     hint = row["workload__duration_hint_s"]
     path = row["workload__queue__path"]
@@ -153,7 +162,7 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
     pod_sets: dict[int, list[Any]] = {}
     for ps in PodSet.objects.filter(workload_id__in=[r["workload_id"] for r in rows]).order_by(
             "workload_id", "index").values("workload_id", "index", "count", "gpus", "cpu",
-                                           "memory_gib"):
+                                           "memory_gib", "gpu_memory_gib"):
         pod_sets.setdefault(ps["workload_id"], []).append(ps)
     specs = [_spec_of(r, pod_sets.get(r["workload_id"], [])) for r in rows]
     previous = frozenset(r["workload_id"] for r in rows if r["previous"])

@@ -292,8 +292,11 @@ class Runner(Metrics):
             w = self.ws[adm.workload]
             w.state = "reserved"
             w.last_code = ""
-            w.admissions.append({"at": num(t), "cluster": adm.cluster, "flavor": adm.flavor,
-                                 "borrowed": adm.borrowed, "nodes": list(adm.nodes)})
+            entry: dict[str, object] = {"at": num(t), "cluster": adm.cluster, "flavor": adm.flavor,
+                     "borrowed": adm.borrowed, "nodes": list(adm.nodes)}
+            if adm.cards:
+                entry["cards"] = list(adm.cards)
+            w.admissions.append(entry)
             if w.first_admit is None:
                 w.first_admit = t
             w.admitted_at = t

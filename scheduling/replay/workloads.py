@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduling.engine import PodSetSpec, PriorityClassSpec, Settings, WorkloadSpec
+from scheduling.engine.submission import gpus_problems
 from scheduling.replay.checker import STRATEGIES, Checker, label
 from scheduling.replay.scenario import SimWorkload
 
@@ -89,10 +90,13 @@ def _pod_sets(c: Checker, w: Mapping[str, Any], ww: str, flavors: set[str]) -> l
             if f not in flavors:
                 c.problems.append(f"{pw}: unknown flavor {f!r}")
         count = c.num(ps, "count", pw, 1.0, lo=1.0, integer=True) or 1.0
+        gpus = c.num(ps, "gpus", pw, 0.0) or 0.0
+        gpu_mem = c.num(ps, "gpu_memory_gib", pw, None)
+        c.problems.extend(f"{pw}: {m}" for m in gpus_problems(gpus, gpu_mem))
         pod_sets.append(PodSetSpec(
             count=int(count), flavors=tuple(str(f) for f in fl),
-            gpus=int(c.num(ps, "gpus", pw, 0.0, integer=True) or 0),
+            gpus=gpus if 0 < gpus < 1 else int(gpus),
             cpu=c.num(ps, "cpu", pw, 0.0) or 0.0,
             memory_gib=c.num(ps, "memory_gib", pw, 0.0) or 0.0,
-            gpu_memory_gib=c.num(ps, "gpu_memory_gib", pw, None)))
+            gpu_memory_gib=gpu_mem))
     return pod_sets

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from django.utils import timezone
 from portal.pages.access import user_scope
 from scheduling import enqueue
 from scheduling.models import EventCode, EventType, Workload, WorkloadEvent, WorkloadState
+from scheduling.request.validation import gpus_shown
 from scheduling.transitions import workload_transition
 
 
@@ -35,11 +37,11 @@ def approval_reason(submission: Mapping[str, Any]) -> str:
     `workloads_submit` calls it on the validated request and then sets `needs_approval`.
     """
     max_gpus, max_hours = approval_thresholds()
-    gpus = sum(int(p.get("count", 1)) * int(p.get("gpus", 0))
+    gpus = sum(int(p.get("count", 1)) * Decimal(str(p.get("gpus", 0) or 0))
                for p in submission.get("pods") or [])
     parts = []
     if gpus > max_gpus:
-        parts.append(f"{gpus} GPUs > {max_gpus}")
+        parts.append(f"{gpus_shown(gpus)} GPUs > {max_gpus}")
     hint = submission.get("duration_hint_s")
     if hint is not None and float(hint) / 3600 > max_hours:
         parts.append(f"expected {float(hint) / 3600:g} h > {max_hours:g} h")

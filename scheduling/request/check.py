@@ -89,7 +89,7 @@ class RequestChecker:
             name=str(workload.pk or workload.name), queue=workload.queue.path,
             display_name=workload.name,
             pod_sets=tuple(
-                engine.PodSetSpec(count=p.count, flavors=tuple(p.flavors), gpus=p.gpus,
+                engine.PodSetSpec(count=p.count, flavors=tuple(p.flavors), gpus=_f(p.gpus),
                                   cpu=_f(p.cpu), memory_gib=_f(p.memory_gib),
                                   gpu_memory_gib=p.gpu_memory_gib)
                 for p in pod_sets),

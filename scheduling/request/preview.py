@@ -12,6 +12,7 @@ from quotas.models import Queue
 from quotas.tree_rules import fmt, validate_tree
 from scheduling.models import ACTIVE_STATES, Admission, Node, PodSet, PriorityClass, Workload
 from scheduling.models import WorkloadState as S
+from scheduling.request.validation import gpus_shown
 
 ZERO = Decimal(0)
 
@@ -29,7 +30,7 @@ class FlavorVerdict:
 class Preview:
     """The live feedback of the request form."""
 
-    gpus: int
+    gpus: Decimal
     flavors: list[FlavorVerdict]
     flavor: str | None = None  # the first flavor that can ever fit
     levels: list[dict[str, Any]] = field(default_factory=list)  # queue and ancestors
@@ -39,7 +40,7 @@ class Preview:
     would_borrow: bool = False
     fits_now: bool = False
     pending_ahead: int = 0
-    pending_ahead_gpus: int = 0
+    pending_ahead_gpus: Decimal = ZERO
     estimated_start: datetime | None = None
     estimate_note: str = ""
 
@@ -60,7 +61,7 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
     from scheduling.selectors import fleet_usage, queue_usage
 
     pods = submission["pods"]
-    gpus = sum(int(p["count"]) * int(p["gpus"]) for p in pods)
+    gpus = sum((int(p["count"]) * Decimal(str(p["gpus"])) for p in pods), ZERO)
     pc = PriorityClass.objects.filter(name=submission.get("priority_class")).first()
     if pc is None:
         pc = PriorityClass(name="training", value=1000)
@@ -116,9 +117,8 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
                                     priority_class__value__gte=pc.value)
     preview.pending_ahead = ahead.count()
     preview.pending_ahead_gpus = sum(
-        ps["count"] * ps["gpus"]
-        for ps in PodSet.objects.filter(workload__in=ahead).values("count", "gpus")
-    )
+        (ps["count"] * ps["gpus"]
+         for ps in PodSet.objects.filter(workload__in=ahead).values("count", "gpus")), ZERO)
     limit = preview.fleet_free if headroom is None else min(headroom, preview.fleet_free)
     need = Decimal(gpus + preview.pending_ahead_gpus)
     blocked_by_guarantee = preview.would_borrow and not submission["preemptible"]
@@ -129,11 +129,11 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
         return preview
     if blocked_by_guarantee:
         preview.estimate_note = (
-            f"not preemptible: it waits until {gpus} GPUs fit within the guaranteed "
+            f"not preemptible: it waits until {gpus_shown(gpus)} GPUs fit within the guaranteed "
             f"{fmt(preview.guaranteed_room)} left (or mark it preemptible to borrow)"
         )
     # When the queue's own admitted work ends (at its duration hints), enough may be freed.
-    ends: list[tuple[datetime, int]] = []
+    ends: list[tuple[datetime, Decimal]] = []
     unknown = 0
     active = Admission.objects.filter(
         workload__queue=queue, ended_at__isnull=True, workload__state__in=ACTIVE_STATES

@@ -31,6 +31,7 @@ from scheduling.request.check import RequestChecker
 from scheduling.request.lookups import SubmitLookups, policy_priority_class
 from scheduling.request.validation import (
     _validate,
+    gpus_shown,
 )
 from scheduling.selectors import position_params, position_sql
 from scheduling.transitions import (
@@ -228,7 +229,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
 
     events_of: dict[int, list[WorkloadEvent]] = {}
     for workload, pod_sets, verdict, reasons in plans:
-        gpus = sum(p.count * p.gpus for p in pod_sets)
+        gpus = gpus_shown(sum(p.count * p.gpus for p in pod_sets))
         events = [event_new(
             workload, EventType.SUBMITTED, at=now, actor=user,
             message=f"submitted to {workload.queue.path} by {user.get_username()}: "

@@ -43,7 +43,7 @@ from scheduling.request.cancel import user_may_manage
 from scheduling.request.check import RequestChecker
 from scheduling.request.lookups import SubmitLookups, policy_priority_class
 from scheduling.request.submission import workload_submit
-from scheduling.request.validation import _validate
+from scheduling.request.validation import _validate, gpus_shown
 
 S = WorkloadState
 
@@ -86,7 +86,7 @@ def _plain_pods(pods: Any) -> Any:
             return pods
         try:
             out.append((int(p.get("count", 1)), tuple(p.get("flavors") or ()),
-                        int(p.get("gpus", 0)), Decimal(str(p.get("cpu", 0) or 0)),
+                        Decimal(str(p.get("gpus", 0) or 0)), Decimal(str(p.get("cpu", 0) or 0)),
                         Decimal(str(p.get("memory_gib", 0) or 0)), p.get("gpu_memory_gib")))
         except (TypeError, ValueError, ArithmeticError):
             return pods
@@ -240,7 +240,7 @@ def workload_update(
                 .prefetch_related("pod_sets").get(pk=w.pk), refused, changed)
         # Above the approval thresholds it waits for approval again only if it asks for more
         # than was approved (an approved workload keeps its approval for a smaller change).
-        old_gpus = sum(int(p["count"]) * int(p["gpus"]) for p in previous["pods"])
+        old_gpus = sum(int(p["count"]) * Decimal(str(p["gpus"])) for p in previous["pods"])
         new_gpus = sum(p.count * p.gpus for p in pod_sets)
         bigger = new_gpus > old_gpus or (clean["duration_hint_s"] or 0) > (
             previous["duration_hint_s"] or 0)
@@ -257,7 +257,7 @@ def workload_update(
         w.save(update_fields=fields)
         PodSet.objects.filter(workload=w).delete()
         PodSet.objects.bulk_create(pod_sets)
-        gpus = sum(p.count * p.gpus for p in pod_sets)
+        gpus = gpus_shown(sum(p.count * p.gpus for p in pod_sets))
         events.insert(0, WorkloadEvent(
             workload=w, at=now, type=EventType.UPDATED, actor=user, code=EventCode.UPDATED,
             message=f"updated by {who} ({', '.join(changed)}): {gpus} GPUs in "

@@ -32,6 +32,7 @@ MAX_GPU_MEMORY_GIB = 1024  # per card
 MAX_CPU = Decimal(4096)  # cores per pod
 MAX_MEMORY_GIB = Decimal(65536)  # per pod
 DECIMAL_PLACES = 3  # cpu and memory are stored to the thousandth
+GPU_STEP = Decimal("0.001")  # a fraction of a card, in thousandths
 
 STRATEGIES = ("", "binpack", "spread")
 DEFAULT_PRIORITY_CLASS = "training"
@@ -59,6 +60,47 @@ def _decimal(value: Any, field: str, errors: dict[str, list[str]], *,
             f"{number} has more than {DECIMAL_PLACES} decimal places")
         return None
     return number
+
+
+def parse_gpus(value: Any, field: str, errors: dict[str, list[str]], *,
+               maximum: int) -> Decimal | None:
+    """GPUs per pod: a whole number of cards, or a fraction 0 < f < 1 of one card in steps of
+    0.001 (QUOTA-SEMANTICS §10), kept exactly."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        errors.setdefault(field, []).append(
+            f"{value!r} is not a number: a whole number of cards, or a fraction such as 0.25")
+        return None
+    try:
+        number = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        errors.setdefault(field, []).append(
+            f"{value!r} is not a number: a whole number of cards, or a fraction such as 0.25")
+        return None
+    if not number.is_finite():
+        errors.setdefault(field, []).append(f"{value!r} is not a finite number")
+        return None
+    if number < 0:
+        errors.setdefault(field, []).append(f"{number} < 0: must not be negative")
+        return None
+    if number > maximum:
+        errors.setdefault(field, []).append(f"{number} > {maximum}: must be at most {maximum}")
+        return None
+    if number >= 1 and number != number.to_integral_value():
+        errors.setdefault(field, []).append(
+            f"{number}: more than one card is a whole number of cards (a fraction is of one "
+            "card, 0 < gpus < 1)")
+        return None
+    if number != number.quantize(GPU_STEP):
+        errors.setdefault(field, []).append(
+            f"{number}: a fraction of a card is in steps of 0.001 (0.001 to 0.999)")
+        return None
+    return number.quantize(GPU_STEP) if number < 1 else Decimal(int(number))
+
+
+def gpus_shown(value: Decimal | float | int) -> int | float:
+    """GPUs as people read them: 8, 0.25 (a JSON number, no trailing zeros)."""
+    number = Decimal(str(value))
+    return int(number) if number == number.to_integral_value() else float(number.normalize())
 
 
 def _int(value: Any, field: str, errors: dict[str, list[str]], *, minimum: int = 0,
@@ -185,8 +227,7 @@ def _validate_pods(pods: Any, known_flavors: Mapping[str, Any],
                 continue
             count = _int(pod.get("count", 1), f"{where}.count", errors, minimum=1,
                          maximum=MAX_PODS)
-            gpus = _int(pod.get("gpus", 0), f"{where}.gpus", errors, minimum=0,
-                        maximum=MAX_GPUS)
+            gpus = parse_gpus(pod.get("gpus", 0), f"{where}.gpus", errors, maximum=MAX_GPUS)
             cpu = _decimal(pod.get("cpu", 0), f"{where}.cpu", errors, maximum=MAX_CPU)
             mem = _decimal(pod.get("memory_gib", 0), f"{where}.memory_gib", errors,
                            maximum=MAX_MEMORY_GIB)

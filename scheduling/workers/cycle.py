@@ -266,7 +266,8 @@ def _admitted(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         out.changed[w.pk] = w
         out.new_admissions.append(Admission(
             workload=w, cluster=cluster, flavor_id=parts.flavors[adm.flavor],
-            nodes=list(adm.nodes), borrowed=adm.borrowed, gpus=int(adm.gpus),
+            nodes=list(adm.nodes), cards=list(adm.cards), borrowed=adm.borrowed,
+            gpus=Decimal(str(round(adm.gpus, 3))),
             cpu=Decimal(str(adm.cpu)), memory_gib=Decimal(str(adm.memory_gib)),
             reserved_at=now))
         report.admitted.append(w.pk)

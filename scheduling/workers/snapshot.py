@@ -123,6 +123,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
             workload=_workload_spec(r, priorities, ctx, parts),
             cluster=cluster.name if cluster else str(adm.cluster_id),
             flavor=flavor_name[adm.flavor_id], nodes=tuple(adm.nodes), borrowed=adm.borrowed,
+            cards=tuple(adm.cards or ()),
             admitted_at=adm.reserved_at.timestamp(),
             running=adm.running_at is not None, admission_seq=adm.pk,
             grace_until=ts(r["preempt_deadline"]) if preempting else None,
@@ -165,7 +166,8 @@ def nomination_from_json(data: dict[str, Any]) -> engine.Nomination:
             engine.NominatedVictim(
                 name=str(v["name"]), queue=str(v["queue"]), cluster=str(v["cluster"]),
                 nodes=tuple(str(n) for n in v["nodes"]),
-                pods=tuple((int(p[0]), float(p[1]), float(p[2])) for p in v["pods"]))
+                pods=tuple((int(p[0]) if float(p[0]) >= 1 or float(p[0]) == 0 else float(p[0]),
+                            *(float(x) for x in p[1:])) for p in v["pods"]))
             for v in data["victims"]))
 
 
@@ -252,7 +254,7 @@ def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
     return engine.WorkloadSpec(
         name=str(r["id"]), queue=r["queue__path"], display_name=r["name"],
         pod_sets=tuple(
-            engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=p["gpus"],
+            engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=_f(p["gpus"]),
                               cpu=_f(p["cpu"]), memory_gib=_f(p["memory_gib"]),
                               gpu_memory_gib=p["gpu_memory_gib"])
             for p in parts.pod_sets.get(r["id"], [])
@@ -285,15 +287,16 @@ def _held(cluster_names: dict[int, str]
     for wid, count, gpus, cpu, mem in PodSet.objects.filter(
             workload_id__in={r[0] for r in rows}).order_by("workload_id", "index").values_list(
             "workload_id", "count", "gpus", "cpu", "memory_gib"):
-        sets[wid] += [(gpus, _f(cpu), _f(mem))] * count
+        # (A fraction holds part of a card the held capacity cannot name: it is left out.)
+        sets[wid] += [(int(gpus) if gpus >= 1 else 0, _f(cpu), _f(mem))] * count
     held: dict[tuple[str, str], list[float]] = {}
     for wid, cid, nodes, gpus, cpu, mem in rows:
         pods = sets.get(wid, [])
-        if len(pods) != len(nodes) or sum(p[0] for p in pods) != gpus:
+        if len(pods) != len(nodes) or sum(p[0] for p in pods) != int(gpus):
             # Pod sets changed since (a requeued workload edited): split the interval's own
             # totals evenly over its pods.
             n = max(1, len(nodes))
-            pods = [(gpus // n, _f(cpu) / n, _f(mem) / n)] * len(nodes)
+            pods = [(int(gpus) // n, _f(cpu) / n, _f(mem) / n)] * len(nodes)
         for node, (g, c, m) in zip(nodes, pods, strict=False):
             acc = held.setdefault((cluster_names[cid], node), [0, 0.0, 0.0])
             acc[0] += g

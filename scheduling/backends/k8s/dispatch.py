@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 
 from scheduling.backends.base import DispatchRefused, RefusalReason, WorkloadRef, WorkloadSpec
 from scheduling.backends.k8s.client import MERGE_PATCH, status_message
-from scheduling.backends.k8s.jobs import job_body
+from scheduling.backends.k8s.jobs import SHARING, hami_card_uuids, job_body
 from scheduling.backends.k8s.namespaces import NamespacesMixin
 from scheduling.backends.k8s.nodes import NodesMixin
 from scheduling.backends.k8s.priority_classes import PriorityClassesMixin
@@ -34,13 +34,22 @@ class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin):
             )
         self.ensure_namespace(spec.namespace)
         self._check_priority_class(spec.priority_class)
-        self._check_nodes(spec)
+        nodes = self._check_nodes(spec)
+        sharing = str(self.connection.get("gpu_sharing") or "")
+        if sharing not in SHARING:
+            raise DispatchRefused(
+                RefusalReason.INVALID,
+                f"cluster {self.name}: gpu_sharing {sharing!r} is not one of "
+                f"{', '.join(s for s in SHARING if s)} (or unset)")
+        uuids = ({name: hami_card_uuids(node.metadata.annotations if node.metadata else None)
+                  for name, node in nodes.items()} if sharing == "hami" else None)
         ref = spec.ref
         created: list[str] = []
         try:
             for pod_set in spec.pod_sets:
                 body = job_body(
-                    spec, pod_set, default_image=self.connection.get("default_image", "")
+                    spec, pod_set, default_image=self.connection.get("default_image", ""),
+                    sharing=sharing, card_uuids=uuids,
                 )
                 if self._create_job(spec, body):
                     created.append(body["metadata"]["name"])

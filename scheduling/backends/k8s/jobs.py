@@ -3,10 +3,26 @@
 Each pod set is a `batch/v1` Job created with `spec.suspend: true` (as Kueue does), gang-sized
 (`parallelism = completions = count`), pinned to its flavor's nodes and to the nodes the engine
 chose. Resources are written as Kubernetes quantities.
+
+A fraction of a card (QUOTA-SEMANTICS §10) is written for the cluster's GPU sharing mechanism,
+declared in its connection (`"gpu_sharing"`):
+- `hami` (Project-HAMi): `nvidia.com/gpu: 1` with `nvidia.com/gpucores` (percent of the card's
+  compute, rounded up) and `nvidia.com/gpumem` (the memory slice in MiB; without a known slice,
+  `nvidia.com/gpumem-percentage`); when every pod of the set is on one card whose UUID the node
+  registers (HAMi's `hami.io/node-nvidia-register` annotation), `nvidia.com/use-gpuuuid` pins
+  the pods to that card;
+- `kai` (NVIDIA KAI Scheduler): the pod annotation `gpu-fraction` (or `gpu-memory` in MiB when
+  the pod asked an explicit memory slice), no `nvidia.com/gpu` limit;
+- `time-slicing` (NVIDIA device plugin replicas): `nvidia.com/gpu: 1`, one replica of a shared
+  card (no memory isolation);
+- none: the fraction asks a whole card (`nvidia.com/gpu: 1`), so it still runs.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -15,6 +31,79 @@ from scheduling.backends.k8s.nodes import GPU_RESOURCE
 from scheduling.backends.naming import job_labels
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+SHARING = ("", "hami", "kai", "time-slicing")
+HAMI_CORES = "nvidia.com/gpucores"
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_USE_UUID = "nvidia.com/use-gpuuuid"
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+KAI_FRACTION = "gpu-fraction"
+KAI_MEMORY = "gpu-memory"
+
+
+def is_fraction(gpus: Decimal) -> bool:
+    return Decimal(0) < Decimal(gpus) < 1
+
+
+def fraction_text(gpus: Decimal) -> str:
+    """A fraction as written in an annotation: `0.25`."""
+    return format(Decimal(gpus).normalize(), "f")
+
+
+def slice_mib(pod_set: PodSetSpec) -> int | None:
+    """The memory slice of a fractional pod in MiB (None when neither it nor the card's memory
+    is known)."""
+    if pod_set.gpu_memory_gib is not None:
+        gib = Decimal(pod_set.gpu_memory_gib)
+    elif pod_set.card_memory_gib is not None:
+        gib = Decimal(pod_set.gpus) * Decimal(pod_set.card_memory_gib)
+    else:
+        return None
+    return int((gib * 1024).to_integral_value(ROUND_HALF_UP))
+
+
+def shared_gpu(pod_set: PodSetSpec, sharing: str,
+               card_uuids: Mapping[str, Sequence[str]] | None = None
+               ) -> tuple[dict[str, str], dict[str, str]]:
+    """The container limits and pod annotations that give each pod its fraction of a card."""
+    f = Decimal(pod_set.gpus)
+    percent = str(max(1, math.ceil(f * 100)))
+    mib = slice_mib(pod_set)
+    if sharing == "kai":
+        if pod_set.gpu_memory_gib is not None and mib is not None:
+            return {}, {KAI_MEMORY: str(mib)}
+        return {}, {KAI_FRACTION: fraction_text(f)}
+    if sharing == "hami":
+        limits = {GPU_RESOURCE: "1", HAMI_CORES: percent}
+        if mib is not None:
+            limits[HAMI_MEMORY] = str(mib)
+        else:
+            limits[HAMI_MEMORY_PERCENT] = percent
+        annotations: dict[str, str] = {}
+        places = set(zip(pod_set.nodes, pod_set.cards, strict=False))
+        if len(places) == 1 and card_uuids:
+            node, card = next(iter(places))
+            uuids = card_uuids.get(node) or ()
+            if card is not None and 0 <= card < len(uuids):
+                annotations[HAMI_USE_UUID] = uuids[card]
+        return limits, annotations
+    return {GPU_RESOURCE: "1"}, {}
+
+
+def hami_card_uuids(annotations: Mapping[str, str] | None) -> list[str]:
+    """A node's card UUIDs by index, from HAMi's device registration (empty if absent)."""
+    raw = (annotations or {}).get(HAMI_REGISTER)
+    if not raw:
+        return []
+    try:
+        devices = json.loads(raw)
+    except ValueError:
+        return []
+    if not isinstance(devices, list):
+        return []
+    found = sorted((int(d.get("index") or 0), str(d.get("id") or ""))
+                   for d in devices if isinstance(d, dict))
+    return [uuid for _, uuid in found]
 
 
 def format_cpu(cores: Decimal) -> str:
@@ -33,10 +122,13 @@ def format_memory(gib: Decimal) -> str:
     return f"{int((gib * 1024).to_integral_value(ROUND_HALF_UP))}Mi"
 
 
-def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str) -> dict[str, Any]:
+def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
+             sharing: str = "",
+             card_uuids: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """The Job of one pod set: suspended, gang-sized, pinned to the flavor (and nodes).
 
-    `default_image` is the container's image when the workload names none.
+    `default_image` is the container's image when the workload names none; `sharing` the
+    cluster's GPU sharing mechanism (see the module) and `card_uuids` its nodes' card UUIDs.
     """
     name = spec.ref.job_names[spec.pod_sets.index(pod_set)]
     labels = {
@@ -53,7 +145,12 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str) -> 
     if pod_set.memory_gib:
         requests["memory"] = format_memory(pod_set.memory_gib)
     limits: dict[str, str] = {}
-    if pod_set.gpus:
+    pod_annotations = dict(annotations)
+    if is_fraction(pod_set.gpus):
+        shared_limits, shared_annotations = shared_gpu(pod_set, sharing, card_uuids)
+        limits.update(shared_limits)
+        pod_annotations.update(shared_annotations)
+    elif pod_set.gpus:
         limits[GPU_RESOURCE] = str(int(pod_set.gpus))
     container: dict[str, Any] = {
         "name": "main",
@@ -99,7 +196,7 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str) -> 
             "backoffLimit": 0,
             "completionMode": "Indexed",
             "template": {
-                "metadata": {"labels": labels, "annotations": annotations},
+                "metadata": {"labels": labels, "annotations": pod_annotations},
                 "spec": pod_spec,
             },
         },

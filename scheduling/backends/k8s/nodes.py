@@ -67,15 +67,16 @@ class NodesMixin(KubeClient):
             labels=labels,
         )
 
-    def _check_nodes(self, spec: WorkloadSpec) -> None:
+    def _check_nodes(self, spec: WorkloadSpec) -> dict[str, Any]:
         """Two-phase dispatch: an assigned node that vanished or went NotReady is a refusal.
+        Returns the nodes read, by name.
 
         A few nodes are read one by one; a big gang's nodes with one list call.
         """
         wanted = sorted({n for p in spec.pod_sets for n in p.nodes})
-        if not wanted:
-            return
         nodes: dict[str, Any] = {}
+        if not wanted:
+            return nodes
         if len(wanted) > 3:
             try:
                 listed = self._call("list nodes", self.core.list_node).items
@@ -104,3 +105,4 @@ class NodesMixin(KubeClient):
                     RefusalReason.NODE_GONE,
                     f"node {node_name} on cluster {self.name} is not ready or is cordoned",
                 )
+        return nodes

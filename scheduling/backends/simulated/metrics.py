@@ -3,7 +3,10 @@
 One sample per GPU per metric, labelled as dcgm-exporter labels them in Kubernetes:
 `gpu, UUID, pci_bus_id, device, modelName, Hostname, container, namespace, pod`. GPUs held by a
 running pod carry the pod's namespace/pod/container; idle GPUs carry empty pod labels and zero
-values. A pod's figures are a pure function of its name, so billing tests can predict them:
+values. A card shared by fractional pods has one sample per pod on it (as HAMi's per-container
+exporter reports them), each with that pod's share of the card: its utilisation and engine
+activity scaled by its fraction, its memory within its slice; so efficiency is per workload.
+A pod's figures are a pure function of its name, so billing tests can predict them:
 
     util = pod_gpu_util(pod)                         # whole percent, 40..95
     fb_used = pod_fb_used_mib(pod, fb_total_mib)     # MiB, 30%..90% of the card
@@ -17,6 +20,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Q
@@ -128,25 +132,36 @@ def gpu_samples(cluster: Any, now: datetime) -> list[GpuSample]:
         Q(suspended=False) | Q(suspended_at__gte=now - MAX_GRACE_WINDOW)
     ).order_by("created_at", "name")
     holders: dict[str, list[tuple[str, str, int]]] = {}
+    sharers: dict[tuple[str, int], list[tuple[str, str, Decimal]]] = {}
     for job in jobs:
         holding = _holding_pods(job, now)
+        share = Decimal(job.gpus_per_pod)
         for k in range(min(holding, len(job.nodes))):
+            if 0 < share < 1:
+                cards = job.cards or []
+                card = cards[k] if k < len(cards) and cards[k] is not None else 0
+                sharers.setdefault((job.nodes[k], int(card)), []).append(
+                    (job.namespace, pod_name(job.name, k), share))
+                continue
             holders.setdefault(job.nodes[k], []).append(
-                (job.namespace, pod_name(job.name, k), job.gpus_per_pod)
+                (job.namespace, pod_name(job.name, k), int(share))
             )
     samples = []
     for node in nodes:
         fb_total = int(node.flavor.gpu_memory_gib or DEFAULT_FB_GIB) * 1024
         owner: list[tuple[str, str] | None] = [None] * node.gpus
+        shared = {card for (name, card) in sharers if name == node.name}
+        # Whole cards go to the pods in order, on the cards no fraction shares.
+        whole = [i for i in range(node.gpus) if i not in shared]
         free = 0
         for namespace, pod, gpus in holders.get(node.name, []):
-            if free + gpus > node.gpus:
+            if free + gpus > len(whole):
                 logger.warning(
                     "simulated cluster %s: node %s has %d GPUs, pod %s/%s does not fit",
                     cluster.name, node.name, node.gpus, namespace, pod,
                 )
                 continue
-            for i in range(free, free + gpus):
+            for i in whole[free:free + gpus]:
                 owner[i] = (namespace, pod)
             free += gpus
         for index in range(node.gpus):
@@ -155,7 +170,14 @@ def gpu_samples(cluster: Any, now: datetime) -> list[GpuSample]:
                 model=model_name(node.flavor.name), fb_total_mib=fb_total,
             )
             held = owner[index]
-            if held is None:
+            if index in shared:
+                for namespace, pod, share in sharers[(node.name, index)]:
+                    samples.append(replace(
+                        idle, namespace=namespace, pod=pod, container=CONTAINER,
+                        util=int(pod_gpu_util(pod) * share),
+                        fb_used_mib=pod_fb_used_mib(pod, int(fb_total * share)),
+                    ))
+            elif held is None:
                 samples.append(idle)
             else:
                 namespace, pod = held

@@ -45,7 +45,9 @@ class SimJob(models.Model):
     pod_set_index = models.PositiveIntegerField(default=0)
     flavor = models.CharField(max_length=63)
     pods = models.PositiveIntegerField()
-    gpus_per_pod = models.PositiveIntegerField(default=0)
+    # Whole cards, or a fraction of one card (then `cards` holds each pod's card on its node).
+    gpus_per_pod = models.DecimalField(max_digits=9, decimal_places=3, default=Decimal(0))
+    cards = models.JSONField(default=list, blank=True)
     cpu_per_pod = models.DecimalField(max_digits=10, decimal_places=3, default=Decimal(0))
     memory_gib_per_pod = models.DecimalField(max_digits=12, decimal_places=3, default=Decimal(0))
     nodes = models.JSONField(default=list, help_text="Node of each pod (pod k on nodes[k]).")

@@ -83,3 +83,32 @@ def test_simulated_exporter_through_prometheus(world, admit, tmp_path):
     fb_gib = Decimal(pod_fb_used_mib(pod, 80 * 1024)) / 1024
     assert record.gpu_memory_gib_hours == (8 * fb_gib * Decimal(15) / 60).quantize(
         Decimal("0.0001"))
+
+
+@pytest.mark.django_db
+def test_a_shared_card_reports_each_pods_share(world):
+    # Two quarter-card pods on card 1 of a 2-card node, a whole-card pod beside them: the
+    # whole card is card 0 (not the shared one); the shared card has one sample per pod, each
+    # with its fraction of the pod's activity and memory, so efficiency is per workload.
+    now = timezone.now()
+    sim = Cluster.objects.create(name="sim-sh", backend="simulated",
+                                 connection={"speedup": 1, "start_delay_s": 0})
+    Node.objects.create(cluster=sim, name="sim-sh-a100-0", flavor=world["a100"], gpus=2,
+                        cpu=Decimal(64), memory_gib=Decimal(512))
+    backend = SimulatedBackend(name="sim-sh", clock=Clock(now - minutes(5)))
+    for wid, gpus, cards in ((101, Decimal("0.25"), (1,)), (102, Decimal("0.25"), (1,)),
+                             (103, Decimal(1), ())):
+        ref = backend.create_workload(WorkloadSpec(
+            workload_id=wid, name=f"w{wid}", namespace="rd-vision", queue_path="rd/vision",
+            priority_class="training", termination_grace_s=30, duration_s=None,
+            pod_sets=(PodSetSpec(index=0, count=1, flavor="a100", gpus=gpus, cpu=Decimal(4),
+                                 memory_gib=Decimal(16), nodes=("sim-sh-a100-0",),
+                                 cards=cards),)))
+        backend.start_workload(ref)
+    samples = gpu_samples(sim, now)
+    by_card = sorted((s.index, s.pod, s.util, s.fb_used_mib) for s in samples)
+    quarter = [(1, f"allot-w{w}-0-0") for w in (101, 102)]
+    assert [(i, p) for i, p, _, _ in by_card] == [(0, "allot-w103-0-0"), *quarter]
+    for _, pod, util, fb in by_card[1:]:
+        assert util == int(pod_gpu_util(pod) * Decimal("0.25"))
+        assert fb == pod_fb_used_mib(pod, 80 * 1024 // 4)

@@ -130,3 +130,17 @@ def test_usage_basis_with_late_telemetry_posts_a_correction(world, admit):
 def test_incomplete_hour_is_refused(world):
     with pytest.raises(ValidationError, match="not over yet"):
         usage_rollup_hour(hour=H, now=H + minutes(59))
+
+
+def test_fractions_are_billed_by_the_fraction(admit):
+    # Four pods of a quarter card, each its own workload, running the whole hour: 1 GPU-hour.
+    adms = [admit(gpus=Decimal("0.250"), reserved=H - minutes(5), running=H, name=f"nb-{i}")
+            for i in range(4)]
+    post()
+    records = UsageRecord.objects.filter(admission_id__in=[a.pk for a in adms], phase="running")
+    assert [r.gpus for r in records] == [Decimal("0.250")] * 4
+    assert [r.gpu_hours for r in records] == [Decimal("0.2500")] * 4
+    lines = LedgerEntry.objects.filter(kind="gpu_reserved")
+    assert lines.aggregate(q=Sum("quantity"))["q"] == Decimal("1.0000")
+    # Each line is 0.25 GPU-hour at 2.50: 0.625, rounded to the cent as every line is.
+    assert sorted(str(e.amount) for e in lines) == ["0.62"] * 4

@@ -88,3 +88,41 @@ def test_numbers_at_the_bounds_are_accepted_and_stored_exactly(alice):
     assert w.duration_hint_s == 366 * 86400 and w.termination_grace_s == 3600
     ps = w.pod_sets.get()
     assert (ps.gpu_memory_gib, str(ps.cpu), str(ps.memory_gib)) == (1024, "4096.000", "0.125")
+
+
+# GPUs per pod: whole cards, or a fraction of one card in steps of 0.001 (QUOTA-SEMANTICS §10).
+@pytest.mark.parametrize(("gpus", "says"), [
+    (0, "asks for nothing"),
+    ("0", "asks for nothing"),
+    (1.5, "more than one card is a whole number of cards"),
+    ("2.25", "more than one card is a whole number of cards"),
+    (0.0001, "a fraction of a card is in steps of 0.001"),
+    ("0.2505", "a fraction of a card is in steps of 0.001"),
+    (-0.25, "must not be negative"),
+    (-1, "must not be negative"),
+    ("quarter", "is not a number"),
+    (True, "is not a number"),
+])
+def test_bad_gpu_fractions_are_400s_naming_the_field(alice, gpus, says):
+    pod = {"gpus": gpus, "cpu": 0, "memory_gib": 0}
+    response = alice.post("/api/v1/workloads", _with(body("frac"), pod), format="json")
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    field = "pods[0]" if says == "asks for nothing" else "pods[0].gpus"
+    assert any(says in m for m in errors[field]), errors
+    assert not Workload.objects.filter(name="frac").exists()
+
+
+@pytest.mark.parametrize(("gpus", "stored", "shown"), [
+    (0.25, "0.250", 0.25), ("0.125", "0.125", 0.125), (0.001, "0.001", 0.001),
+    ("0.999", "0.999", 0.999), (2, "2.000", 2), ("4.0", "4.000", 4),
+])
+def test_gpu_fractions_are_stored_exactly_and_shown_as_people_read_them(alice, gpus, stored,
+                                                                        shown):
+    response = alice.post("/api/v1/workloads", _with(body("frac"), {"gpus": gpus}),
+                          format="json")
+    assert response.status_code == 201, response.content
+    ps = Workload.objects.get(name="frac").pod_sets.get()
+    assert str(ps.gpus) == stored
+    data = response.json()
+    assert data["pod_sets"][0]["gpus"] == shown and data["gpus"] == shown

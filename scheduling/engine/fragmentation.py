@@ -1,0 +1,190 @@
+"""Fragmentation-aware placement of GPU pods (QUOTA-SEMANTICS.md §10).
+
+After Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
+Fragmentation Gradient Descent" (USENIX ATC '23): a node's free GPU capacity is a fragment for
+a typical pod when that pod could not use it (the node lacks the CPU or memory for it, or the
+capacity sits on cards too small for it). The node's expected fragmentation is the sum over the
+typical pods of their share of the recent arrivals times what is a fragment for them. A pod is
+placed where that expectation grows least.
+
+Where Allot departs from the paper:
+- The mix of typical pods is the recent requests the engine has seen (a sliding window), not
+  the whole trace known in advance, so it follows the workload as it changes.
+- GPU memory slices count: a card whose free memory is below a pod's slice is a fragment for
+  it, as is compute it has no memory for.
+- Ties (and near ties, within `TIE` milli-GPU of expected fragmentation) go to the tighter fit:
+  the node and card with the least free GPU capacity left, then the lowest node index. The
+  paper breaks ties at random; packing keeps the emptier nodes whole for the large pods.
+- CPU-only pods in the mix are left out: every placement of a given pod changes their
+  fragment by the same amount (the node's free GPUs drop by the pod's GPUs), so they do not
+  change which placement is best.
+
+A node's state for this purpose is `NodeState`; results are memoised per state and mix version,
+so a fleet of identical nodes is evaluated once per distinct state.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from scheduling.engine.accounting import EPS
+
+MILLI = 1000
+TIE = 0.5  # milli-GPU of expected fragmentation below which placements count as tied
+WINDOW = 2000  # pods remembered in the mix
+REFRESH = 200  # at most this many pods recorded between two refreshes of the mix's shares
+TOP = 32  # most common shapes kept in the mix
+SHIFT = 0.01  # a share moving less than this keeps the mix as it was
+
+# A pod shape in the mix: (GPU milli per card for a fraction, or cards x 1000; cpu; memory;
+# GPU memory slice per card or -1 for f x the card's memory).
+Shape = tuple[int, float, float, float]
+# A node for this purpose: (fully free cards, free milli and free memory of each shared card
+# sorted, free cpu, free memory, card memory or -1 for unknown).
+NodeState = tuple[int, tuple[tuple[int, float], ...], float, float, float]
+
+
+def to_milli(gpus: float) -> int:
+    """GPUs as thousandths of a card."""
+    return int(round(gpus * MILLI))
+
+
+class Mix:
+    """The recent mix of requested pod shapes and each one's share (version bumps on change)."""
+
+    def __init__(self) -> None:
+        self.window: deque[Shape] = deque()
+        self.counts: dict[Shape, int] = {}
+        self.since = 0
+        self.version = 0
+        self.shares: tuple[tuple[Shape, float], ...] = ()
+        self.fractional = False  # some recorded shape is a fraction of a card
+
+    def record(self, shape: Shape) -> None:
+        """One requested GPU pod (CPU-only pods do not change the choice, see the module)."""
+        if shape[0] <= 0:
+            return
+        self.window.append(shape)
+        self.counts[shape] = self.counts.get(shape, 0) + 1
+        if len(self.window) > WINDOW:
+            old = self.window.popleft()
+            n = self.counts[old] - 1
+            if n:
+                self.counts[old] = n
+            else:
+                del self.counts[old]
+        self.since += 1
+        if shape[0] < MILLI and not self.fractional:
+            self.fractional = True
+            self.refresh()
+        elif self.since >= max(1, min(REFRESH, len(self.window) // 8)):
+            # (Often while the window is small, so the first requests do not stand for all.)
+            self.refresh()
+
+    def set_shares(self, shares: dict[Shape, float]) -> None:
+        """Fix the mix (a benchmark that knows its workload in advance, as the paper does)."""
+        total = sum(shares.values()) or 1.0
+        top = sorted(shares.items(), key=lambda t: (-t[1], t[0]))[:TOP]
+        self.shares = tuple((s, v / total) for s, v in top)
+        self.fractional = any(s[0] < MILLI for s, _ in top)
+        self.version += 1
+
+    def refresh(self) -> None:
+        """Recompute the shares; the version (which memoised answers follow) only moves when
+        some share moved by a percentage point or more."""
+        self.since = 0
+        top = sorted(self.counts.items(), key=lambda t: (-t[1], t[0]))[:TOP]
+        total = sum(n for _, n in top) or 1
+        shares = tuple((s, n / total) for s, n in top)
+        old = dict(self.shares)
+        if (len(old) == len(shares)
+                and all(abs(old.get(s, -1.0) - v) < SHIFT for s, v in shares)):
+            return
+        self.shares = shares
+        self.version += 1
+
+
+def slice_of(milli: int, gmem: float, card_mem: float) -> float:
+    """The GPU memory a fractional pod needs on its card."""
+    if gmem >= 0:
+        return gmem
+    return milli * card_mem / MILLI if card_mem > 0 else 0.0
+
+
+def fragment(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float:
+    """Expected milli-GPU on the node that the mix's pods could not use."""
+    fg, shared, fc, fm, card_mem = state
+    free_total = fg * MILLI + sum(s[0] for s in shared)
+    if free_total <= 0:
+        return 0.0
+    shared_total = free_total - fg * MILLI
+    out = 0.0
+    for (g, cpu, mem, gmem), share in shares:
+        if cpu > fc + EPS or mem > fm + EPS:
+            out += share * free_total
+        elif g < MILLI:
+            need = slice_of(g, gmem, card_mem)
+            frag = 0
+            for free_m, free_mem in shared:
+                if free_m < g or free_mem + EPS < need:
+                    frag += free_m
+            if card_mem > 0 and need > card_mem + EPS:
+                frag += fg * MILLI
+            out += share * frag
+        elif fg * MILLI < g:
+            out += share * free_total
+        else:
+            out += share * shared_total
+    return out
+
+
+def stranded(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float:
+    """Expected milli-GPU on the node that copies of the mix's pods could not fill.
+
+    Where `fragment` asks whether one pod of a kind fits, this asks how many fit at once: as
+    many as the cards, the cores and the memory all allow. A node with 12 cores and two free
+    cards strands one card for pods of one card and 12 cores, and a card with 0.9 free strands
+    0.44 for pods of 0.46, which `fragment` counts as usable.
+    """
+    fg, shared, fc, fm, card_mem = state
+    free_total = fg * MILLI
+    for free_m, _ in shared:
+        free_total += free_m
+    if free_total <= 0:
+        return 0.0
+    out = 0.0
+    for (g, cpu, mem, gmem), share in shares:
+        room = int((fc + EPS) / cpu) if cpu > EPS else INF_PODS
+        if mem > EPS:
+            by_mem = int((fm + EPS) / mem)
+            if by_mem < room:
+                room = by_mem
+        if room <= 0:
+            out += share * free_total
+            continue
+        if g < MILLI:
+            need = gmem if gmem >= 0 else (g * card_mem / MILLI if card_mem > 0 else 0.0)
+            cards = 0
+            for free_m, free_mem in shared:
+                k = free_m // g
+                if need > EPS:
+                    k2 = int((free_mem + EPS) // need)
+                    if k2 < k:
+                        k = k2
+                cards += k
+            if fg and (card_mem <= 0 or need <= card_mem + EPS):
+                per_card = MILLI // g
+                if need > EPS and card_mem > 0:
+                    k2 = int((card_mem + EPS) // need)
+                    if k2 < per_card:
+                        per_card = k2
+                cards += fg * per_card
+        else:
+            cards = fg // (g // MILLI)
+        if room < cards:
+            cards = room
+        out += share * (free_total - cards * g)
+    return out
+
+
+INF_PODS = 1 << 30
