@@ -148,6 +148,7 @@ def _live_context(request: HttpRequest, pk: int) -> dict[str, Any]:
         "events": list(workload.events.all()),
         "pods": selectors.workload_pods(workload, admission),
         "pod_sets": list(workload.pod_sets.all()),
+        "gap": selectors.workload_wait_gap(workload),
         "gpus": sum(ps.count * ps.gpus for ps in workload.pod_sets.all()),
         "can_cancel": live and services.user_may_manage(request.user, workload),
     }
