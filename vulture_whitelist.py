@@ -287,3 +287,4 @@ _.retrieve_matching_jwk  # mozilla-django-oidc's backend hook
 _.get_or_create_user  # mozilla-django-oidc's backend hook
 _.login_failure  # mozilla-django-oidc's callback view hook
 _.error_count  # the tree editor template reads it
+_.approvals_badge  # a context processor named in settings.TEMPLATES

@@ -59,7 +59,7 @@ def approval_inbox(request: HttpRequest) -> HttpResponse:
     scope = user_scope(request.user)
     max_gpus, max_hours = approvals.approval_thresholds()
     requests = capacity_requests_to_decide(request.user, scope=scope)
-    workloads = page_selectors.workloads_to_decide(scope)
+    workloads = page_selectors.workloads_to_decide(scope, user=request.user)
     return render(request, "portal/approvals.html", {
         "requests": list(requests[:INBOX_ROWS]), "requests_total": requests.count(),
         "workloads": list(workloads[:INBOX_ROWS]), "workloads_total": workloads.count(),

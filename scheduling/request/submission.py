@@ -264,7 +264,24 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
         WorkloadEvent.objects.bulk_create([e for w in workloads for e in events_of[id(w)]])
     if nudge and any(w.state == S.PENDING and not w.needs_approval for w in workloads):
         transaction.on_commit(enqueue.cycle_nudge)
+    held_now = [w for w in workloads if w.needs_approval and w.state == S.PENDING]
+    if held_now:
+        transaction.on_commit(lambda: _ask_approvers(held_now, user))
     return [Submitted(workload, pod_sets, events_of[id(workload)])
             for workload, pod_sets, _, _ in plans]
 
 
+
+
+def _ask_approvers(workloads: list[Workload], user: Any) -> None:
+    """Email the approvers of each held workload (its queue's leads, else the admins)."""
+    from django.urls import reverse
+
+    from portal.pages.approvers import notify_approvers
+
+    for w in workloads:
+        notify_approvers(
+            queue_id=w.queue_id, requester_id=user.pk,
+            subject=f"Approval needed: workload {w.name} in {w.queue.path}",
+            body=f"{user.get_username()} submitted {w.name} to {w.queue.path}; it waits for "
+            f"your approval ({w.reason_message}).\nDecide at {reverse('approval-inbox')}")

@@ -9,7 +9,8 @@ from portal.demo import seed_demo
 
 class Command(BaseCommand):
     help = ("Create the demo organisation: 2 departments, 5 teams, 3 clusters with A100, H100, "
-            "V100 and CPU nodes, and the users admin, alice, bob. Safe to run again.")
+            "V100 and CPU nodes, and the users admin, alice, bob and a lead for every team. "
+            "Safe to run again.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         for line in seed_demo().lines:
