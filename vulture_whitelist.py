@@ -288,3 +288,4 @@ _.get_or_create_user  # mozilla-django-oidc's backend hook
 _.login_failure  # mozilla-django-oidc's callback view hook
 _.error_count  # the tree editor template reads it
 _.approvals_badge  # a context processor named in settings.TEMPLATES
+_.as_of  # a serializer field (WorkloadCostOut)

@@ -31,12 +31,11 @@ ZERO = Decimal(0)
 
 @dataclass(frozen=True)
 class Provisional:
-    """Metered-so-far cost and GPU-hours not yet rolled up (`as_of`: the time it was read)."""
+    """Metered-so-far cost and GPU-hours not yet rolled up."""
 
     cost: Decimal
     gpu_hours: Decimal
     currency: str
-    as_of: datetime
 
 
 def _priced(adm: Any, start: datetime, end: datetime, rates: dict, now: datetime
@@ -79,7 +78,7 @@ def provisional_of(admissions: Any, *, now: datetime, since: datetime | None = N
         hours += h
         currency = cur or currency
     return Provisional(cost=round_money(cost), gpu_hours=hours,
-                       currency=currency or default_currency(), as_of=now)
+                       currency=currency or default_currency())
 
 
 def workload_provisional(workload: Any, *, now: datetime) -> Provisional:
