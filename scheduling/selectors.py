@@ -370,3 +370,11 @@ def workload_wait_gap(workload: Workload, pod_sets: list[PodSet] | None = None
         kind = "held"
     return {"flavor": flavor, "free": free, "capacity": int(capacity), "asks": asks,
             "enough_free": free >= asks, "kind": kind}
+
+
+def open_workload_named(*, queue: Any, name: str) -> Workload | None:
+    """The open workload of `queue` holding `name` (names are unique among them), or None."""
+    from scheduling.models import OPEN_STATES
+
+    return Workload.objects.filter(queue=queue, name=name, state__in=OPEN_STATES).only(
+        "pk", "name", "state").first()
