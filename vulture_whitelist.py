@@ -290,3 +290,6 @@ _.login_failure  # mozilla-django-oidc's callback view hook
 # --- fractional GPUs
 _.set_shares  # bench.fragmentation fixes the FGD baseline's mix to the whole trace's
 _.clean_gpus  # Django form hook (PodSetForm)
+_.error_count  # the tree editor template reads it
+_.approvals_badge  # a context processor named in settings.TEMPLATES
+_.as_of  # a serializer field (WorkloadCostOut)

@@ -279,6 +279,9 @@ class WorkloadCostOut(serializers.Serializer):
     so_far = serializers.DecimalField(**MONEY)
     billed = serializers.DecimalField(**MONEY)
     unbilled = serializers.DecimalField(**MONEY)
+    provisional = serializers.BooleanField(
+        help_text="true while `unbilled` holds time the hourly rollup has not billed yet")
+    as_of = serializers.DateTimeField()
     estimate_total = serializers.DecimalField(**MONEY)
     currency = serializers.CharField()
     reserved_gpu_hours = serializers.DecimalField(**QTY)

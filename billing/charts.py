@@ -12,6 +12,11 @@ def _days(days: list) -> list[str]:
     return [d.date().isoformat() for d in days]
 
 
+# Days as categories: one label per day ("2026-12-02"), also when the range is a single day
+# (a date axis would then label hours of it, e.g. "23:59:59.9995").
+DAY_AXIS = {"type": "category", "title": {"text": "day (UTC)"}}
+
+
 def _fig(data: list[dict[str, Any]], title: str, ytitle: str, **layout: Any) -> dict[str, Any]:
     return {"data": data, "layout": {**LAYOUT, "title": {"text": title},
                                      "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"},
@@ -23,7 +28,7 @@ def spend_by_team_figure(series: dict[str, Any], currency: str) -> dict[str, Any
     x = _days(series["days"])
     data = [{"type": "bar", "name": team, "x": x, "y": ys}
             for team, ys in series["teams"].items()]
-    return _fig(data, "Spend per day by team", currency, barmode="stack")
+    return _fig(data, "Spend per day by team", currency, barmode="stack", xaxis=DAY_AXIS)
 
 
 def reserved_vs_active_figure(series: dict[str, Any]) -> dict[str, Any]:
@@ -34,14 +39,15 @@ def reserved_vs_active_figure(series: dict[str, Any]) -> dict[str, Any]:
         {"type": "bar", "name": "frozen", "x": x, "y": series["frozen"]},
         {"type": "scatter", "mode": "lines+markers", "name": "active", "x": x,
          "y": series["active"]},
-    ], "GPU-hours: reserved vs active", "GPU-hours", barmode="stack")
+    ], "GPU-hours: reserved vs active", "GPU-hours", barmode="stack", xaxis=DAY_AXIS)
 
 
 def frozen_cost_figure(series: dict[str, Any], currency: str) -> dict[str, Any]:
     """Cost of frozen time per day (reserved, pods not yet running)."""
     x = _days(series["days"])
     return _fig([{"type": "bar", "name": "frozen cost", "x": x, "y": series["frozen_cost"],
-                  "marker": {"color": "#8a5cf6"}}], "Frozen cost per day", currency)
+                  "marker": {"color": "#8a5cf6"}}], "Frozen cost per day", currency,
+                xaxis=DAY_AXIS)
 
 
 def idle_cost_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:

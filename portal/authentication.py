@@ -1,4 +1,5 @@
-"""DRF authentication with hashed tokens: `Authorization: Token <token>`.
+"""DRF authentication with hashed tokens: `Authorization: Token <token>`, or the same token
+as `Authorization: Bearer <token>` (what most HTTP clients and OpenAPI tools send).
 
 A token's lookup (hash -> token and user) is cached per thread under the change log's `auth`
 topic (core/changes.py): one cheap check per request tells whether any token or user changed
@@ -70,13 +71,28 @@ class HashedTokenAuthentication(authentication.TokenAuthentication):
     keyword = "Token"
 
     def authenticate(self, request: Any) -> tuple[Any, ApiToken] | None:
-        found = super().authenticate(request)
+        found = self._bearer(request) or super().authenticate(request)
         if found is not None and found[1].scope == TokenScope.READ \
                 and request.method not in SAFE_METHODS:
             raise exceptions.PermissionDenied(
                 f"This token's scope is read: it may only GET, HEAD or OPTIONS, not "
                 f"{request.method}; use a token with scope write.")
         return found
+
+    def _bearer(self, request: Any) -> tuple[Any, ApiToken] | None:
+        """`Bearer <token>`: the same token, the same checks as `Token <token>`."""
+        auth = authentication.get_authorization_header(request).split()
+        if not auth or auth[0].lower() != b"bearer":
+            return None
+        if len(auth) != 2:
+            raise exceptions.AuthenticationFailed(
+                "Invalid bearer header: give exactly one token after 'Bearer'.")
+        try:
+            key = auth[1].decode()
+        except UnicodeError as exc:
+            raise exceptions.AuthenticationFailed(
+                "Invalid bearer header: the token has invalid characters.") from exc
+        return self.authenticate_credentials(key)
 
     def authenticate_credentials(self, key: str) -> tuple[Any, ApiToken]:  # type: ignore[override]
         cached = _lookup(token_hash(key))

@@ -88,6 +88,11 @@ USERS = {
     "admin": ("allot-admin-demo", True, []),
     "alice": ("allot-alice-demo", False, [("vision", TeamRole.RESEARCHER)]),
     "bob": ("allot-bob-demo", False, [("nlp", TeamRole.LEAD)]),
+    # A lead for every team, so every request has an approver other than its requester.
+    "carol": ("allot-carol-demo", False, [("vision", TeamRole.LEAD)]),
+    "dave": ("allot-dave-demo", False, [("robotics", TeamRole.LEAD)]),
+    "erin": ("allot-erin-demo", False, [("search", TeamRole.LEAD)]),
+    "frank": ("allot-frank-demo", False, [("recsys", TeamRole.LEAD)]),
 }
 
 

@@ -26,6 +26,7 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
+    HttpResponsePermanentRedirect,
     JsonResponse,
 )
 from django.template import loader
@@ -108,6 +109,22 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return defaults.server_error(request)
 
 
+def page_missing(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """The last page route: no other matched. The product's 404 page (DEBUG on too), or the
+    address with a slash added when that one exists (what CommonMiddleware's APPEND_SLASH
+    would do, which a catch-all route stops)."""
+    if not request.path.endswith("/"):
+        try:
+            match = resolve(request.path + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not page_missing and request.method == "GET":
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponsePermanentRedirect(request.path + "/" + (f"?{query}" if query
+                                                                        else ""))
+    return defaults.page_not_found(request, Http404(f"no page at {request.path}"))
+
+
 def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
     """404 for a path under /api/ that names no endpoint (saying so when a slash is missing)."""
     detail = f"no API endpoint at {request.path}"
@@ -155,7 +172,14 @@ class ErrorMiddleware:
                          extra={"status_code": 503, "request": request})
             return unavailable(request)
         if not is_api(request):
-            return None  # Django's handlers (or its debug pages) answer the pages
+            # Missing and forbidden pages get the product's own pages with DEBUG on too (a
+            # lead following an old link must not land on Django's debug page); other errors
+            # keep Django's handlers (its debug page for a developer).
+            if isinstance(exception, Http404):
+                return page_not_found(request, exception)
+            if isinstance(exception, PermissionDenied):
+                return permission_denied(request, exception)
+            return None
         if isinstance(exception, Http404):
             return _json(404, _not_found(exception))
         if isinstance(exception, PermissionDenied):

@@ -143,6 +143,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "billing.context_processors.budget_banner",
+                "portal.context_processors.approvals_badge",
             ],
         },
     },
@@ -420,6 +421,9 @@ ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
 # Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.
 ALLOT_APPROVAL_MAX_GPUS = env.int("ALLOT_APPROVAL_MAX_GPUS", default=32)
 ALLOT_APPROVAL_MAX_HOURS = env.float("ALLOT_APPROVAL_MAX_HOURS", default=72.0)
+# Four eyes: how many people other than the requester must approve a held workload or a
+# capacity request before it takes effect (nobody approves their own request).
+ALLOT_MIN_APPROVERS = env.int("ALLOT_MIN_APPROVERS", default=1)
 # API tokens: the lifetime of a new token unless its creator asks for less or more (days), and
 # the longest lifetime one may ask for.
 ALLOT_API_TOKEN_TTL_DAYS = env.int("ALLOT_API_TOKEN_TTL_DAYS", default=90)

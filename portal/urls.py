@@ -44,4 +44,6 @@ urlpatterns = [
     path("", include("billing.urls")),
     path("", include("portal.history.urls")),
     path("", include("scheduling.backends.simulated.urls")),
+    # Any other page: the product's 404 page, with DEBUG on too (portal/errors.py).
+    re_path(r"^(?P<rest>.*)$", errors.page_missing),
 ]

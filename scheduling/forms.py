@@ -8,11 +8,16 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.core.validators import RegexValidator
 from django.forms import formset_factory
 
 from quotas.models import Flavor, Queue
 from scheduling.models import PriorityClass
 from scheduling.request import validation as limits
+
+# The GPU models a request may name: CPU-only flavors (no GPU memory) are not GPU models; a
+# CPU-only job goes through the API.
+GPU_FLAVORS = Flavor.objects.filter(gpu_memory_gib__isnull=False)
 
 
 class WorkloadRequestForm(forms.Form):
@@ -20,14 +25,19 @@ class WorkloadRequestForm(forms.Form):
 
     queue = forms.ModelChoiceField(queryset=Queue.objects.none(), to_field_name="path",
                                    empty_label=None, help_text="A leaf queue of your team.")
-    name = forms.CharField(max_length=limits.MAX_NAME,
-                           help_text="Lowercase letters, digits and '-'.")
-    flavor_1 = forms.ModelChoiceField(queryset=Flavor.objects.all(), to_field_name="name",
+    name = forms.CharField(
+        max_length=limits.MAX_NAME, help_text="Lowercase letters, digits and '-'.",
+        validators=[RegexValidator(
+            f"^{limits.DNS_LABEL.pattern}$",
+            "'%(value)s' is not DNS-safe: use at most "
+            f"{limits.MAX_NAME} lowercase letters, digits and '-', starting and ending with a "
+            "letter or digit")])
+    flavor_1 = forms.ModelChoiceField(queryset=GPU_FLAVORS, to_field_name="name",
                                       label="GPU model (first choice)", empty_label=None)
-    flavor_2 = forms.ModelChoiceField(queryset=Flavor.objects.all(), to_field_name="name",
+    flavor_2 = forms.ModelChoiceField(queryset=GPU_FLAVORS, to_field_name="name",
                                       label="Second choice", required=False,
                                       empty_label="(none)")
-    flavor_3 = forms.ModelChoiceField(queryset=Flavor.objects.all(), to_field_name="name",
+    flavor_3 = forms.ModelChoiceField(queryset=GPU_FLAVORS, to_field_name="name",
                                       label="Third choice", required=False, empty_label="(none)")
     priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.all(),
                                             to_field_name="name", empty_label=None,

@@ -130,6 +130,7 @@ PLACED_STATES = (WorkloadState.RESERVED, WorkloadState.RUNNING)
 ACTIVE_STATES = (*PLACED_STATES, WorkloadState.PREEMPTING)
 # Not ended: waiting or holding capacity (what a cancel may still stop).
 OPEN_STATES = (WorkloadState.PENDING, *ACTIVE_STATES)
+OPEN_NAME_CONSTRAINT = "workload_open_name_in_queue"
 TERMINAL_STATES = (
     WorkloadState.FINISHED, WorkloadState.CANCELLED, WorkloadState.REJECTED, WorkloadState.FAILED,
 )
@@ -198,6 +199,12 @@ class Workload(models.Model):
             # Nominated preemptors the cycle reads beyond the heads (workers/rows.py).
             models.Index(fields=["id"], name="workload_nominated",
                          condition=models.Q(state="pending", nomination__isnull=False)),
+        ]
+        constraints = [
+            # A name is unique among a queue's open workloads (ended ones' may be used again).
+            models.UniqueConstraint(
+                fields=["queue", "name"], name=OPEN_NAME_CONSTRAINT,
+                condition=models.Q(state__in=["pending", "reserved", "running", "preempting"])),
         ]
 
     def __str__(self) -> str:
@@ -328,6 +335,7 @@ class EventCode(enum.StrEnum):
 
     NEEDS_APPROVAL = "NEEDS_APPROVAL"
     APPROVED = "APPROVED"
+    APPROVAL_GIVEN = "APPROVAL_GIVEN"  # one of several approvals (ALLOT_MIN_APPROVERS > 1)
     APPROVAL_DENIED = "APPROVAL_DENIED"
     DISPATCH_REFUSED = "DISPATCH_REFUSED"
     RESUBMITTED = "RESUBMITTED"

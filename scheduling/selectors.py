@@ -328,3 +328,54 @@ def workload_queue_position(workload: Workload, *, now: datetime | None = None,
         if estimated is None and not unknown and not ends:
             estimated = now  # nothing runs in the queue: only capacity elsewhere decides
     return {"in_queue": n_ahead + 1, "ahead_gpus": ahead_gpus, "estimated_start": estimated}
+
+
+# --- the gap between free GPUs and a wait -------------------------------------------------------
+
+_GAP_WORDS = {
+    "QUOTA_BORROW_UNAVAILABLE": "guarantee",
+    "NON_PREEMPTIBLE_BEYOND_MIN": "guarantee",
+    "QUOTA_MAX": "limit",
+    "COOLDOWN": "cooldown",
+    "NO_CAPACITY": "shape",
+    "TOPOLOGY_UNSATISFIABLE": "shape",
+    "WAITING_FOR_PREEMPTION": "freeing",
+    "NEEDS_APPROVAL": "approval",
+}
+
+
+def workload_wait_gap(workload: Workload, pod_sets: list[PodSet] | None = None
+                      ) -> dict[str, Any] | None:
+    """For a pending workload: free GPUs of its first GPU model on ready nodes (of enabled
+    clusters), what it asks for, and which kind of reason makes it wait anyway (`kind`:
+    guarantee, limit, cooldown, shape, freeing, approval; "" when the reason names none).
+    None unless pending or when it asks for no GPU. The reason itself says the numbers."""
+    from scheduling.models import Node
+
+    if workload.state != WorkloadState.PENDING:
+        return None
+    sets = list(workload.pod_sets.all()) if pod_sets is None else pod_sets
+    asks = _gpus(workload, sets)
+    flavors = sets[0].flavors if sets else []
+    if asks == 0 or not flavors:
+        return None
+    flavor = flavors[0]
+    capacity = Node.objects.filter(flavor__name=flavor, ready=True,
+                                   cluster__enabled=True).aggregate(g=Sum("gpus"))["g"] or 0
+    used = Admission.objects.filter(ended_at__isnull=True, flavor__name=flavor,
+                                    cluster__enabled=True).aggregate(g=Sum("gpus"))["g"] or 0
+    free = max(0, int(capacity) - int(used))
+    kind = ("approval" if workload.needs_approval
+            else _GAP_WORDS.get(str(workload.reason_code), ""))
+    if kind == "shape" and "capacity held for starving" in (workload.reason_message or ""):
+        kind = "held"
+    return {"flavor": flavor, "free": free, "capacity": int(capacity), "asks": asks,
+            "enough_free": free >= asks, "kind": kind}
+
+
+def open_workload_named(*, queue: Any, name: str) -> Workload | None:
+    """The open workload of `queue` holding `name` (names are unique among them), or None."""
+    from scheduling.models import OPEN_STATES
+
+    return Workload.objects.filter(queue=queue, name=name, state__in=OPEN_STATES).only(
+        "pk", "name", "state").first()

@@ -23,10 +23,12 @@ from scheduling.forms import (
     pod_set_formset,
     submission_errors_to_form,
 )
-from scheduling.models import TERMINAL_STATES, WorkloadState
+from scheduling.models import OPEN_STATES, TERMINAL_STATES, WorkloadState
+from scheduling.reasons import reason_plain
 from scheduling.request.preview import workload_preview
 
 LIVE_POLL_S = 3
+LIST_POLL_S = 10  # the dashboard's rate
 
 
 class WorkloadPageFilter(WorkloadFilter):
@@ -59,7 +61,13 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     qs = selectors.workload_list(user=request.user)
     filterset = WorkloadPageFilter(request.GET, queryset=qs, request=request)
     page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
-    return render(request, "scheduling/workload_list.html", {"filter": filterset, "page": page})
+    # Polled while a listed workload can still change (pending or holding capacity); the poll
+    # stops once every row has ended. htmx gets the table only.
+    live = any(w.state in OPEN_STATES for w in page)
+    template = ("scheduling/partials/workload_table.html" if getattr(request, "htmx", False)
+                else "scheduling/workload_list.html")
+    return render(request, template, {"filter": filterset, "page": page, "live": live,
+                                      "poll_s": LIST_POLL_S, "as_of": timezone.now()})
 
 
 def _form(request: HttpRequest, data: Any = None,
@@ -100,7 +108,8 @@ def workload_new(request: HttpRequest) -> HttpResponse:
         if preview.impossible:
             for verdict in preview.flavors:
                 for code, message in verdict.reasons:
-                    form.add_error(None, f"{verdict.flavor}: {code}: {message}")
+                    plain = reason_plain(code, message).text
+                    form.add_error(None, f"{verdict.flavor}: {plain} ({code}: {message})")
             return render(request, "scheduling/workload_form.html", context, status=400)
         try:
             workload = services.workload_submit(user=request.user, data=submission)
@@ -124,12 +133,25 @@ def workload_check(request: HttpRequest) -> HttpResponse:
     form = _form(request, request.POST)
     pod_sets = pod_set_formset(request.POST)
     preview = None
-    if _valid(form, pod_sets):
+    if _valid(form, pod_sets) and _name_free(form):
         preview = workload_preview(queue=form.cleaned_data["queue"],
                                    submission=form.as_submission(pod_sets.pod_sets()),
                                    now=timezone.now())
     return render(request, "scheduling/partials/feedback.html",
                   {"form": form, "pod_sets": pod_sets, "preview": preview})
+
+
+def _name_free(form: WorkloadRequestForm) -> bool:
+    """The live check flags a name an open workload of the queue holds (the submission would
+    be refused with the same words)."""
+    holder = selectors.open_workload_named(queue=form.cleaned_data["queue"],
+                                           name=form.cleaned_data["name"])
+    if holder is None:
+        return True
+    form.add_error("name", f"a workload named {holder.name!r} is already {holder.state} in "
+                   f"{form.cleaned_data['queue'].path} (#{holder.pk}): names are unique among "
+                   "a queue's open workloads; pick another name, or wait until it ends")
+    return False
 
 
 def _live_context(request: HttpRequest, pk: int) -> dict[str, Any]:
@@ -148,6 +170,7 @@ def _live_context(request: HttpRequest, pk: int) -> dict[str, Any]:
         "events": list(workload.events.all()),
         "pods": selectors.workload_pods(workload, admission),
         "pod_sets": list(workload.pod_sets.all()),
+        "gap": selectors.workload_wait_gap(workload),
         "gpus": sum(ps.count * ps.gpus for ps in workload.pod_sets.all()),
         "can_cancel": live and services.user_may_manage(request.user, workload),
     }

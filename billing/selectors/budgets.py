@@ -22,6 +22,7 @@ from billing.models import (
 )
 from billing.selectors.access import is_admin, visible_team_ids
 from billing.selectors.cost_centers import cost_center_of, default_currency
+from billing.selectors.provisional import team_provisional
 from billing.selectors.rates import admission_hourly_cost
 from billing.services.budgets import active_firings, period_bounds, spent_in
 from billing.services.usage import rate_versions
@@ -32,7 +33,10 @@ def team_month_to_date(team, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start, end = period_bounds("monthly", now)
     entries = LedgerEntry.objects.filter(team=team, hour__gte=start, hour__lt=end)
-    spent = round_money(Decimal(entries.aggregate(t=Sum("amount"))["t"] or 0))
+    billed = round_money(Decimal(entries.aggregate(t=Sum("amount"))["t"] or 0))
+    # What runs now (and ran since the last rollup) counts at once, marked provisional.
+    provisional = team_provisional(team, since=start, now=now)
+    spent = round_money(billed + provisional.cost)
     frozen = round_money(Decimal(entries.filter(
         kind__in=["gpu_frozen", "cpu_frozen", "memory_frozen"]).aggregate(
         t=Sum("amount"))["t"] or 0))
@@ -42,7 +46,9 @@ def team_month_to_date(team, now: datetime | None = None) -> dict[str, Any]:
     cc = cost_center_of(team)
     budget = Budget.objects.filter(cost_center=cc, active=True).first() if cc else None
     return {
-        "team": team.name, "spent": spent, "frozen_cost": frozen, "gpu_hours": gpu,
+        "team": team.name, "spent": spent, "frozen_cost": frozen,
+        "gpu_hours": gpu + provisional.gpu_hours,
+        "billed": billed, "provisional": provisional.cost, "as_of": now,
         "currency": cc.currency if cc else default_currency(),
         "cost_center": cc.code if cc else None, "month": f"{start:%Y-%m}",
         "budget": budget_status(budget, now) if budget else None,

@@ -12,13 +12,15 @@ from django.utils import timezone
 from billing.metering import HOUR, exact_hours
 from billing.models import LedgerEntry, UsageRecord, round_money, round_quantity
 from billing.selectors.cost_centers import default_currency
+from billing.selectors.provisional import workload_provisional
 from billing.selectors.rates import admission_hourly_cost, rate_at
 from billing.selectors.usage import ZERO
 from billing.services.usage import rate_versions
 
 
 def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
-    """A workload's cost so far (billed hours + the current hour at today's rates) and why.
+    """A workload's cost so far (billed hours + what its admissions have held since the last
+    rollup covered them, `unbilled`: provisional, at today's rates) and why.
 
     The estimate of the total adds the remaining hours of its duration hint at the current
     hourly cost while it holds or waits for GPUs.
@@ -49,14 +51,18 @@ def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
         admission_hourly_cost(open_adm, rates, now) if open_adm else (Decimal(0), currency)
     )
     gpus = Decimal(open_adm.gpus) if open_adm else Decimal(0)
-    unbilled = Decimal(0)
     unbilled_h = Decimal(0)  # held since the last billed hour: counts toward the hint too
     if per_hour and open_adm is not None:
         since = max(unbilled_from or open_adm.reserved_at, open_adm.reserved_at)
         if now > since:
             unbilled_h = exact_hours(now - since)
-            unbilled = per_hour * unbilled_h
         currency = rate_currency
+    # Every admission's time the rollup has not covered yet, ended ones included: a finished
+    # workload keeps its cost until the rollup bills those hours.
+    provisional = workload_provisional(workload, now=now)
+    unbilled = provisional.cost
+    if unbilled and not billed:
+        currency = provisional.currency
     so_far = round_money(billed + unbilled)
     remaining_h = Decimal(0)
     hint = getattr(workload, "duration_hint_s", None)
@@ -75,6 +81,7 @@ def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
     estimate = round_money(so_far + per_hour * remaining_h)
     return {
         "billed": billed, "unbilled": round_money(unbilled), "so_far": so_far,
+        "provisional": bool(unbilled), "as_of": now,
         "estimate_total": estimate, "currency": currency,
         "reserved_gpu_hours": reserved, "frozen_gpu_hours": frozen,
         "active_gpu_hours": active if metered else None,

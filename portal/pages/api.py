@@ -42,7 +42,7 @@ class ApprovalInboxApi(APIView):
         scope = user_scope(request.user)
         return Response(InboxOutput({
             "capacity_requests": list(capacity_requests_to_decide(request.user, scope=scope)[:200]),
-            "workloads": list(workloads_to_decide(scope)[:200]),
+            "workloads": list(workloads_to_decide(scope, user=request.user)[:200]),
         }).data)
 
 

@@ -75,11 +75,19 @@ def pending_counts(queue_ids: list[int]) -> dict[int, int]:
     return dict(counts)
 
 
-def workloads_to_decide(scope: Scope) -> Any:
-    """Pending workloads held for approval that the user may decide, oldest first."""
+def workloads_to_decide(scope: Scope, *, user: Any = None) -> Any:
+    """Pending workloads held for approval that the user may decide, oldest first; with
+    `user`, not their own nor those they already approved (four eyes)."""
+    from django.db.models import Exists, OuterRef
+
+    from scheduling.models import EventCode, WorkloadEvent
+
     qs = Workload.objects.filter(needs_approval=True, state=WorkloadState.PENDING)
     if not scope.is_admin:
         qs = qs.filter(queue_id__in=scope.decide_queue_ids)
+    if user is not None:
+        qs = qs.exclude(owner_id=user.pk).exclude(Exists(WorkloadEvent.objects.filter(
+            workload_id=OuterRef("pk"), code=EventCode.APPROVAL_GIVEN, actor_id=user.pk)))
     return (qs.select_related("queue", "owner", "priority_class").prefetch_related("pod_sets")
             .order_by("submitted_at", "id"))
 

@@ -6,6 +6,7 @@ cells are empty is not set on that queue (its defaults apply).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,10 +20,79 @@ from django.utils.safestring import mark_safe
 from quotas import selectors as tree_selectors
 from quotas.models import Flavor, Queue
 from quotas.services import to_decimal
-from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
+from quotas.tree_rules import Problem, QueueSpec, QuotaSpec, validate_tree
 
 FIELDS = ("min", "max", "lendable")
 Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A problem as the editor shows it: plain words, and the rule's exact text (`details`,
+    "" when the words are the exact text)."""
+
+    text: str
+    details: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+_N = r"(-?[\d.]+|unlimited)"
+_K = r"(?P<flavor>[^\s/:]+)/(?P<res>[a-z]+)"
+
+
+def _of(value: str, flavor: str, res: str) -> str:
+    unit = {"gpu": f"{flavor} GPUs", "cpu": f"CPUs on {flavor} nodes",
+            "memory": f"GiB of memory on {flavor} nodes"}.get(res, f"{flavor} {res}")
+    return f"{value} {unit}"
+
+
+_PLAIN: list[tuple[str, re.Pattern[str], Any]] = [
+    ("V1", re.compile(rf"^(?P<q>\S+): {_K}: lendable (?P<lend>{_N}) > min (?P<min>{_N})$"),
+     lambda d: f"{d['q']} would lend {_of(d['lend'], d['flavor'], d['res'])} but is "
+               f"guaranteed only {d['min']}: a queue can lend at most its guarantee."),
+    ("V1", re.compile(rf"^(?P<q>\S+): {_K}: min (?P<min>{_N}) > max (?P<max>{_N})$"),
+     lambda d: f"{d['q']} is guaranteed {_of(d['min'], d['flavor'], d['res'])} but may use "
+               f"at most {d['max']}: the guarantee (min) cannot be above the limit (max)."),
+    ("V1", re.compile(rf"^(?P<q>\S+): {_K}: (?P<f>\w+) (?P<v>{_N}) < 0$"),
+     lambda d: f"{d['q']}: {d['f']} of {_of(d['v'], d['flavor'], d['res'])} is below 0; "
+               "give 0 or more."),
+    ("V2", re.compile(rf"^(?P<q>\S+): {_K}: children's min (?P<sum>{_N}) > min (?P<min>{_N})$"),
+     lambda d: f"The queues under {d['q']} are guaranteed "
+               f"{_of(d['sum'], d['flavor'], d['res'])} together, more than the {d['min']} "
+               f"{d['q']} itself is guaranteed: raise {d['q']}'s min or lower theirs."),
+    ("V3", re.compile(rf"^(?P<q>\S+): {_K}: max (?P<max>{_N}) > parent (?P<p>\S+) max "
+                      rf"(?P<pmax>{_N})$"),
+     lambda d: f"{d['q']} may use at most {_of(d['max'], d['flavor'], d['res'])}, more than "
+               f"its parent {d['p']} may use ({d['pmax']})."),
+    ("V4", re.compile(rf"^(?P<q>\S+): {_K}: children's exclusive (?P<sum>{_N}) > exclusive "
+                      rf"(?P<ex>{_N}) \(min (?P<min>{_N}) - lendable (?P<lend>{_N})\)$"),
+     lambda d: f"The queues under {d['q']} keep {_of(d['sum'], d['flavor'], d['res'])} for "
+               f"themselves (their guarantees minus what they lend), more than the {d['ex']} "
+               f"{d['q']} keeps for itself (its guarantee {d['min']} minus the {d['lend']} it "
+               "lends): let them lend more, or let it lend less."),
+    ("W1", re.compile(rf"^(?P<q>\S+): {_K}: children's max (?P<sum>{_N}) < min (?P<min>{_N})"),
+     lambda d: f"The queues under {d['q']} may use at most "
+               f"{_of(d['sum'], d['flavor'], d['res'])} together, less than {d['q']}'s "
+               f"guarantee of {d['min']}: part of that guarantee can never be used."),
+    ("W3", re.compile(rf"^\(root\): {_K}: top-level min (?P<top>{_N}) > installed capacity "
+                      rf"(?P<cap>{_N})"),
+     lambda d: f"The top-level queues are guaranteed {_of(d['top'], d['flavor'], d['res'])} "
+               f"together, more than the {d['cap']} installed: not every guarantee can be "
+               "honoured."),
+]
+
+
+def plain_problem(problem: Problem) -> Shown:
+    """A tree rule's problem in plain words (the rule's exact text kept as the details)."""
+    for code, pattern, words in _PLAIN:
+        if code != problem.code:
+            continue
+        match = pattern.match(problem.message)
+        if match:
+            return Shown(words(match.groupdict()), problem.message)
+    return Shown(problem.message)
 
 
 @dataclass
@@ -32,12 +102,28 @@ class EditorState:
     specs: dict[str, QueueSpec]
     changed: list[str] = field(default_factory=list)
     input_errors: dict[str, list[str]] = field(default_factory=dict)
-    errors: dict[str, list[str]] = field(default_factory=dict)
-    warnings: dict[str, list[str]] = field(default_factory=dict)
+    errors: dict[str, list[Any]] = field(default_factory=dict)
+    warnings: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.errors and not self.input_errors
+
+    def problems_for(self, path: str) -> list[tuple[str, Any]]:
+        """("error"|"warn", problem) of one queue, errors first."""
+        return ([("error", m) for m in self.input_errors.get(path, [])]
+                + [("error", m) for m in self.errors.get(path, [])]
+                + [("warn", m) for m in self.warnings.get(path, [])])
+
+    def unplaced(self, paths: set[str]) -> list[tuple[str, Any]]:
+        """Problems of no row on the page ("(tree)", "(root)", hidden queues)."""
+        return [item for path in {*self.input_errors, *self.errors, *self.warnings}
+                if path not in paths for item in self.problems_for(path)]
+
+    @property
+    def error_count(self) -> int:
+        return sum(len(v) for v in self.errors.values()) + sum(
+            len(v) for v in self.input_errors.values())
 
 
 def editor_keys(specs: Mapping[str, QueueSpec]) -> list[Key]:
@@ -100,9 +186,9 @@ def editor_apply(post: Mapping[str, str]) -> EditorState:
         max_depth=tree_selectors.max_tree_depth(),
     )
     for p in report.errors:
-        state.errors.setdefault(p.queue, []).append(p.message)
+        state.errors.setdefault(p.queue, []).append(plain_problem(p))
     for p in report.warnings:
-        state.warnings.setdefault(p.queue, []).append(p.message)
+        state.warnings.setdefault(p.queue, []).append(plain_problem(p))
     return state
 
 

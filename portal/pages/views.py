@@ -59,7 +59,7 @@ def approval_inbox(request: HttpRequest) -> HttpResponse:
     scope = user_scope(request.user)
     max_gpus, max_hours = approvals.approval_thresholds()
     requests = capacity_requests_to_decide(request.user, scope=scope)
-    workloads = page_selectors.workloads_to_decide(scope)
+    workloads = page_selectors.workloads_to_decide(scope, user=request.user)
     return render(request, "portal/approvals.html", {
         "requests": list(requests[:INBOX_ROWS]), "requests_total": requests.count(),
         "workloads": list(workloads[:INBOX_ROWS]), "workloads_total": workloads.count(),
@@ -96,7 +96,13 @@ def _tree_context(request: HttpRequest, state: Any = None, post: Any = None) -> 
     keys = editor_keys(specs)
     rows = editor_rows(specs, keys, post, editable=scope.is_admin,
                        visible=None if scope.is_admin else scope.can_see_queue)
+    unplaced = []
+    if state is not None:
+        for row in rows:
+            row["problems"] = state.problems_for(row["path"])
+        unplaced = state.unplaced({row["path"] for row in rows})
     return {"rows": rows, "keys": keys, "state": state, "can_edit": scope.is_admin,
+            "unplaced": unplaced,
             "parents": Queue.objects.order_by("path").only("id", "path"), "scope": scope}
 
 
@@ -145,7 +151,9 @@ def queue_tree_check(request: HttpRequest) -> HttpResponse:
         raise PermissionDenied("only platform admins edit the tree")
     state = editor_apply(request.POST)
     ids = dict(Queue.objects.values_list("path", "id"))
-    return render(request, "portal/partials/tree_problems.html", {"state": state, "ids": ids})
+    cells = [{"id": qid, "problems": state.problems_for(path)} for path, qid in ids.items()]
+    return render(request, "portal/partials/tree_problems.html",
+                  {"state": state, "cells": cells, "unplaced": state.unplaced(set(ids))})
 
 
 @login_required

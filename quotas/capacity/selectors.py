@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from portal.pages.access import Scope, user_scope
-from quotas.capacity.models import CapacityRequest, CapacityRequestState
+from quotas.capacity.models import CapacityRequest, CapacityRequestEvent, CapacityRequestState
 
 
 def capacity_requests_visible(
@@ -30,4 +30,8 @@ def capacity_requests_to_decide(
     )
     if not scope.is_admin:
         qs = qs.filter(queue_id__in=scope.decide_queue_ids)
+    if user.is_authenticated:  # four eyes: not their own, not those they already approved
+        qs = qs.exclude(requested_by_id=user.pk).exclude(Exists(
+            CapacityRequestEvent.objects.filter(request_id=OuterRef("pk"), type="approval",
+                                                actor_id=user.pk)))
     return qs.order_by("created_at", "id")

@@ -16,9 +16,11 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from core.history import Source, history_context
+from portal.pages import approvers
 from portal.pages.access import user_scope
 from quotas import selectors as tree_selectors
 from quotas import services as tree_services
@@ -179,10 +181,15 @@ def capacity_request_submit(
         requested_by=user,
     )
     current = _entry_values(_entry(request))
-    _event(request, type="submitted", actor=user, at=now,
-           message=f"{queue.path} {request.key}: min {_change(current['min'], min)}, "
-           f"max {_change(current['max'], max)}",
+    change = (f"{queue.path} {request.key}: min {_change(current['min'], min)}, "
+              f"max {_change(current['max'], max)}")
+    _event(request, type="submitted", actor=user, at=now, message=change,
            payload={"current": current})
+    transaction.on_commit(lambda: approvers.notify_approvers(
+        queue_id=queue.pk, requester_id=user.pk,
+        subject=f"Approval needed: capacity request #{request.pk} for {queue.path}",
+        body=f"{user.get_username()} asks: {change}.\nWhy: {request.justification}\n"
+        f"Decide at {reverse('capacity-request-detail', args=[request.pk])}"))
     return request
 
 
@@ -214,6 +221,15 @@ def capacity_request_approve(
     if request.state != S.SUBMITTED:
         raise ValidationError({"state": [f"request #{request.pk} is {request.state}, "
                                          "only submitted requests can be decided"]})
+    approvers.refuse_own(user, request.requested_by_id, f"capacity request #{request.pk}")
+    given, needed = approvers.approvals_state(
+        request.events.filter(type="approval").values_list("actor_id", flat=True), user)
+    approvers.badge_forget([user.pk])
+    if given < needed:
+        _event(request, type="approval", actor=user, at=now,
+               message=f"approved by {user.get_username()} ({given} of {needed} approvals)"
+               + (f": {comment.strip()}" if comment.strip() else ""))
+        return request
     entry = _entry(request)
     values = _requested_values(request, entry)
     # Refuse now what would break the tree, even for a later start: the decider sees why.
@@ -263,6 +279,8 @@ def capacity_request_deny(
     _check_decider(user, request)
     if not comment.strip():
         raise ValidationError({"comment": ["say why the request is denied"]})
+    approvers.refuse_own(user, request.requested_by_id, f"capacity request #{request.pk}")
+    approvers.badge_forget([user.pk])
     request = _lock(request)
     _move(request, S.DENIED)
     request.decided_by, request.decided_at = user, now

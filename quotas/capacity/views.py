@@ -72,8 +72,11 @@ def capacity_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             queue=obj.queue, flavor=obj.flavor, resource=obj.resource,
             values=services._requested_values(obj, current))
         check = {"errors": errors, "warnings": warnings}
+    # "Before": the entry as it was when the change was applied (kept in `previous`), else
+    # as it is now; so an applied request reads "min 8 -> 16", not "16 -> 16".
+    before = obj.previous if obj.previous is not None else services._entry_values(current)
     return render(request, "capacity/detail.html", {
-        "obj": obj, "current": current, "check": check,
+        "obj": obj, "current": current, "check": check, "before": before,
         "can_decide": can_decide,
         "can_cancel": obj.state in ("submitted", "approved") and (
             obj.requested_by_id == request.user.pk or scope.can_decide(obj.queue_id)),

@@ -3,7 +3,9 @@
 Thresholds are settings (`ALLOT_APPROVAL_MAX_GPUS`, default 32; `ALLOT_APPROVAL_MAX_HOURS`,
 default 72): a request for more GPUs or a longer expected duration is held with
 `needs_approval` (the cycle skips it) until approved; a denial rejects it. Each decision is a
-workload event and the owner is emailed.
+workload event and the owner is emailed. Nobody decides their own workload, and
+`ALLOT_MIN_APPROVERS` different people must approve (`portal.pages.approvers`): each earlier
+approval is an `APPROVAL_GIVEN` event, the last one `APPROVED`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from portal.pages import approvers
 from portal.pages.access import user_scope
 from scheduling import enqueue
 from scheduling.models import EventCode, EventType, Workload, WorkloadEvent, WorkloadState
@@ -57,6 +60,7 @@ def _check(user: Any, workload: Workload) -> Workload:
     if not locked.needs_approval or locked.state != WorkloadState.PENDING:
         raise ValidationError(f"workload {locked.name} is {locked.state} and does not wait "
                               "for approval")
+    approvers.refuse_own(user, locked.owner_id, f"workload {locked.name}")
     return locked
 
 
@@ -71,6 +75,17 @@ def workload_approve(*, user: Any, workload: Workload, comment: str = "",
     """Let a held workload be scheduled; the approval is an event on its timeline."""
     now = now or timezone.now()
     workload = _check(user, workload)
+    given, needed = approvers.approvals_state(
+        workload.events.filter(code=EventCode.APPROVAL_GIVEN).values_list("actor_id", flat=True),
+        user)
+    approvers.badge_forget([user.pk])
+    if given < needed:
+        WorkloadEvent.objects.create(
+            workload=workload, at=now, type=EventType.POLICY, actor=user,
+            code=EventCode.APPROVAL_GIVEN,
+            message=f"approved by {user.get_username()} ({given} of {needed} approvals)"
+            + (f": {comment}" if comment else ""))
+        return workload
     workload.needs_approval = False
     if workload.reason_code == EventCode.NEEDS_APPROVAL:
         # The next cycle gives it its scheduling reason (or admits it).
@@ -95,6 +110,7 @@ def workload_deny(*, user: Any, workload: Workload, comment: str,
     if not comment.strip():
         raise ValidationError({"comment": ["say why the workload is denied"]})
     workload = _check(user, workload)
+    approvers.badge_forget([user.pk])
     message = f"denied by {user.get_username()}: {comment.strip()}"
     event = workload_transition(workload, WorkloadState.REJECTED, at=now,
                                 event_type=EventType.REJECTED, actor=user,

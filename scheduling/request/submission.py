@@ -29,6 +29,7 @@ from scheduling.models import (
 from scheduling.request.approvals import approval_reason, approval_thresholds
 from scheduling.request.check import RequestChecker
 from scheduling.request.lookups import SubmitLookups, policy_priority_class
+from scheduling.request.names import names_unique
 from scheduling.request.validation import (
     _validate,
     gpus_shown,
@@ -53,6 +54,7 @@ class Submitted:
     events: list[WorkloadEvent]
 
 
+@names_unique
 @transaction.atomic
 def workload_submit_detailed(*, user: Any, data: Mapping[str, Any],
                              now: datetime | None = None, nudge: bool = True) -> Submitted:
@@ -60,6 +62,7 @@ def workload_submit_detailed(*, user: Any, data: Mapping[str, Any],
     return _submit(user=user, items=[data], now=now, nudge=nudge)[0]
 
 
+@names_unique
 @transaction.atomic
 def workload_submit(*, user: Any, data: Mapping[str, Any], now: datetime | None = None,
                     nudge: bool = True) -> Workload:
@@ -72,6 +75,7 @@ def workload_submit(*, user: Any, data: Mapping[str, Any], now: datetime | None 
     return _submit(user=user, items=[data], now=now, nudge=nudge)[0].workload
 
 
+@names_unique
 @transaction.atomic
 def workloads_submit(*, user: Any, items: list[Mapping[str, Any]],
                      now: datetime | None = None, nudge: bool = True) -> list[Workload]:
@@ -192,6 +196,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                     raise
                 raise ValidationError({f"[{n}] {k}": v for k, v in exc.message_dict.items()}
                                       ) from exc
+        _refuse_names_twice(cleans)
         checker = RequestChecker(now)
         plans = []
         for data, clean in zip(items, cleans, strict=True):
@@ -265,7 +270,42 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
         WorkloadEvent.objects.bulk_create([e for w in workloads for e in events_of[id(w)]])
     if nudge and any(w.state == S.PENDING and not w.needs_approval for w in workloads):
         transaction.on_commit(enqueue.cycle_nudge)
+    held_now = [w for w in workloads if w.needs_approval and w.state == S.PENDING]
+    if held_now:
+        transaction.on_commit(lambda: _ask_approvers(held_now, user))
     return [Submitted(workload, pod_sets, events_of[id(workload)])
             for workload, pod_sets, _, _ in plans]
 
+
+
+
+def _ask_approvers(workloads: list[Workload], user: Any) -> None:
+    """Email the approvers of each held workload (its queue's leads, else the admins)."""
+    from django.urls import reverse
+
+    from portal.pages.approvers import notify_approvers
+
+    for w in workloads:
+        notify_approvers(
+            queue_id=w.queue_id, requester_id=user.pk,
+            subject=f"Approval needed: workload {w.name} in {w.queue.path}",
+            body=f"{user.get_username()} submitted {w.name} to {w.queue.path}; it waits for "
+            f"your approval ({w.reason_message}).\nDecide at {reverse('approval-inbox')}")
+
+
+
+def _refuse_names_twice(cleans: list[dict[str, Any]]) -> None:
+    """A batch naming the same queue and name twice (the open ones already stored are the
+    database's to refuse: `names.names_unique`)."""
+    seen: set[tuple[int, str]] = set()
+    errors: dict[str, list[str]] = {}
+    for n, clean in enumerate(cleans):
+        key = (clean["queue"].pk, clean["name"])
+        if key in seen:
+            errors[f"[{n}] name"] = [f"{clean['name']!r} is given twice for "
+                                     f"{clean['queue'].path} in this batch: names are unique "
+                                     "among a queue's open workloads"]
+        seen.add(key)
+    if errors:
+        raise ValidationError(errors)
 

@@ -66,7 +66,11 @@ def test_researcher_flow(browser, live_server, org, priority_classes, shots,  # 
     reason = page.locator("#current-reason")
     reason.wait_for(timeout=10_000)
     text = reason.inner_text()
-    assert "QUOTA_MAX" in text and "32" in text and "8" in text, text
+    # In plain words with the numbers; the engine's exact text behind "details".
+    assert "Queue rd/vision may use at most 32 a100-80g GPUs" in text, text
+    assert "asks for 8 more" in text and "QUOTA_MAX" not in text, text
+    assert "QUOTA_MAX" in reason.locator("details").text_content()
+    assert "a100-80g GPUs are free now; it asks for 8" in page.locator("#wait-gap").inner_text()
     shots(page, "04-workload-pending")
 
     # bob's job ends: the next cycle admits alice's, and the page follows.
@@ -80,6 +84,7 @@ def test_researcher_flow(browser, live_server, org, priority_classes, shots,  # 
 
     page.goto(f"{base}/workloads/")
     assert "resnet-e2e" in page.content()
+    assert "As of " in page.locator("#workloads-as-of").inner_text()
     shots(page, "06-workload-list")
 
     # A capacity request: min 8 -> 16 on a100-80g.
@@ -105,7 +110,18 @@ def test_researcher_flow(browser, live_server, org, priority_classes, shots,  # 
     assert "approved" in admin.content()
     assert QuotaEntry.objects.get(queue=org.vision, flavor=org.a100).min == Decimal(16)
     admin.goto(f"{base}/queues/")
+    # The live check: a broken rule in plain words, once, in its queue's Problems cell.
+    admin.locator(f'input[name="c|{org.vision.pk}|a100-80g|gpu|min"]').fill("40")
+    cell = admin.locator(f"#problems-{org.rd.pk}")
+    cell.get_by_text("The queues under rd are guaranteed").wait_for(timeout=10_000)
+    # (40 > vision's max 32 too: two problems, each beside its own queue)
+    assert "2 problems, shown beside their queues" in admin.locator("#tree-problems").inner_text()
+    assert "is guaranteed 40 a100-80g GPUs but may use at most 32" in admin.locator(
+        f"#problems-{org.vision.pk}").inner_text()
+    assert admin.get_by_text("The queues under rd are guaranteed").count() == 1
     shots(admin, "09-tree-editor")
+    admin.goto(f"{base}/no-such-page/")
+    assert admin.locator("h1").inner_text() == "Not found"
     admin.goto(f"{base}/fleet/")
     admin.locator("#chart-allocation .main-svg").first.wait_for(timeout=10_000)
     shots(admin, "10-fleet")

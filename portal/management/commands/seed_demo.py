@@ -14,7 +14,8 @@ from portal.demo_history import HistoryError, parse_span, seed_history
 
 class Command(BaseCommand):
     help = ("Create the demo organisation: 2 departments, 5 teams, 3 clusters with A100, H100, "
-            "V100 and CPU nodes, and the users admin, alice, bob. Safe to run again.")
+            "V100 and CPU nodes, and the users admin, alice, bob and a lead for every team. "
+            "Safe to run again.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

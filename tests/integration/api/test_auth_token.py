@@ -152,3 +152,20 @@ def test_tokens_are_listed_and_revoked_one_by_one():
     assert response.status_code == 200 and response.json() == {"revoked": 1}
     assert list(ApiToken.objects.filter(user=user).values_list("prefix", flat=True)) == [
         new["prefix"]]
+
+
+def test_bearer_is_accepted_like_token():
+    UserFactory(username="bea")
+    client = APIClient()
+    raw = client.post("/api/v1/auth/token", {"username": "bea", "password": PASSWORD},
+                      format="json").json()["token"]
+    for header in (f"Bearer {raw}", f"bearer {raw}", f"Token {raw}"):
+        client.credentials(HTTP_AUTHORIZATION=header)
+        r = client.get("/api/v1/workloads")
+        assert r.status_code == 200, (header, r.content)
+    client.credentials(HTTP_AUTHORIZATION="Bearer not-a-token")
+    r = client.get("/api/v1/workloads")
+    assert r.status_code == 401 and r.json() == {"detail": "Invalid token."}
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw} extra")
+    r = client.get("/api/v1/workloads")
+    assert r.status_code == 401 and "exactly one token" in r.json()["detail"]

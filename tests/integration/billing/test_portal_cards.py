@@ -39,7 +39,7 @@ def test_workload_page_shows_cost_so_far_and_estimated_total(client, world, runn
     # Hour h billed: 0.8 frozen GPU-h @ 1.00 + 7.2 running GPU-h @ 2.50 = 18.80; then 1.5 h
     # unbilled at 8 × 2.50 = 20.00/h = 30.00. So far 48.80.
     assert "<strong>48.80 EUR</strong>" in text
-    assert "18.80 billed + 30.00 this hour" in text
+    assert "18.80 billed + 30.00 metered so far, provisional until the hourly rollup" in text
     # Held 2.5 h of its 4 h hint: 1.5 h more at 20.00/h = 30.00 → 78.80 in all.
     assert "78.80 EUR" in text and "(1.50 h more at 20.00 EUR/h)" in text
     assert "7.2000 running + 0.8000 frozen" in text
@@ -51,9 +51,12 @@ def test_dashboard_shows_the_teams_month_to_date(client, world, running):
     for url in ("/", reverse("dashboard")):
         text = client.get(url).content.decode()
         if running["h"] >= hour_floor(timezone.now()).replace(day=1, hour=0):
-            assert "<strong>18.80 EUR</strong> spent · 7.20 GPU-hours · 0.80 EUR frozen" in text
+            # hour h billed (18.80), then 1.5 h running not rolled up yet: 30.00 provisional
+            assert ('<strong class="mtd-spent">48.80 EUR</strong> spent · 19.20 GPU-hours · '
+                    "0.80 EUR frozen") in text
+            assert "18.80 billed + 30.00 metered so far (provisional" in text
         else:  # the first hours of a month: hour h was last month
-            assert "<strong>0.00 EUR</strong> spent" in text
+            assert '<strong class="mtd-spent">' in text and "metered so far" in text
         assert "vision: " in text and " to date</h2>" in text
     # The 10 s htmx refresh carries the queue standing only, not the cost cards.
     partial = client.get(reverse("dashboard"), HTTP_HX_REQUEST="true").content.decode()
@@ -81,3 +84,28 @@ def test_estimate_counts_unbilled_hours_once(world, running):
     cost = selectors.workload_cost(running["workload"])
     assert (cost["so_far"], cost["estimate_total"]) == (Decimal("48.80"), Decimal("78.80"))
     assert cost["remaining_hours"] == Decimal("1.5")
+
+
+def test_a_finished_workload_keeps_its_cost_until_the_rollup(world, admit):
+    real_now = timezone.now()
+    h = hour_floor(real_now) - timedelta(hours=2)
+    # 8 GPUs reserved at h, running from h+6 min, ended at h+30 min
+    adm = admit(gpus=8, reserved=h, running=h + minutes(6), ended=h + minutes(30))
+    before = selectors.workload_cost(adm.workload, now=real_now)
+    # 0.1 h frozen × 8 × 1.00 + 0.4 h running × 8 × 2.50 = 0.80 + 8.00
+    assert (before["so_far"], before["billed"], before["unbilled"]) == (
+        Decimal("8.80"), Decimal("0.00"), Decimal("8.80"))
+    assert before["provisional"] is True
+    mtd = selectors.team_month_to_date(world["team"], now=real_now)
+    if h >= hour_floor(real_now).replace(day=1, hour=0):
+        assert (mtd["spent"], mtd["provisional"]) == (Decimal("8.80"), Decimal("8.80"))
+    usage_rollup_hour(hour=h, now=real_now, telemetry={})
+    charges_post_hour(hour=h, now=real_now)
+    after = selectors.workload_cost(adm.workload, now=real_now)
+    assert (after["so_far"], after["billed"], after["unbilled"]) == (
+        Decimal("8.80"), Decimal("8.80"), Decimal("0.00"))
+    assert after["provisional"] is False
+    mtd = selectors.team_month_to_date(world["team"], now=real_now)
+    if h >= hour_floor(real_now).replace(day=1, hour=0):
+        assert (mtd["spent"], mtd["billed"], mtd["provisional"]) == (
+            Decimal("8.80"), Decimal("8.80"), Decimal("0.00"))

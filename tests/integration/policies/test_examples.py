@@ -1,6 +1,7 @@
 """The five example policies on the demo organisation: synced in audit mode, then enforced,
 each doing what it says (the over-budget one needs billing: see test_cost_center.py)."""
 
+import itertools
 from io import StringIO
 from pathlib import Path
 
@@ -27,10 +28,15 @@ def enforce(admin, name):
                   comment="canary done")
 
 
+_names = itertools.count()
+
+
 def submit(**data):
     services = pytest.importorskip("scheduling.services")
     alice = get_user_model().objects.get(username="alice")
-    request = {"name": "w", "queue": "research/vision/detection", "priority_class": "training",
+    # names are unique among a queue's open workloads
+    request = {"name": f"w{next(_names)}", "queue": "research/vision/detection",
+               "priority_class": "training",
                "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 8}], **data}
     return services.workload_submit(user=alice, data=request, nudge=False)
 

@@ -3,6 +3,7 @@ lookups, the priority classes and flavors, the budgets in force and the engine's
 check. A warm submission reads only the change log; every committed change to what those come
 from is seen by the next submission, in this process and when another process made it."""
 
+import itertools
 from datetime import timedelta
 from decimal import Decimal
 
@@ -22,8 +23,13 @@ pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
                                 reason="the change log is PostgreSQL's")
 
 
-def submit(org, gpus=8, *, count=1, name="w", priority_class="training", topology=None):
-    data = {"name": name, "queue": "rd/team-a", "priority_class": priority_class,
+_names = itertools.count()
+
+
+def submit(org, gpus=8, *, count=1, name="", priority_class="training", topology=None):
+    # names are unique among a queue's open workloads
+    data = {"name": name or f"w{next(_names)}", "queue": "rd/team-a",
+            "priority_class": priority_class,
             "pods": [{"count": count, "flavors": ["a100-80g"], "gpus": gpus}]}
     if topology:
         data["topology"] = topology

@@ -90,7 +90,10 @@ def test_request_form_live_feedback_and_submit(client, org, priority_classes):
     assert 'id="submit-request" hx-swap-oob="true" disabled' in html
     r = c.post("/workloads/new/", {**form, "pods-0-count": 5, "pods-0-gpus": 8})
     assert r.status_code == 400 and not Workload.objects.exists()
-    assert "a100-80g: QUOTA_MAX: queue rd/vision a100-80g/gpu" in r.content.decode()
+    html = r.content.decode()
+    assert ("a100-80g: This workload asks for 40 a100-80g GPUs, more than queue rd/vision may "
+            "ever use (32 at most)") in html
+    assert "(QUOTA_MAX: queue rd/vision a100-80g/gpu" in html  # the exact text after it
     r = c.post("/workloads/new/", form)
     w = Workload.objects.get(name="sweep-1")
     assert r.status_code == 302 and r["Location"] == f"/workloads/{w.pk}/"
@@ -172,7 +175,7 @@ def test_capacity_request_pages_and_inbox_approval(client, org):
     assert "Submitted" in html and "<strong>16</strong>" in html and "Approve" not in html
     decider = login(Client(), org.admin).get(r["Location"]).content.decode()
     assert "The tree's rules hold with this change" in decider
-    assert "Max</dt><dd>32 → unchanged" in html
+    assert 'Max</dt><dd id="change-max">32 → unchanged' in html
     listing = c.get("/capacity-requests/").content.decode()
     assert '<td data-label="New min" class="num">16</td>' in listing
     assert '<td data-label="New max" class="num">–</td>' in listing
@@ -223,8 +226,8 @@ def test_tree_editor_checks_before_saving_and_saves(client, org):
     assert f'name="{name}" value="8"' in html
     r = admin.post("/queues/check/", {name: "30", f"c|{vid}|a100-80g|gpu|max": "32"})
     html = r.content.decode()
-    assert "rd: a100-80g/gpu: children&#x27;s min 38 &gt; min 32" in html
-    assert f'id="problems-{org.rd.pk}"' in html and 'hx-swap-oob="true"' in html
+    assert "rd: a100-80g/gpu: children&#x27;s min 38 &gt; min 32" in html  # the details
+    assert f'<template><td id="problems-{org.rd.pk}"' in html and 'hx-swap-oob="true"' in html
     r = admin.post("/queues/", {name: "30", f"c|{vid}|a100-80g|gpu|max": "32"})
     assert r.status_code == 400
     assert QuotaEntry.objects.get(queue=org.vision).min == Decimal(8)

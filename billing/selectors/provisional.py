@@ -1,0 +1,96 @@
+"""Metered so far: what admissions have cost since the last hourly rollup covered them.
+
+The hourly rollup (`usage_rollup_hour`) prices each complete hour into usage records and
+ledger entries. Until it has run for an hour, the pages would show nothing for it: a workload
+that just finished would drop to 0.00, a month to date would stay flat while work runs. This
+module prices that not-yet-rolled-up time straight from the admissions (reserved at the frozen
+rate until the pods run, then the running rate, at the rates in force now), and the pages show
+it as provisional until the rollup replaces it with billed hours.
+
+An admission's time is covered up to the end of the last hour the rollup recorded for it;
+before its first record, nothing of it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Max, OuterRef, Q, Subquery
+
+from billing.metering import HOUR, exact_hours
+from billing.models import UsageRecord, round_money
+from billing.selectors.cost_centers import default_currency
+from billing.selectors.rates import rate_at
+from billing.services.usage import rate_versions
+
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class Provisional:
+    """Metered-so-far cost and GPU-hours not yet rolled up."""
+
+    cost: Decimal
+    gpu_hours: Decimal
+    currency: str
+
+
+def _priced(adm: Any, start: datetime, end: datetime, rates: dict, now: datetime
+            ) -> tuple[Decimal, Decimal, str | None]:
+    """(cost, GPU-hours, currency) of one admission over [start, end)."""
+    if end <= start:
+        return ZERO, ZERO, None
+    running_from = adm.running_at if adm.running_at is not None else end
+    frozen_h = exact_hours(max(start, min(end, running_from)) - start)
+    running_h = exact_hours(end - max(start, min(end, running_from)))
+    cost, currency = ZERO, None
+    for resource, amount in (("gpu", adm.gpus), ("cpu", adm.cpu), ("memory", adm.memory_gib)):
+        version = rate_at(rates, adm.flavor.name, resource, now)
+        if version is None or not amount:
+            continue
+        cost += Decimal(amount) * (version.rate * running_h + version.frozen_rate * frozen_h)
+        currency = version.currency
+    return cost, Decimal(adm.gpus) * running_h, currency
+
+
+def provisional_of(admissions: Any, *, now: datetime, since: datetime | None = None
+                   ) -> Provisional:
+    """The not-yet-rolled-up cost of `admissions` (a queryset of `scheduling.Admission`),
+    from `since` (e.g. the month's start) to now; one query for the admissions and their
+    covered hours."""
+    last = (UsageRecord.objects.filter(admission_id=OuterRef("pk")).values("admission_id")
+            .annotate(h=Max("hour")).values("h"))
+    rows = admissions.select_related("flavor").annotate(covered=Subquery(last[:1]))
+    rates = rate_versions()
+    cost, hours, currency = ZERO, ZERO, None
+    for adm in rows:
+        start = adm.reserved_at
+        if adm.covered is not None:
+            start = max(start, adm.covered + HOUR)
+        if since is not None:
+            start = max(start, since)
+        end = min(adm.ended_at or now, now)
+        c, h, cur = _priced(adm, start, end, rates, now)
+        cost += c
+        hours += h
+        currency = cur or currency
+    return Provisional(cost=round_money(cost), gpu_hours=hours,
+                       currency=currency or default_currency())
+
+
+def workload_provisional(workload: Any, *, now: datetime) -> Provisional:
+    """A workload's metered-so-far cost, every admission (open or ended) included."""
+    return provisional_of(workload.admissions.all(), now=now)
+
+
+def team_provisional(team: Any, *, since: datetime, now: datetime) -> Provisional:
+    """A team's metered-so-far cost since `since`: admissions still open or ended after it."""
+    from scheduling.models import Admission
+
+    return provisional_of(
+        Admission.objects.filter(workload__team=team).filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gt=since)),
+        now=now, since=since)
