@@ -21,7 +21,7 @@ def rename_open_duplicates(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0012_metrics_tallies'),
+        ('scheduling', '0013_fractional_gpus'),
     ]
 
     operations = [
