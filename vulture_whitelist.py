@@ -286,3 +286,4 @@ _.OIDC_OP_AUTH_ENDPOINT  # mozilla-django-oidc's request view reads it
 _.retrieve_matching_jwk  # mozilla-django-oidc's backend hook
 _.get_or_create_user  # mozilla-django-oidc's backend hook
 _.login_failure  # mozilla-django-oidc's callback view hook
+_.derived_pods  # serializer field (workloads API)
