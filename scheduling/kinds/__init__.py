@@ -36,7 +36,19 @@ KINDS: dict[str, Kind] = {k.key: k for k in (
 MAX_MANIFEST_BYTES = 1_000_000
 
 __all__ = ["GATES", "KINDS", "SCHEDULING_GATE", "SUSPEND", "DerivedPodSet", "Kind",
-           "ManifestError", "Placement", "RunState", "kind_of", "kind_named"]
+           "ManifestError", "Placement", "RunState", "kind_names", "kind_named", "kind_of"]
+
+
+def kind_names(keys: list[str]) -> list[str]:
+    """Short names of kinds for pages: `PyTorchJob`, `Job (Volcano)` for the one whose name
+    another kind has too."""
+    names = []
+    for key in keys:
+        kind = KINDS.get(key)
+        if kind is None:
+            continue
+        names.append("Job (Volcano)" if kind is VOLCANO_JOB else kind.kind)
+    return names
 
 
 def kind_named(key: str) -> Kind | None:

@@ -276,10 +276,6 @@ class Kind:
     def version(self) -> str:
         return self.api_version.rpartition("/")[2]
 
-    @property
-    def gating(self) -> str:
-        return SUSPEND if self.suspend_path else GATES
-
     def derive(self, manifest: dict[str, Any]) -> list[DerivedPodSet]:
         """The pod sets of `manifest` (at least one), or ManifestError."""
         sets = self.derive_fn(self.kind, manifest)
