@@ -287,3 +287,5 @@ _.retrieve_matching_jwk  # mozilla-django-oidc's backend hook
 _.get_or_create_user  # mozilla-django-oidc's backend hook
 _.login_failure  # mozilla-django-oidc's callback view hook
 _.derived_pods  # serializer field (workloads API)
+_.manifest_text  # form field
+_.manifest_file  # form field
