@@ -293,3 +293,6 @@ _.clean_gpus  # Django form hook (PodSetForm)
 _.error_count  # the tree editor template reads it
 _.approvals_badge  # a context processor named in settings.TEMPLATES
 _.as_of  # a serializer field (WorkloadCostOut)
+_.derived_pods  # serializer field (workloads API)
+_.manifest_text  # form field
+_.manifest_file  # form field

@@ -287,6 +287,7 @@ def cluster_list(*, name: str | None = None) -> list[dict[str, Any]]:
             "price": cluster.price,
             "datasets": cluster.datasets,
             "enabled": cluster.enabled,
+            "workload_kinds": list(cluster.kinds or []),
             "flavors": dict(sorted(flavors.items())),
         }
         if name is not None:

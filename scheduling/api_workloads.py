@@ -13,10 +13,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import changes
-from scheduling import selectors, services
+from scheduling import kinds, selectors, services
 from scheduling.filters import WorkloadFilter
 from scheduling.models import EventType, Workload
 from scheduling.request import validation as limits
+from scheduling.request.manifests import derived_pods_data
 from scheduling.request.validation import gpus_shown
 
 
@@ -59,7 +60,16 @@ class WorkloadInputSerializer(serializers.Serializer):
     topology = serializers.DictField(default=dict)
     labels = serializers.DictField(
         child=serializers.CharField(max_length=limits.MAX_LABEL_VALUE), default=dict)
-    pods = PodSetInputSerializer(many=True, allow_empty=False)
+    pods = PodSetInputSerializer(many=True, allow_empty=False, required=False)
+    manifest = serializers.DictField(
+        required=False,
+        help_text="Instead of pods, image and command: a Kubernetes object of a kind Allot "
+                  "runs (docs/workload-kinds.md); its pod sets are derived from it. `name` "
+                  "defaults to its metadata.name.")
+    flavors = serializers.ListField(
+        child=serializers.CharField(), required=False,
+        help_text="With a manifest: acceptable flavors in order of preference (default: every "
+                  "flavor its nodeSelector allows).")
 
 
 class PodSetOutputSerializer(serializers.Serializer):
@@ -122,6 +132,13 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
         help_text="The timeline, oldest first: {at, type, actor, code, message, payload}; type "
                   "is one of " + ", ".join(EventType.values) + ".")
     pods = serializers.ListField(child=serializers.DictField(), read_only=True)
+    kind = serializers.CharField(
+        help_text="apiVersion/Kind of a workload submitted as a manifest; empty for Allot's "
+                  "own Jobs (pods, image, command).")
+    derived_pods = serializers.ListField(
+        child=serializers.DictField(), read_only=True,
+        help_text="A manifest's pod sets as Allot counts them: {name, count, path, requests: "
+                  "{cpu, memory_gib, gpus, other resources}} per pod; [] without a manifest.")
 
     @staticmethod
     def _admission(a: Any) -> dict[str, Any]:
@@ -207,7 +224,22 @@ def workload_detail_data(obj: Workload, *, pod_sets: list[Any] | None = None,
             for e in events
         ],
         "pods": selectors.workload_pods(obj, current, pod_sets),
+        "kind": str(obj.kind),
+        "derived_pods": manifest_pods(obj),
     }
+
+
+def manifest_pods(obj: Workload) -> list[dict[str, Any]]:
+    """The pod sets of a manifest workload, derived again from its manifest."""
+    if not obj.kind:
+        return []
+    kind = kinds.kind_named(obj.kind)
+    if kind is None:
+        return []
+    try:
+        return derived_pods_data(kind.derive(dict(obj.manifest)))
+    except kinds.ManifestError:
+        return []
 
 
 def _detail(request: Request, pk: int) -> Workload:

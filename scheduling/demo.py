@@ -34,7 +34,43 @@ PLAN: list[tuple[str, str, int, int, str, int, int, str]] = [
     ("product/search", "search-serving", 1, 8, "a100-80g", 9000, 60, "inference-high"),
     ("research/vision/detection", "detr-sweep-3", 1, 8, "a100-80g", 3600, 90, "training"),
 ]
-SUMMARY = f"  demo workloads: {len(PLAN)} (research floods the A100s; product reclaims at +60s)"
+
+
+def _container(name: str, gpus: int, cpu: str, memory: str) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    return {"name": name, "image": "registry.local/train:demo",
+            "resources": {"requests": {"cpu": cpu, "memory": memory, **limits},
+                          "limits": limits}}
+
+
+def _template(name: str, gpus: int, cpu: str = "8", memory: str = "64Gi") -> dict[str, Any]:
+    return {"spec": {"containers": [_container(name, gpus, cpu, memory)]}}
+
+
+# Workloads submitted as manifests, next to the plain Jobs: (leaf path, flavor, duration s,
+# priority class, manifest). The simulated clusters serve every kind.
+MANIFEST_PLAN: list[tuple[str, str, int, str, dict[str, Any]]] = [
+    ("research/nlp/llm", "h100-80g", 5400, "training", {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": "llama-ddp"},
+        "spec": {"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": _template("pytorch", 4)},
+            "Worker": {"replicas": 1, "template": _template("pytorch", 4)}}}}),
+    ("research/robotics", "a100-80g", 3600, "training", {
+        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "ray-tune-grasp"},
+        "spec": {"entrypoint": "python tune.py", "rayClusterSpec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": _template("ray-head", 0, "4",
+                                                                        "16Gi")},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "rayStartParams": {},
+                                  "template": _template("ray-worker", 2)}]}}}),
+    ("product/search", "a100-80g", 9000, "inference-high", {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm-serving"},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {
+            "size": 2, "workerTemplate": _template("vllm", 4)}}}),
+]
+SUMMARY = (f"  demo workloads: {len(PLAN)} Jobs and {len(MANIFEST_PLAN)} manifests (a PyTorchJob, "
+           "a RayJob, a LeaderWorkerSet); research floods the A100s, product reclaims at +60s")
 
 
 def _submitter(queue: Queue) -> Any:
@@ -69,4 +105,12 @@ def seed() -> list[str]:
             WorkloadEvent.objects.bulk_create([event_new(
                 w, "reason", at=now, message=f"demo: held back {delay}s, so its arrival "
                 "shows a reclaim")])
+    for path, flavor, duration, priority, manifest in MANIFEST_PLAN:
+        queue = Queue.objects.filter(path=path, children__isnull=True).first()
+        user = _submitter(queue) if queue is not None else None
+        if queue is None or user is None:
+            continue
+        workload_submit(user=user, now=now, nudge=False, data={
+            "queue": path, "manifest": manifest, "flavors": [flavor],
+            "priority_class": priority, "duration_hint_s": duration})
     return [SUMMARY]

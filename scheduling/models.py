@@ -44,6 +44,9 @@ class Cluster(models.Model):
         validators=[MinValueValidator(0)], help_text="Relative price (cost term of the score).",
     )
     datasets = models.JSONField(default=list, blank=True, help_text="Datasets cached here.")
+    kinds = models.JSONField(
+        default=list, blank=True,
+        help_text="The workload kinds (apiVersion/Kind) its API serves, as last seen.")
     enabled = models.BooleanField(default=True)
     # Two-phase dispatch: a local refusal lowers the health the engine sees for a while.
     health_penalty = models.FloatField(
@@ -163,6 +166,11 @@ class Workload(models.Model):
     termination_grace_s = models.PositiveIntegerField(default=30)
     topology = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    kind = models.CharField(
+        max_length=120, blank=True,
+        help_text="apiVersion/Kind of a workload submitted as a manifest; empty: Allot's Jobs.")
+    manifest = models.JSONField(default=dict, blank=True,
+                                help_text="The submitted object, created on dispatch.")
     submitted_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     state_changed_at = models.DateTimeField()

@@ -36,7 +36,8 @@ def workloads_visible(user: Any) -> QuerySet[Workload]:
 
 def workload_list(*, user: Any) -> QuerySet[Workload]:
     """The list the API and the pages show: visible, newest first, pod sets prefetched."""
-    return workloads_visible(user).prefetch_related("pod_sets").order_by("-submitted_at", "-id")
+    return (workloads_visible(user).defer("manifest").prefetch_related("pod_sets")
+            .order_by("-submitted_at", "-id"))
 
 
 def workload_get(*, user: Any, pk: int) -> Workload | None:

@@ -2,12 +2,16 @@
 
 from django.urls import path
 
-from scheduling import api_updates, views
+from scheduling import api_updates, manifest_views, views
 
 urlpatterns = [
     path("workloads/", views.workload_list, name="workload-list"),
     path("workloads/new/", views.workload_new, name="workload-new"),
     path("workloads/new/check/", views.workload_check, name="workload-check"),
+    path("workloads/new/manifest/", manifest_views.workload_new_manifest,
+         name="workload-new-manifest"),
+    path("workloads/new/manifest/check/", manifest_views.workload_check_manifest,
+         name="workload-check-manifest"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),

@@ -22,6 +22,7 @@ from quotas import selectors as tree_selectors
 from quotas import services as tree_services
 from quotas.capacity.selectors import capacity_requests_to_decide
 from quotas.models import Queue, Team
+from scheduling.kinds import kind_names
 from scheduling.models import Cluster
 from scheduling.request import approvals
 
@@ -251,6 +252,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     for cluster in clusters:
         for f in cluster["flavors"].values():
             f["free"] = max(0, f["allocatable"]["gpu"] - f["used"]["gpu"])
+        cluster["kind_names"] = kind_names(cluster["workload_kinds"])
     return render(request, "portal/fleet.html", {
         "clusters": clusters,
         "figures": [

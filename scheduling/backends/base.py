@@ -22,7 +22,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from scheduling.backends.naming import job_name
 
@@ -37,6 +37,7 @@ class RefusalReason(enum.StrEnum):
     REFUSED = "refused"  # the (simulated) cluster was told to refuse dispatches
     CONFLICT = "conflict"  # a Job of that name exists but belongs to another workload
     JOB_GONE = "job_gone"  # start_workload found a Job missing (deleted behind our back)
+    KIND_NOT_SERVED = "kind_not_served"  # the cluster's API does not serve the workload's kind
 
 
 class BackendError(Exception):
@@ -132,6 +133,10 @@ class WorkloadSpec:
     duration_s: float | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # extra labels for every Job
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # A workload submitted as a manifest: its kind (`apiVersion/Kind`, scheduling.kinds) and
+    # the object, created as one object instead of a Job per pod set. "" = Allot's Jobs.
+    kind: str = ""
+    manifest: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def ref(self) -> WorkloadRef:
@@ -140,6 +145,7 @@ class WorkloadSpec:
             namespace=self.namespace,
             workload_id=self.workload_id,
             pod_set_indexes=[p.index for p in self.pod_sets],
+            kind=self.kind,
         )
 
 
@@ -150,16 +156,26 @@ class WorkloadRef:
     namespace: str
     workload_id: int
     job_names: tuple[str, ...]
+    # A manifest workload's kind (`apiVersion/Kind`): one object of that kind, named
+    # `object_name`, whose pods carry the pod set label; "" = a Job per pod set.
+    kind: str = ""
+
+    @property
+    def object_name(self) -> str:
+        """The name of a manifest workload's object (its first pod set's Job name)."""
+        return self.job_names[0] if self.job_names else ""
 
     @classmethod
     def for_workload(
-        cls, *, namespace: str, workload_id: int, pod_set_indexes: Sequence[int]
+        cls, *, namespace: str, workload_id: int, pod_set_indexes: Sequence[int],
+        kind: str = "",
     ) -> WorkloadRef:
         """Build the reference from database facts (so workers never need to store it)."""
         return cls(
             namespace=namespace,
             workload_id=workload_id,
             job_names=tuple(job_name(workload_id, i) for i in pod_set_indexes),
+            kind=kind,
         )
 
 
@@ -258,6 +274,17 @@ class BatchDispatch(Protocol):
     ) -> list[DispatchOutcome]:
         """One outcome per spec, in order; workloads in `replace` lose their previous Jobs
         of the same names first."""
+        ...
+
+
+@runtime_checkable
+class ServedKinds(Protocol):
+    """An optional capability: which workload kinds (`apiVersion/Kind`) the cluster serves.
+
+    Dispatch refuses a kind not served (KIND_NOT_SERVED); node sync records the list."""
+
+    def served_kinds(self) -> list[str]:
+        """The kinds of scheduling.kinds this cluster's API serves."""
         ...
 
 

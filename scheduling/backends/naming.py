@@ -13,6 +13,7 @@ LABEL_QUEUE = "allot.io/queue"
 LABEL_POD_SET = "allot.io/pod-set"
 LABEL_FLAVOR = "allot.io/flavor"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_KIND = "allot.io/kind"  # a simulated Job's workload kind (apiVersion/Kind)
 MANAGED_BY = "allot"
 
 _JOB_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)$")

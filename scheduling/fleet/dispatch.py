@@ -83,6 +83,7 @@ DISPATCH_FIELDS = (
     "workload__name", "workload__queue__path", "workload__queue__namespace",
     "workload__image", "workload__command", "workload__priority_class__name",
     "workload__termination_grace_s", "workload__duration_hint_s", "workload__progress_s",
+    "workload__kind", "workload__manifest",
 )
 
 
@@ -153,7 +154,8 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
         priority_class=row["workload__priority_class__name"],
         termination_grace_s=row["workload__termination_grace_s"],
         duration_s=None if hint is None else max(0.0, float(hint) - row["workload__progress_s"]),
-        labels={})
+        labels={}, kind=row.get("workload__kind") or "",
+        manifest=row.get("workload__manifest") or {})
 
 
 def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime | None,
@@ -248,6 +250,7 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
                 "workload__termination_grace_s": w.termination_grace_s,
                 "workload__duration_hint_s": w.duration_hint_s,
                 "workload__progress_s": w.progress_s,
+                "workload__kind": w.kind, "workload__manifest": w.manifest,
             }, parts.pod_sets.get(w.pk, [])))
         try:
             outcomes = backend.dispatch_many(specs, replace=previous)

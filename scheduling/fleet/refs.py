@@ -42,7 +42,7 @@ def workload_ref(admission: Admission) -> WorkloadRef:
     w = admission.workload
     return WorkloadRef.for_workload(
         namespace=namespace_of(w), workload_id=w.pk,
-        pod_set_indexes=[ps.index for ps in w.pod_sets.all()])
+        pod_set_indexes=[ps.index for ps in w.pod_sets.all()], kind=w.kind)
 
 
 def _admissions(**filters: object) -> list[Admission]:

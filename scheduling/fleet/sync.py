@@ -19,6 +19,7 @@ from scheduling.backends.base import (
     BackendError,
     FlavorMatch,
     RunPhase,
+    ServedKinds,
     WorkloadRef,
 )
 from scheduling.locks import (
@@ -77,7 +78,7 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
         qs = qs.filter(workload_id__in=list(workload_ids))
     rows = list(qs.order_by("pk").values(
         "pk", "workload_id", "workload__state", "workload__queue__path",
-        "workload__queue__namespace"))
+        "workload__queue__namespace", "workload__kind"))
     if not rows:
         return report
     indexes: dict[int, list[int]] = {}
@@ -87,7 +88,8 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
         indexes.setdefault(wid, []).append(index)
     refs = [WorkloadRef.for_workload(
         namespace=r["workload__queue__namespace"] or r["workload__queue__path"].replace("/", "-"),
-        workload_id=r["workload_id"], pod_set_indexes=indexes.get(r["workload_id"], []))
+        workload_id=r["workload_id"], pod_set_indexes=indexes.get(r["workload_id"], []),
+        kind=r["workload__kind"])
         for r in rows]
     try:
         statuses = backend.workload_statuses(refs)
@@ -185,6 +187,20 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, RunPhase, st
 
 
 @history_context(Source.SYNC)
+def _sync_kinds(cluster: Cluster, backend: object) -> None:
+    """Record the workload kinds the cluster serves (the fleet page shows them)."""
+    if not isinstance(backend, ServedKinds):
+        return
+    try:
+        served = backend.served_kinds()
+    except BackendError as exc:
+        logger.warning("cluster %s: API discovery failed: %s", cluster.name, exc)
+        return
+    if served != list(cluster.kinds or []):
+        Cluster.objects.filter(pk=cluster.pk).update(kinds=served)
+        cluster.kinds = served
+
+
 def sync_nodes(cluster: Cluster, backend: object) -> int:
     """Update readiness and allocatable resources of known nodes (new nodes are added).
 
@@ -199,6 +215,7 @@ def sync_nodes(cluster: Cluster, backend: object) -> int:
     except BackendError as exc:
         logger.warning("cluster %s: node inventory failed: %s", cluster.name, exc)
         return 0
+    _sync_kinds(cluster, backend)
     known = {n.name: n for n in Node.objects.filter(cluster=cluster)}
     changed = 0
     for info in infos:

@@ -212,7 +212,8 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                 dataset=clean["dataset"], image=clean["image"], command=clean["command"],
                 duration_hint_s=clean["duration_hint_s"],
                 termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
-                labels=clean["labels"], submitted_at=now, state_changed_at=now,
+                labels=clean["labels"], kind=clean["kind"], manifest=clean["manifest"],
+                submitted_at=now, state_changed_at=now,
             )
             pod_sets = [
                 PodSet(index=p["index"], count=p["count"], flavors=p["flavors"], gpus=p["gpus"],

@@ -51,6 +51,7 @@ S = WorkloadState
 RESUBMIT_FIELDS = frozenset({
     "name", "queue", "priority_class", "preemptible", "checkpoint", "strategy", "image",
     "command", "dataset", "duration_hint_s", "termination_grace_s", "topology", "labels", "pods",
+    "manifest", "flavors",
 })
 # A pending workload may change all of them but its queue (moving is cancel + resubmit).
 UPDATE_FIELDS = RESUBMIT_FIELDS - {"queue"}
@@ -60,6 +61,17 @@ GRANDFATHERED_STATES = (S.FINISHED, S.FAILED, S.CANCELLED)
 
 def workload_input(workload: Workload) -> dict[str, Any]:
     """A stored workload as a submission (the input of POST /api/v1/workloads)."""
+    if workload.kind:
+        # Submitted as a manifest: its pod sets come from it, their flavors are the choice.
+        sets = sorted(workload.pod_sets.all(), key=lambda p: p.index)
+        common = {k: v for k, v in _plain_input(workload).items()
+                  if k not in ("image", "command", "pods")}
+        return {**common, "manifest": dict(workload.manifest),
+                "flavors": list(sets[0].flavors) if sets else None}
+    return _plain_input(workload)
+
+
+def _plain_input(workload: Workload) -> dict[str, Any]:
     return {
         "name": workload.name, "queue": workload.queue.path,
         "priority_class": workload.priority_class.name, "preemptible": workload.preemptible,
@@ -215,7 +227,8 @@ def workload_update(
         priority_class = policy_priority_class(verdict, clean["priority_class"],
                                                         lookups.classes)
         for name in ("name", "preemptible", "checkpoint", "strategy", "dataset", "image",
-                     "command", "duration_hint_s", "termination_grace_s", "topology", "labels"):
+                     "command", "duration_hint_s", "termination_grace_s", "topology", "labels",
+                     "kind", "manifest"):
             setattr(w, name, clean[name])
         w.priority_class = priority_class
         pod_sets = [
@@ -240,13 +253,14 @@ def workload_update(
                 .prefetch_related("pod_sets").get(pk=w.pk), refused, changed)
         # Above the approval thresholds it waits for approval again only if it asks for more
         # than was approved (an approved workload keeps its approval for a smaller change).
-        old_gpus = sum(int(p["count"]) * Decimal(str(p["gpus"])) for p in previous["pods"])
+        old_gpus = sum(p.count * p.gpus for p in w.pod_sets.all())
         new_gpus = sum(p.count * p.gpus for p in pod_sets)
         bigger = new_gpus > old_gpus or (clean["duration_hint_s"] or 0) > (
             previous["duration_hint_s"] or 0)
         held = approval_reason(clean) if (bigger or w.needs_approval) else ""
         fields = ["name", "preemptible", "checkpoint", "strategy", "dataset", "image", "command",
-                  "duration_hint_s", "termination_grace_s", "topology", "labels",
+                  "duration_hint_s", "termination_grace_s", "topology", "labels", "kind",
+                  "manifest",
                   "priority_class", "needs_approval", "reason_code", "reason_message"]
         if held:
             w.needs_approval = True

@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 
 from core.labels import labels_problems
 from scheduling.request.lookups import SubmitLookups
+from scheduling.request.manifests import manifest_name, validate_manifest
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -128,8 +129,11 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
     if not isinstance(data, Mapping):
         raise ValidationError({"non_field_errors": ["expected a JSON object"]})
     clean: dict[str, Any] = {}
+    from_manifest = data.get("manifest") is not None
 
     name = data.get("name")
+    if from_manifest and not name:
+        name = manifest_name(data["manifest"])
     if not isinstance(name, str) or not name:
         errors["name"] = ["required: a DNS-safe name (lowercase letters, digits, '-')"]
     elif not DNS_LABEL.fullmatch(name):
@@ -204,7 +208,13 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
         errors["labels"] = problems
     clean["labels"] = dict(labels) if isinstance(labels, Mapping) else {}
 
-    clean["pods"] = _validate_pods(data.get("pods"), lk.flavors, errors)
+    if from_manifest:
+        clean.update(validate_manifest(data, lk.flavors, errors, limits={
+            "pod_sets": MAX_POD_SETS, "pods": MAX_PODS, "gpus": MAX_GPUS, "cpu": MAX_CPU,
+            "memory_gib": MAX_MEMORY_GIB}))
+    else:
+        clean["kind"], clean["manifest"] = "", {}
+        clean["pods"] = _validate_pods(data.get("pods"), lk.flavors, errors)
     if errors:
         raise ValidationError(errors)
     return clean

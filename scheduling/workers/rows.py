@@ -70,7 +70,7 @@ class SnapshotParts:
 STATIC_FIELDS = (
     "id", "name", "team__name", "owner__username", "priority_class_id", "preemptible",
     "checkpoint", "strategy", "dataset", "topology", "labels", "submitted_at",
-    "termination_grace_s", "image", "command", "duration_hint_s",
+    "termination_grace_s", "image", "command", "duration_hint_s", "kind", "manifest",
 )
 
 

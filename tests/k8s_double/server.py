@@ -54,6 +54,7 @@ class KubeDouble:
         self.token = token
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._install_routes()
+        self._install_kind_routes()
         double = self
 
         class RequestHandler(_RequestHandler):
@@ -284,6 +285,52 @@ class KubeDouble:
                 return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                              "status": "Success", "details": {"name": name,
                                                                "kind": "priorityclasses"}}
+
+
+    def _install_kind_routes(self) -> None:
+        """API discovery, pod deletion and the custom objects of every kind (kinds.py)."""
+        s = self.state
+        NS, NAME = r"(?P<ns>[^/]+)", r"(?P<name>[^/]+)"
+        BASE = r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/" + NS + r"/(?P<plural>[^/]+)"
+
+        @self.route("GET", "/apis")
+        def api_groups(**_: Any) -> tuple[int, Any]:
+            with s.lock:
+                return 200, s.api_groups()
+
+        @self.route("DELETE", f"/api/v1/namespaces/{NS}/pods/{NAME}")
+        def delete_pod(ns: str, name: str, **_: Any) -> tuple[int, Any]:
+            return 200, s.delete_pod(ns, name)
+
+        @self.route("GET", BASE)
+        def list_objects(group: str, version: str, ns: str, plural: str, **_: Any):
+            kind = s.kind_at(group, version, plural)
+            return 200, _list(f"{kind.kind}List", kind.api_version,
+                              s.list_objects(group, version, plural, ns), s.next_version())
+
+        @self.route("POST", BASE)
+        def create_object(group: str, version: str, ns: str, plural: str, body: dict,
+                          **_: Any) -> tuple[int, Any]:
+            return 201, s.create_object(group, version, plural, ns, body)
+
+        @self.route("GET", f"{BASE}/{NAME}")
+        def get_object(group: str, version: str, ns: str, plural: str, name: str, **_: Any):
+            return 200, s.get_object(group, version, plural, ns, name)
+
+        @self.route("PATCH", f"{BASE}/{NAME}")
+        def patch_object(group: str, version: str, ns: str, plural: str, name: str,
+                         body: Any, content_type: str, **_: Any) -> tuple[int, Any]:
+            return 200, s.patch_object(group, version, plural, ns, name, body, content_type)
+
+        @self.route("PUT", f"{BASE}/{NAME}")
+        def replace_object(group: str, version: str, ns: str, plural: str, name: str,
+                           body: Any, **_: Any) -> tuple[int, Any]:
+            return 200, s.replace_object(group, version, plural, ns, name, body)
+
+        @self.route("DELETE", f"{BASE}/{NAME}")
+        def delete_object(group: str, version: str, ns: str, plural: str, name: str,
+                          **_: Any) -> tuple[int, Any]:
+            return 200, s.delete_object(group, version, plural, ns, name)
 
 
 class _RequestHandler(BaseHTTPRequestHandler):

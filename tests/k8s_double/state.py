@@ -22,6 +22,7 @@ from tests.k8s_double.controller import (
     now_iso,
 )
 from tests.k8s_double.errors import already_exists, forbidden_create, invalid, not_found
+from tests.k8s_double.kinds import KindsController
 from tests.k8s_double.patches import apply_patch
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -51,7 +52,7 @@ class Fault:
 # ---------------------------------------------------------------- the store
 
 
-class ClusterState(JobController):
+class ClusterState(JobController, KindsController):
     """Every object of the double, keyed by resource, namespace and name; thread-safe."""
 
     def __init__(self) -> None:
@@ -62,6 +63,8 @@ class ClusterState(JobController):
         self.pods: dict[tuple[str, str], dict] = {}
         self.events: list[dict] = []
         self.priority_classes: dict[str, dict] = {}
+        self.objects: dict[tuple[str, str, str], dict] = {}  # custom objects (kinds.py)
+        self.unserved: set[str] = set()  # group versions the API does not serve
         self.faults: list[Fault] = []
         self.forbidden_namespaces: set[str] = set()
         self.requests: list[dict] = []  # method, path, query, content_type, body

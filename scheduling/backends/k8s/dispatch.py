@@ -17,11 +17,12 @@ from scheduling.backends.k8s.client import MERGE_PATCH, status_message
 from scheduling.backends.k8s.jobs import SHARING, hami_card_uuids, job_body
 from scheduling.backends.k8s.namespaces import NamespacesMixin
 from scheduling.backends.k8s.nodes import NodesMixin
+from scheduling.backends.k8s.objects import ObjectsMixin
 from scheduling.backends.k8s.priority_classes import PriorityClassesMixin
 from scheduling.backends.naming import LABEL_WORKLOAD_ID
 
 
-class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin):
+class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin, ObjectsMixin):
     """create_workload, start_workload, suspend_workload, delete_workload."""
 
     def create_workload(self, spec: WorkloadSpec) -> WorkloadRef:
@@ -43,6 +44,8 @@ class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin):
                 f"{', '.join(s for s in SHARING if s)} (or unset)")
         uuids = ({name: hami_card_uuids(node.metadata.annotations if node.metadata else None)
                   for name, node in nodes.items()} if sharing == "hami" else None)
+        if spec.kind:
+            return self._create_object(spec)
         ref = spec.ref
         created: list[str] = []
         try:
@@ -119,6 +122,9 @@ class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin):
                 raise self._unexpected(what, error) from error
 
     def _set_suspend(self, ref: WorkloadRef, suspend: bool) -> None:
+        if ref.kind:
+            self._set_object_suspend(ref, suspend)
+            return
         verb = "suspend" if suspend else "start"
         for name in ref.job_names:
             what = f'{verb} Job "{name}" in namespace "{ref.namespace}"'
@@ -154,5 +160,8 @@ class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin):
 
     def delete_workload(self, ref: WorkloadRef) -> None:
         """Delete every Job, its pods in the background; missing Jobs are fine."""
+        if ref.kind:
+            self._delete_object(ref)
+            return
         for name in ref.job_names:
             self._delete_job(ref.namespace, name)

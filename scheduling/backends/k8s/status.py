@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from scheduling.backends.base import PodSetStatus, WorkloadRef, WorkloadStatus
-from scheduling.backends.k8s.client import KubeClient
+from scheduling.backends.k8s.objects import ObjectsMixin
 from scheduling.backends.naming import (
     LABEL_MANAGED_BY,
     LABEL_WORKLOAD_ID,
@@ -20,7 +20,7 @@ from scheduling.backends.naming import (
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 
 
-class StatusMixin(KubeClient):
+class StatusMixin(ObjectsMixin):
     """workload_status, workload_statuses, list_workloads."""
 
     def workload_status(self, ref: WorkloadRef) -> WorkloadStatus:
@@ -28,7 +28,14 @@ class StatusMixin(KubeClient):
         return self.workload_statuses([ref])[0]
 
     def workload_statuses(self, refs: Sequence[WorkloadRef]) -> list[WorkloadStatus]:
-        """Statuses of many workloads with two list calls per namespace (Jobs and pods)."""
+        """Statuses of many workloads with two list calls per namespace (Jobs and pods); a
+        manifest workload's object is read on its own."""
+        if any(r.kind for r in refs):
+            objects = iter(self._object_statuses([r for r in refs if r.kind]))
+            jobs_only = iter(self.workload_statuses([r for r in refs if not r.kind]))
+            return [next(objects) if r.kind else next(jobs_only) for r in refs]
+        if not refs:
+            return []
         by_namespace: dict[str, list[WorkloadRef]] = {}
         for ref in refs:
             by_namespace.setdefault(ref.namespace, []).append(ref)

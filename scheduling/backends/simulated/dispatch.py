@@ -12,7 +12,9 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from scheduling import kinds
 from scheduling.backends.base import DispatchRefused, RefusalReason, WorkloadRef, WorkloadSpec
+from scheduling.backends.naming import LABEL_KIND
 from scheduling.backends.simulated.refusals import RefusalsMixin
 
 
@@ -79,6 +81,15 @@ class DispatchMixin(RefusalsMixin):
         """An unsaved Job for one pod set of `spec` (created suspended, or already started)."""
         from scheduling.backends.simulated.models import SimJob
 
+        labels = dict(spec.labels)
+        duration_s = spec.duration_s
+        if spec.kind:
+            # Every kind runs as its pod sets; a serving kind (Deployment, StatefulSet,
+            # LeaderWorkerSet, RayCluster) serves until deleted, whatever its hint says.
+            labels[LABEL_KIND] = spec.kind
+            kind = kinds.kind_named(spec.kind)
+            if kind is not None and kind.serving:
+                duration_s = None
         return SimJob(
             cluster=cluster, namespace=spec.namespace, name=name,
             workload_id=spec.workload_id, pod_set_index=pod_set.index,
@@ -87,10 +98,10 @@ class DispatchMixin(RefusalsMixin):
             nodes=list(pod_set.nodes), cards=list(pod_set.cards),
             priority_class=spec.priority_class,
             termination_grace_s=max(0, int(spec.termination_grace_s)),
-            labels=dict(spec.labels), duration_s=spec.duration_s,
+            labels=labels, duration_s=duration_s,
             speedup=float(connection.get("speedup") or 1.0),
             start_delay_s=float(connection.get("start_delay_s") or 0.0),
-            fail_after_s=cls._fail_after(connection, spec.duration_s) if fails else None,
+            fail_after_s=cls._fail_after(connection, duration_s) if fails else None,
             suspended=suspended, created_at=now, **moments,
         )
 

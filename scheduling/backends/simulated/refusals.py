@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
+from scheduling import kinds
 from scheduling.backends.base import DispatchRefused, RefusalReason, WorkloadSpec
 from scheduling.backends.simulated.cluster import SimulatedCluster
 
@@ -26,6 +27,17 @@ class RefusalsMixin(SimulatedCluster):
                 RefusalReason.NAMESPACE_FORBIDDEN,
                 f'namespace "{namespace}" forbidden on simulated cluster {self.name}',
             )
+
+    def served_kinds(self) -> list[str]:
+        """The workload kinds it serves: its connection's `kinds` (apiVersion/Kind), else
+        every kind Allot runs."""
+        return self._served(self._cluster())
+
+    @staticmethod
+    def _served(cluster: Any) -> list[str]:
+        listed = (cluster.connection or {}).get("kinds")
+        return sorted(kinds.KINDS) if listed is None else sorted(
+            k for k in listed if k in kinds.KINDS)
 
     def _refuse_or_controls(self, cluster: Any) -> dict[str, Any]:
         """Raise the refusal the cluster is set to give; else its controls (or {})."""
@@ -71,6 +83,13 @@ class RefusalsMixin(SimulatedCluster):
                 f"workload {spec.workload_id} has no pods to create "
                 f"(pod counts {[p.count for p in spec.pod_sets]})",
             )
+        if spec.kind and spec.kind not in self._served(cluster):
+            kind = kinds.KINDS.get(spec.kind)
+            what = f"{kind.kind} ({kind.api_version}" if kind else f"({spec.kind}"
+            raise DispatchRefused(
+                RefusalReason.KIND_NOT_SERVED,
+                f"simulated cluster {self.name} does not serve {what} is not in its API: "
+                "the operator or CRD is not installed)")
         speedup = float((cluster.connection or {}).get("speedup") or 1.0)
         if speedup <= 0:
             raise DispatchRefused(

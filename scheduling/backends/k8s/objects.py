@@ -1,0 +1,263 @@
+"""Workloads submitted as manifests (scheduling.kinds) on a Kubernetes cluster: one object of
+the manifest's kind through the custom objects API (the same paths `kubectl` uses, built-in
+groups too), created held back and placed, started, suspended, deleted, and read back.
+
+Kinds with a suspend field are suspended and resumed by a merge patch of it. Kinds without
+one (Deployment, StatefulSet, LeaderWorkerSet, Volcano Job) carry a scheduling gate in their
+pod templates while not admitted: starting replaces the object with the gate lifted and
+deletes the gated pods (their controller makes them again, ungated); suspending puts the gate
+back and deletes the pods. Which kinds a cluster serves is read from its API discovery
+(`GET /apis`), kept a minute.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kubernetes import client as k8s
+
+from scheduling import kinds
+from scheduling.backends.base import (
+    DispatchRefused,
+    PodSetStatus,
+    RefusalReason,
+    WorkloadRef,
+    WorkloadSpec,
+    WorkloadStatus,
+)
+from scheduling.backends.k8s.client import MERGE_PATCH, KubeClient
+from scheduling.backends.naming import (
+    LABEL_POD_SET,
+    LABEL_WORKLOAD_ID,
+    job_labels,
+)
+from scheduling.kinds import SCHEDULING_GATE, Kind, Placement
+from scheduling.kinds.base import ANNOTATION_ADMITTED
+
+SERVED_TTL_S = 60.0
+
+
+def _kind(key: str) -> Kind:
+    found = kinds.kind_named(key)
+    if found is None:
+        raise DispatchRefused(RefusalReason.INVALID, f"unknown workload kind {key!r}")
+    return found
+
+
+class ObjectsMixin(KubeClient):
+    """The objects of manifest workloads: create, start, suspend, delete, status, kinds."""
+
+    _served: tuple[float, frozenset[str]] | None = None
+
+    @property
+    def custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.api_client)
+
+    def served_kinds(self) -> list[str]:
+        """The kinds whose group/version the cluster's API lists (`GET /apis`)."""
+        now = time.monotonic()
+        if self._served is not None and now - self._served[0] < SERVED_TTL_S:
+            return sorted(self._served[1])
+        try:
+            groups = self._call("list API groups", k8s.ApisApi(self.api_client).get_api_versions)
+        except k8s.ApiException as error:
+            raise self._unexpected("list API groups", error) from error
+        versions = {v.group_version for g in groups.groups or [] for v in g.versions or []}
+        served = frozenset(k.key for k in kinds.KINDS.values() if k.api_version in versions)
+        self._served = (now, served)
+        return sorted(served)
+
+    def _check_kind(self, kind: Kind) -> None:
+        if kind.key not in self.served_kinds():
+            raise DispatchRefused(
+                RefusalReason.KIND_NOT_SERVED,
+                f"cluster {self.name} does not serve {kind.kind} ({kind.api_version} is not "
+                "in its API: the operator or CRD is not installed)")
+
+    def _create_object(self, spec: WorkloadSpec) -> WorkloadRef:
+        kind = _kind(spec.kind)
+        self._check_kind(kind)
+        ref = spec.ref
+        placements = [Placement(
+            labels={**{str(k): str(v) for k, v in spec.labels.items()}, **job_labels(
+                workload_id=spec.workload_id, queue_path=spec.queue_path,
+                pod_set_index=p.index, flavor=p.flavor)},
+            annotations={"allot.io/workload-name": spec.name},
+            node_selector=dict(p.node_selector), nodes=tuple(p.nodes), gpus=p.gpus > 0,
+            priority_class=spec.priority_class, termination_grace_s=spec.termination_grace_s,
+        ) for p in spec.pod_sets]
+        labels = job_labels(workload_id=spec.workload_id, queue_path=spec.queue_path,
+                            pod_set_index=0, flavor=spec.pod_sets[0].flavor)
+        labels.pop(LABEL_POD_SET)
+        try:
+            body = kind.prepare(spec.manifest, name=ref.object_name, namespace=spec.namespace,
+                                labels=labels, annotations={**spec.annotations,
+                                                            "allot.io/workload-name": spec.name},
+                                placements=placements)
+        except kinds.ManifestError as exc:
+            raise DispatchRefused(RefusalReason.INVALID, f"workload {spec.workload_id}: "
+                                  f"{exc}") from exc
+        what = f'create {kind.kind} "{ref.object_name}" in namespace "{spec.namespace}"'
+        with self._refusals(f"cluster {self.name}: {what}"):
+            try:
+                self._call(what, self.custom.create_namespaced_custom_object, kind.group,
+                           kind.version, spec.namespace, kind.plural, body)
+                return ref
+            except k8s.ApiException as error:
+                if error.status != 409:
+                    raise
+        current = self._get_object(kind, ref)
+        owner = ((current or {}).get("metadata", {}).get("labels") or {}).get(LABEL_WORKLOAD_ID)
+        if owner != str(spec.workload_id):
+            raise DispatchRefused(
+                RefusalReason.CONFLICT,
+                f'{kind.kind} "{ref.object_name}" in namespace "{spec.namespace}" on cluster '
+                f"{self.name} exists and belongs to workload {owner or 'none'}, "
+                f"not {spec.workload_id}")
+        if current is not None and kind.suspended(current):
+            # Held back from an earlier admission elsewhere: its placement is stale.
+            self._delete_object(ref)
+            with self._refusals(f"cluster {self.name}: re-{what}"):
+                self._call(what, self.custom.create_namespaced_custom_object, kind.group,
+                           kind.version, spec.namespace, kind.plural, body)
+        return ref
+
+    def _get_object(self, kind: Kind, ref: WorkloadRef) -> dict[str, Any] | None:
+        what = f'read {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
+        try:
+            return self._call(what, self.custom.get_namespaced_custom_object, kind.group,  # type: ignore[no-any-return]
+                              kind.version, ref.namespace, kind.plural, ref.object_name)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return None
+            raise self._unexpected(what, error) from error
+
+    def _set_object_suspend(self, ref: WorkloadRef, suspend: bool) -> None:
+        kind = _kind(ref.kind)
+        verb = "suspend" if suspend else "start"
+        what = f'{verb} {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
+        try:
+            if kind.suspend_path:
+                self._call(what, self.custom.patch_namespaced_custom_object, kind.group,
+                           kind.version, ref.namespace, kind.plural, ref.object_name,
+                           kind.suspend_patch(suspend), _content_type=MERGE_PATCH)
+                return
+            self._set_gates(kind, ref, suspend, what)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                if suspend:
+                    return
+                raise DispatchRefused(
+                    RefusalReason.JOB_GONE, f'{kind.kind} "{ref.object_name}" in namespace '
+                    f'"{ref.namespace}" on cluster {self.name} no longer exists') from error
+            if not suspend and error.status in (400, 403, 422):
+                raise DispatchRefused(
+                    RefusalReason.API_ERROR, f"cluster {self.name}: {what}: HTTP "
+                    f"{error.status}") from error
+            raise self._unexpected(what, error) from error
+
+    def _set_gates(self, kind: Kind, ref: WorkloadRef, suspend: bool, what: str) -> None:
+        """Gate (or ungate) the pod templates and mark the object, then delete the pods made
+        from the other template: the controller makes them again as the template says."""
+        obj = self._call(what, self.custom.get_namespaced_custom_object, kind.group,
+                         kind.version, ref.namespace, kind.plural, ref.object_name)
+        templates = [ps.template for ps in kind.derive(obj)]
+        for template in templates:
+            spec = template.setdefault("spec", {})
+            gates = [g for g in spec.get("schedulingGates") or []
+                     if g.get("name") != SCHEDULING_GATE]
+            if suspend:
+                gates.append({"name": SCHEDULING_GATE})
+            spec["schedulingGates"] = gates
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION_ADMITTED] = (
+            "false" if suspend else "true")
+        obj.pop("status", None)
+        self._call(what, self.custom.replace_namespaced_custom_object, kind.group,
+                   kind.version, ref.namespace, kind.plural, ref.object_name, obj)
+        for pod in self._pods_of([ref]).get(ref.workload_id, []):
+            gated = any(g.name == SCHEDULING_GATE for g in pod.spec.scheduling_gates or [])
+            if gated == suspend:
+                continue  # already as wanted
+            name = pod.metadata.name
+            try:
+                self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name,
+                           ref.namespace, grace_period_seconds=None)
+            except k8s.ApiException as error:
+                if error.status != 404:
+                    raise
+
+    def _delete_object(self, ref: WorkloadRef) -> None:
+        kind = _kind(ref.kind)
+        what = f'delete {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
+        try:
+            self._call(what, self.custom.delete_namespaced_custom_object, kind.group,
+                       kind.version, ref.namespace, kind.plural, ref.object_name,
+                       propagation_policy="Background")
+        except k8s.ApiException as error:
+            if error.status != 404:
+                raise self._unexpected(what, error) from error
+
+    def _pods_of(self, refs: Sequence[WorkloadRef]) -> dict[int, list[Any]]:
+        """The live pods of these workloads (one list call per namespace)."""
+        out: dict[int, list[Any]] = {}
+        by_ns: dict[str, set[int]] = {}
+        for ref in refs:
+            by_ns.setdefault(ref.namespace, set()).add(ref.workload_id)
+        for ns, ids in by_ns.items():
+            selector = f"{LABEL_WORKLOAD_ID} in ({','.join(str(i) for i in sorted(ids))})"
+            what = f"list pods in namespace {ns}"
+            try:
+                pods = self._call(what, self.core.list_namespaced_pod, ns,
+                                  label_selector=selector).items
+            except k8s.ApiException as error:
+                if error.status == 404:
+                    continue
+                raise self._unexpected(what, error) from error
+            for pod in pods:
+                if pod.metadata.deletion_timestamp is not None:
+                    continue
+                wid = (pod.metadata.labels or {}).get(LABEL_WORKLOAD_ID, "")
+                if wid.isdigit():
+                    out.setdefault(int(wid), []).append(pod)
+        return out
+
+    def _object_statuses(self, refs: Sequence[WorkloadRef]) -> list[WorkloadStatus]:
+        """Each object's pod sets (as derived from it now), its pods by phase, and its own
+        finished / failed status."""
+        pods = self._pods_of(refs)
+        out = []
+        for ref in refs:
+            kind = _kind(ref.kind)
+            obj = self._get_object(kind, ref)
+            if obj is None:
+                out.append(WorkloadStatus(ref=ref, pod_sets=tuple(
+                    PodSetStatus(job_name=n, exists=False) for n in ref.job_names)))
+                continue
+            try:
+                counts = [ps.count for ps in kind.derive(obj)]
+            except kinds.ManifestError:
+                counts = []
+            state = kind.state(obj)
+            suspended = kind.suspended(obj)
+            phases: dict[str, dict[str, int]] = {}
+            for pod in pods.get(ref.workload_id, []):
+                index = (pod.metadata.labels or {}).get(LABEL_POD_SET, "0")
+                phase = (pod.status and pod.status.phase) or "Pending"
+                per = phases.setdefault(index, {})
+                per[phase] = per.get(phase, 0) + 1
+            sets = []
+            for i, name in enumerate(ref.job_names):
+                count = counts[i] if i < len(counts) else 0
+                per = phases.get(str(i), {})
+                sets.append(PodSetStatus(
+                    job_name=name, exists=True, count=count, suspended=suspended,
+                    pending=per.get("Pending", 0), running=per.get("Running", 0),
+                    # A serving kind's pods do not finish it (its controller restarts them).
+                    succeeded=count if state.succeeded else (
+                        0 if kind.serving else per.get("Succeeded", 0)),
+                    failed=per.get("Failed", 0), job_failed=state.failed and i == 0,
+                    message=state.message if state.failed and i == 0 else ""))
+            out.append(WorkloadStatus(ref=ref, pod_sets=tuple(sets)))
+        return out

@@ -1,0 +1,345 @@
+"""What every workload kind shares: a derived pod set, the error a bad manifest raises, and
+the `Kind` a module per kind describes (its pod sets, how it is held back until admitted, how
+its placement is written into it, and what its own status says).
+
+Pure Python on plain JSON objects (as the API server speaks them): no Django, no kubernetes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+from core.quantity import GIB, QuantityError, parse_quantity
+
+GPU_RESOURCE = "nvidia.com/gpu"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# A pod held back until its workload is admitted (kinds without a suspend field).
+SCHEDULING_GATE = "allot.io/admission"
+ANNOTATION_ADMITTED = "allot.io/admitted"
+MAX_REPLICAS = 100_000
+MILLI = Decimal("0.001")  # cpu and memory are counted to the thousandth, rounded up
+
+# How a kind is held back until admitted: its own `suspend` field, or scheduling gates on its
+# pods (kinds with no suspend: the controller creates pods, the scheduler leaves them be).
+SUSPEND = "suspend"
+GATES = "gates"
+
+
+class ManifestError(ValueError):
+    """A manifest Allot cannot run: names the kind, the field path and the problem."""
+
+    def __init__(self, kind: str, path: str, problem: str):
+        super().__init__(f"{kind}: {path}: {problem}")
+        self.kind, self.path, self.problem = kind, path, problem
+
+
+@dataclass
+class DerivedPodSet:
+    """One gang of identical pods found in a manifest: `count` pods, each asking `requests`
+    (every resource name, as exact amounts: cores, bytes, cards), from the pod template at
+    `path` (the template itself is `template`, a part of the manifest)."""
+
+    name: str
+    count: int
+    path: str
+    template: dict[str, Any]
+    requests: dict[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        return int(self.requests.get(GPU_RESOURCE, 0))
+
+    @property
+    def cpu(self) -> Decimal:
+        return self.requests.get("cpu", Decimal(0)).quantize(MILLI, ROUND_CEILING)
+
+    @property
+    def memory_gib(self) -> Decimal:
+        return (self.requests.get("memory", Decimal(0)) / GIB).quantize(MILLI, ROUND_CEILING)
+
+    @property
+    def other(self) -> dict[str, Decimal]:
+        """Resources other than cpu, memory and whole GPUs (kept for the open resource model)."""
+        return {k: v for k, v in self.requests.items()
+                if k not in ("cpu", "memory", GPU_RESOURCE)}
+
+
+def get(obj: Any, path: str, default: Any = None) -> Any:
+    """`obj[a][b]...` for the dotted path `a.b...`; `default` when any step is missing."""
+    for part in path.split("."):
+        if not isinstance(obj, Mapping) or part not in obj:
+            return default
+        obj = obj[part]
+    return obj
+
+
+def replicas(kind: str, value: Any, path: str, default: int = 1, minimum: int = 0) -> int:
+    """A replica count: a whole number (absent: `default`)."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError(kind, path, f"{value!r} is not a whole number of replicas")
+    if value < minimum or value > MAX_REPLICAS:
+        raise ManifestError(kind, path, f"{value} is out of range ({minimum}..{MAX_REPLICAS})")
+    return value
+
+
+def _container_requests(kind: str, container: Any, path: str) -> dict[str, Decimal]:
+    """A container's requests: each resource's request, else its limit (as Kubernetes
+    defaults a missing request to the limit)."""
+    if not isinstance(container, Mapping):
+        raise ManifestError(kind, path, "expected a container object")
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise ManifestError(kind, f"{path}.resources", "expected an object")
+    out: dict[str, Decimal] = {}
+    for section in ("limits", "requests"):  # requests win over limits
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            raise ManifestError(kind, f"{path}.resources.{section}", "expected an object")
+        for name, raw in values.items():
+            try:
+                amount = parse_quantity(raw)
+            except QuantityError as exc:
+                raise ManifestError(kind, f"{path}.resources.{section}.{name}",
+                                    f"{raw!r} is not a quantity ({exc})") from exc
+            if amount < 0:
+                raise ManifestError(kind, f"{path}.resources.{section}.{name}",
+                                    f"{raw!r} is negative")
+            out[str(name)] = amount
+    return out
+
+
+def pod_requests(kind: str, template: Any, path: str) -> dict[str, Decimal]:
+    """A pod's requests as the scheduler counts them: the containers summed; init containers
+    run one at a time before them, so each resource is the larger of the largest init
+    container and the containers' sum; sidecars (init containers with restartPolicy Always)
+    keep running, so they add to both (as they start, to the init containers after them)."""
+    if not isinstance(template, Mapping):
+        raise ManifestError(kind, path, "expected a pod template object")
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        raise ManifestError(kind, f"{path}.spec", "required: the pod spec")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise ManifestError(kind, f"{path}.spec.containers", "no containers: at least one")
+    total: dict[str, Decimal] = {}
+    for i, c in enumerate(containers):
+        for name, amount in _container_requests(kind, c, f"{path}.spec.containers[{i}]").items():
+            total[name] = total.get(name, Decimal(0)) + amount
+    inits = spec.get("initContainers") or []
+    if not isinstance(inits, list):
+        raise ManifestError(kind, f"{path}.spec.initContainers", "expected a list")
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
+    for i, c in enumerate(inits):
+        asks = _container_requests(kind, c, f"{path}.spec.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":
+            for name, amount in asks.items():
+                sidecars[name] = sidecars.get(name, Decimal(0)) + amount
+            continue
+        for name, amount in asks.items():  # this init container runs beside earlier sidecars
+            init_peak[name] = max(init_peak.get(name, Decimal(0)),
+                                  amount + sidecars.get(name, Decimal(0)))
+    out: dict[str, Decimal] = {}
+    for name in {*total, *sidecars, *init_peak}:
+        running = total.get(name, Decimal(0)) + sidecars.get(name, Decimal(0))
+        out[name] = max(running, init_peak.get(name, Decimal(0)))
+    overhead = spec.get("overhead") or {}
+    if isinstance(overhead, Mapping):
+        for name, raw in overhead.items():
+            try:
+                out[str(name)] = out.get(str(name), Decimal(0)) + parse_quantity(raw)
+            except QuantityError as exc:
+                raise ManifestError(kind, f"{path}.spec.overhead.{name}",
+                                    f"{raw!r} is not a quantity ({exc})") from exc
+    if GPU_RESOURCE in out and out[GPU_RESOURCE] != out[GPU_RESOURCE].to_integral_value():
+        raise ManifestError(kind, f"{path}.spec.containers", f"{GPU_RESOURCE} "
+                            f"{out[GPU_RESOURCE]} is not a whole number of cards")
+    return out
+
+
+def pod_set(kind: str, name: str, count: int, template: Any, path: str) -> DerivedPodSet:
+    """A derived pod set from a pod template found at `path`."""
+    if not isinstance(template, dict):
+        raise ManifestError(kind, path, "required: a pod template")
+    return DerivedPodSet(name=name, count=count, path=path, template=template,
+                         requests=pod_requests(kind, template, path))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the pods of one pod set go and what they carry: merged into its pod template."""
+
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    node_selector: Mapping[str, str]  # the flavor's
+    nodes: tuple[str, ...]  # the nodes the engine chose (a required node affinity)
+    gpus: bool  # tolerate the GPU taint
+    priority_class: str = ""
+    termination_grace_s: int | None = None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a kind's own status says: finished (successfully or not) and a message."""
+
+    succeeded: bool = False
+    failed: bool = False
+    message: str = ""
+
+
+def conditions_state(obj: Mapping[str, Any], *, success: tuple[str, ...],
+                     failure: tuple[str, ...], path: str = "status.conditions") -> RunState:
+    """A RunState from `status.conditions`: a true condition of a failure type fails, of a
+    success type succeeds (the usual shape: Kubeflow, JobSet, Job, TrainJob, Ray)."""
+    conditions = get(obj, path) or []
+    if not isinstance(conditions, list):
+        return RunState()
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") in failure and c.get("status") == "True":
+            return RunState(failed=True, message=f"{c.get('reason') or c['type']}: "
+                            f"{c.get('message') or ''}".strip())
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") in success and c.get("status") == "True":
+            return RunState(succeeded=True, message=str(c.get("message") or ""))
+    return RunState()
+
+
+def _merge_placement(template: dict[str, Any], where: Placement, *, gated: bool) -> None:
+    meta = template.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), **where.labels}
+    meta["annotations"] = {**(meta.get("annotations") or {}), **where.annotations}
+    spec = template.setdefault("spec", {})
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **where.node_selector}
+    if where.priority_class:
+        spec["priorityClassName"] = where.priority_class
+    if where.termination_grace_s is not None:
+        spec["terminationGracePeriodSeconds"] = int(where.termination_grace_s)
+    if where.gpus:
+        tolerations = list(spec.get("tolerations") or [])
+        wanted = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+        if wanted not in tolerations:
+            tolerations.append(wanted)
+        spec["tolerations"] = tolerations
+    if where.nodes:
+        term = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In",
+                                      "values": sorted(set(where.nodes))}]}
+        affinity = spec.setdefault("affinity", {})
+        node_affinity = affinity.setdefault("nodeAffinity", {})
+        required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution",
+                                             {})
+        terms = required.get("nodeSelectorTerms") or [{}]
+        # Terms are ORed: the chosen nodes are ANDed into each of the user's own terms.
+        required["nodeSelectorTerms"] = [
+            {**t, "matchExpressions": [*(t.get("matchExpressions") or []),
+                                       *term["matchExpressions"]]} for t in terms]
+    if gated:
+        gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != SCHEDULING_GATE]
+        spec["schedulingGates"] = [*gates, {"name": SCHEDULING_GATE}]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One workload kind: its API, its pod sets, its gating and its status.
+
+    `derive(manifest)` finds the pod sets (raising ManifestError); `suspend_path` is the
+    dotted path of its suspend field (gating SUSPEND) or empty (GATES); `state(obj)` reads its
+    own status; `patch_placement` (optional) writes placement where the kind wants it when
+    its pod templates are not in the manifest (TrainJob's runtime patches)."""
+
+    api_version: str
+    kind: str
+    plural: str
+    derive_fn: Callable[[str, dict[str, Any]], list[DerivedPodSet]]
+    state_fn: Callable[[Mapping[str, Any]], RunState]
+    suspend_path: str = "spec.suspend"
+    serving: bool = False  # runs until deleted (no success)
+    doc: str = ""
+    placement_fn: Callable[[dict[str, Any], list[DerivedPodSet], list[Placement]], None] | None \
+        = None
+
+    @property
+    def key(self) -> str:
+        """`apiVersion/Kind`, e.g. `kubeflow.org/v1/PyTorchJob` (what Allot stores)."""
+        return f"{self.api_version}/{self.kind}"
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def derive(self, manifest: dict[str, Any]) -> list[DerivedPodSet]:
+        """The pod sets of `manifest` (at least one), or ManifestError."""
+        sets = self.derive_fn(self.kind, manifest)
+        if not sets:
+            raise ManifestError(self.kind, "spec", "no pods: every replica count is 0")
+        return sets
+
+    def state(self, obj: Mapping[str, Any]) -> RunState:
+        """Finished or failed, from the object's own status."""
+        return self.state_fn(obj)
+
+    def suspended(self, obj: Mapping[str, Any]) -> bool:
+        """Held back: suspended (SUSPEND), or not marked admitted (GATES)."""
+        if self.suspend_path:
+            return bool(get(obj, self.suspend_path, False))
+        annotations = get(obj, "metadata.annotations") or {}
+        return annotations.get(ANNOTATION_ADMITTED) != "true"
+
+    def suspend_patch(self, suspended: bool) -> dict[str, Any]:
+        """The merge patch that suspends or resumes the object."""
+        if not self.suspend_path:
+            return {"metadata": {"annotations": {
+                ANNOTATION_ADMITTED: "false" if suspended else "true"}}}
+        patch: dict[str, Any] = {}
+        cursor = patch
+        parts = self.suspend_path.split(".")
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+        cursor[parts[-1]] = suspended
+        return patch
+
+    def prepare(self, manifest: Mapping[str, Any], *, name: str, namespace: str,
+                labels: Mapping[str, str], annotations: Mapping[str, str],
+                placements: list[Placement]) -> dict[str, Any]:
+        """The object to create: the manifest renamed into the queue's namespace, held back
+        (suspended, or its pods gated), each pod set's template carrying its placement."""
+        obj = copy.deepcopy(dict(manifest))
+        obj.pop("status", None)
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items()
+                if k in ("labels", "annotations")}
+        meta["name"], meta["namespace"] = name, namespace
+        meta["labels"] = {**(meta.get("labels") or {}), **labels}
+        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+        if not self.suspend_path:
+            meta["annotations"][ANNOTATION_ADMITTED] = "false"
+        obj["metadata"] = meta
+        sets = self.derive(obj)
+        if self.placement_fn is not None:
+            self.placement_fn(obj, sets, placements)
+        else:
+            for ps, where in zip(sets, placements, strict=False):
+                _merge_placement(ps.template, where, gated=not self.suspend_path)
+        if self.suspend_path:
+            _set_path(obj, self.suspend_path, True)
+        return obj
+
+
+def merge_placement(template: dict[str, Any], where: Placement, *, gated: bool) -> None:
+    """Write a placement into one pod template (for kinds with their own placement hook)."""
+    _merge_placement(template, where, gated=gated)
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    for part in parts[:-1]:
+        obj = obj.setdefault(part, {})
+    obj[parts[-1]] = value

@@ -1,0 +1,59 @@
+"""`leaderworkerset.x-k8s.io/v1` LeaderWorkerSet: `replicas` groups of `size` pods (a leader
+and size-1 workers); the leaders are one pod set, the workers another, admitted together as
+one gang. It has no suspend field: its pods are created with a scheduling gate that Allot
+lifts once admitted. It serves until deleted."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from scheduling.kinds.base import (
+    DerivedPodSet,
+    Kind,
+    ManifestError,
+    Placement,
+    RunState,
+    get,
+    merge_placement,
+    pod_set,
+    replicas,
+)
+
+BASE = "spec.leaderWorkerTemplate"
+
+
+def _derive(kind: str, obj: dict[str, Any]) -> list[DerivedPodSet]:
+    groups = replicas(kind, get(obj, "spec.replicas"), "spec.replicas")
+    size = replicas(kind, get(obj, f"{BASE}.size"), f"{BASE}.size", minimum=1)
+    worker = get(obj, f"{BASE}.workerTemplate")
+    if worker is None:
+        raise ManifestError(kind, f"{BASE}.workerTemplate", "required: the workers' pod template")
+    leader = get(obj, f"{BASE}.leaderTemplate")
+    if leader is None:
+        leader_set = pod_set(kind, "leader", groups, worker, f"{BASE}.workerTemplate")
+    else:
+        leader_set = pod_set(kind, "leader", groups, leader, f"{BASE}.leaderTemplate")
+    sets = [leader_set]
+    if size > 1:
+        sets.append(pod_set(kind, "workers", groups * (size - 1), worker,
+                            f"{BASE}.workerTemplate"))
+    return [s for s in sets if s.count]
+
+
+def _placement(obj: dict[str, Any], sets: list[DerivedPodSet], where: list[Placement]) -> None:
+    base = get(obj, BASE)
+    if base.get("leaderTemplate") is None:
+        # The leaders use the workers' template: give them a copy of their own to place.
+        base["leaderTemplate"] = copy.deepcopy(base["workerTemplate"])
+    templates = [base["leaderTemplate"], base["workerTemplate"]]
+    for template, place in zip(templates, where, strict=False):
+        merge_placement(template, place, gated=True)
+
+
+LWS = Kind(
+    api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet",
+    plural="leaderworkersets", derive_fn=_derive, suspend_path="", serving=True,
+    placement_fn=_placement, state_fn=lambda o: RunState(),
+    doc="Leaders (replicas) and workers (replicas x (size-1)); pods gated until admitted.",
+)
