@@ -429,3 +429,20 @@ class OutboxMessage(models.Model):
     def __str__(self) -> str:
         target = f"admission {self.admission_id}" if self.admission_id else "cluster"
         return f"{self.kind} {target} on {self.cluster_id}"
+
+
+class WorkloadEstimate(models.Model):
+    """A pending workload's forecast start, from the latest forecast (scheduling/workers/eta.py):
+    `start` at the median run times, `low`-`high` the range over the quartiles (null: later
+    than the horizon), and what it assumes."""
+
+    workload = models.OneToOneField(Workload, on_delete=models.CASCADE,
+                                    related_name="estimate")
+    start = models.DateTimeField(null=True, blank=True)
+    low = models.DateTimeField(null=True, blank=True)
+    high = models.DateTimeField(null=True, blank=True)
+    assumes = models.CharField(max_length=500, blank=True)
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"estimate of workload {self.workload_id}: {self.start}"

@@ -24,6 +24,7 @@ from scheduling.fleet.watch import cluster_watch
 from scheduling.models import Admission, Cluster
 from scheduling.pacing import cycle_mark, cycle_paced
 from scheduling.workers.cycle import cycle_run
+from scheduling.workers.eta import estimates_refresh
 
 logger = logging.getLogger(__name__)
 
@@ -183,3 +184,14 @@ def maintain() -> None:
     outbox rows delivered long ago."""
     workloads_maintain()
     outbox_prune()
+
+
+@shared_task(name="scheduling.eta_refresh", ignore_result=True)
+def eta_refresh() -> dict[str, float]:
+    """Forecast every pending workload's start and store it (scheduling/workers/eta.py)."""
+    report = estimates_refresh()
+    logger.info("eta: %d pending, %d with a start within the horizon, in %.2fs "
+                "(forecast %.2fs)", report.pending, report.estimated, report.seconds,
+                report.forecast_seconds)
+    return {"pending": report.pending, "estimated": report.estimated,
+            "seconds": round(report.seconds, 3)}
