@@ -45,7 +45,7 @@ def accuracy(workloads: dict[str, Any], tolerance_s: float) -> dict[str, Any]:
             continue
         actual = w["admissions"][0]["at"]
         rows.append((eta, actual, actual - eta["at"]))
-    inside = waited_inside = waited = 0
+    inside = waited_inside = waited = early = late = 0
     errors: list[float] = []
     relative: list[float] = []
     waits: list[float] = []
@@ -55,6 +55,9 @@ def accuracy(workloads: dict[str, Any], tolerance_s: float) -> dict[str, Any]:
         hit = low is not None and low - tolerance_s <= actual and (
             high is None or actual <= high + tolerance_s)
         inside += hit
+        if not hit and low is not None:
+            late += actual > low  # started after the range: the forecast was too early
+            early += actual < low
         if start is None:
             unknown += 1
             continue
@@ -76,6 +79,8 @@ def accuracy(workloads: dict[str, Any], tolerance_s: float) -> dict[str, Any]:
         "median_relative_error_waited": round(statistics.median(relative), 3)
         if relative else None,
         "beyond_horizon": unknown,
+        "started_before_range": early,
+        "started_after_range": late,
     }
 
 
@@ -93,7 +98,10 @@ def main(argv: list[str]) -> int:
     data, facts = philly_scenario(jobs, elastic=True)
     data["until"] = facts["until_s"] + 60 * 86_400  # until the sampled ones have started
     scenario = load_scenario(data)
-    opts = EtaOptions(every=every)
+    levels = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(",")) \
+        if "--levels" in argv else EtaOptions().levels
+    opts = EtaOptions(every=every, levels=levels, hints="--hints" in argv,
+                      pending_mean="--mean" in argv)
     c0, w0 = time.process_time(), time.perf_counter()
     out = run_scenario(scenario, eta=opts)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0

@@ -446,3 +446,33 @@ class WorkloadEstimate(models.Model):
 
     def __str__(self) -> str:
         return f"estimate of workload {self.workload_id}: {self.start}"
+
+
+class WhatIfState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class WhatIf(models.Model):
+    """A what-if on the live state: the next hours replayed as they stand and with changes
+    (scheduling/whatif/); its scenario is kept so it can be downloaded and simulated."""
+
+    owner = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="what_ifs")
+    created_at = models.DateTimeField()
+    hours = models.FloatField()
+    changes = models.JSONField(default=dict)
+    scenario = models.JSONField(default=dict, help_text="The baseline scenario (live state).")
+    state = models.CharField(max_length=16, choices=WhatIfState.choices,
+                             default=WhatIfState.QUEUED)
+    progress = models.FloatField(default=0.0)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    seconds = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"what-if {self.pk} ({self.state})"

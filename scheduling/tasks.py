@@ -23,6 +23,7 @@ from scheduling.fleet.sync import cluster_sync
 from scheduling.fleet.watch import cluster_watch
 from scheduling.models import Admission, Cluster
 from scheduling.pacing import cycle_mark, cycle_paced
+from scheduling.whatif.services import what_if_run
 from scheduling.workers.cycle import cycle_run
 from scheduling.workers.eta import estimates_refresh
 
@@ -195,3 +196,9 @@ def eta_refresh() -> dict[str, float]:
                 report.forecast_seconds)
     return {"pending": report.pending, "estimated": report.estimated,
             "seconds": round(report.seconds, 3)}
+
+
+@shared_task(name="scheduling.what_if", ignore_result=True)
+def what_if(what_if_id: int) -> None:
+    """Replay a what-if's two sides and store the comparison (scheduling/whatif/)."""
+    what_if_run(what_if_id=what_if_id)

@@ -59,6 +59,9 @@ class RunTimes:
     fleet: tuple[float, ...] = ()
     default_s: float = 3600.0
     min_samples: int = 5
+    # Pending work's run time: the mean of the samples (the same at every level; the sum of
+    # many runs ahead is close to their count times the mean) rather than the level's quantile.
+    pending_mean: bool = False
 
     def samples(self, queue: str) -> tuple[tuple[float, ...], str]:
         """The samples a queue's run times are drawn from and where they come from."""
@@ -73,6 +76,15 @@ class RunTimes:
         """A run's length at quantile q."""
         xs, _ = self.samples(queue)
         return quantile(xs, q) if xs else self.default_s
+
+    def mean(self, queue: str) -> float:
+        """The mean run time (the default without samples)."""
+        xs, _ = self.samples(queue)
+        return sum(xs) / len(xs) if xs else self.default_s
+
+    def pending(self, queue: str, q: float) -> float:
+        """A pending run's length at level q (`pending_mean`: the mean at every level)."""
+        return self.mean(queue) if self.pending_mean else self.total(queue, q)
 
     def remaining(self, queue: str, elapsed: float, q: float) -> float:
         """What is left of a run that has lasted `elapsed`, at quantile q (module docstring)."""
@@ -236,13 +248,13 @@ def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, 
         if k.hint_s is not None:
             durations[w.name] = max(0.0, k.hint_s - k.progress_s)
         else:
-            durations[w.name] = max(0.0, runtimes.total(w.queue, q) - k.progress_s)
+            durations[w.name] = max(0.0, runtimes.pending(w.queue, q) - k.progress_s)
     for a in snap.admitted:  # victims in grace run again once readmitted
         if a.grace_until is not None:
             k = known.get(a.workload.name, Known())
             durations[a.workload.name] = (
                 max(0.0, k.hint_s - k.progress_s) if k.hint_s is not None
-                else runtimes.total(a.workload.queue, q))
+                else runtimes.pending(a.workload.queue, q))
     return remaining, durations
 
 
