@@ -101,7 +101,8 @@ def main(argv: list[str]) -> int:
     levels = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(",")) \
         if "--levels" in argv else EtaOptions().levels
     opts = EtaOptions(every=every, levels=levels, hints="--hints" in argv,
-                      pending_mean="--mean" in argv)
+                      point=float(argv[argv.index("--point") + 1]) if "--point" in argv
+                      else EtaOptions().point)
     c0, w0 = time.process_time(), time.perf_counter()
     out = run_scenario(scenario, eta=opts)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0

@@ -433,8 +433,8 @@ class OutboxMessage(models.Model):
 
 class WorkloadEstimate(models.Model):
     """A pending workload's forecast start, from the latest forecast (scheduling/workers/eta.py):
-    `start` at the median run times, `low`-`high` the range over the quartiles (null: later
-    than the horizon), and what it assumes."""
+    `start`, `low`-`high` the range over run-time percentiles (null: later than the
+    horizon), and what it assumes."""
 
     workload = models.OneToOneField(Workload, on_delete=models.CASCADE,
                                     related_name="estimate")

@@ -7,9 +7,13 @@ time threshold (a cooldown or a pods-ready backoff running out, a workload start
 starve). The start of each pending workload is the time of the cycle that admits it. Nothing
 is submitted meanwhile: the forecast assumes no new work.
 
-`estimate` runs it a few times, with run times at a few quantiles of their distribution
-(`RunTimes`), and gives each pending workload a start and a range. A workload with a duration
-hint runs for exactly that long in every run, so work with hints gives exact starts.
+`estimate` runs it three times and gives each pending workload a start and a range: the start
+with work not started yet at its mean run time (the wait behind many runs is close to their
+number times the mean, which heavy tails put well above the median) and running work's
+remaining time at the 75th percentile; the range over that run and two with every run time at
+the 25th and the 95th percentile (`RunTimes`; measured on the Philly replay,
+bench/eta_accuracy.py). A workload with a duration hint runs for exactly that long in every
+run, so work with hints gives exact starts.
 
 Choices:
 - Admitted work with no known end (no hint and no history) uses `RunTimes.default_s`.
@@ -35,7 +39,10 @@ from scheduling.engine.engine import Engine
 from scheduling.engine.types import Snapshot, WorkloadSpec
 
 FINISH, GRACE_END = 0, 1
-LEVELS = (0.25, 0.5, 0.75)
+# The range: one fast-forward at each of these quantiles of run times; the start: work not
+# started yet at its mean run time, running work's remaining time at quantile POINT.
+LEVELS = (0.25, 0.95)
+POINT = 0.75
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -59,9 +66,6 @@ class RunTimes:
     fleet: tuple[float, ...] = ()
     default_s: float = 3600.0
     min_samples: int = 5
-    # Pending work's run time: the mean of the samples (the same at every level; the sum of
-    # many runs ahead is close to their count times the mean) rather than the level's quantile.
-    pending_mean: bool = False
 
     def samples(self, queue: str) -> tuple[tuple[float, ...], str]:
         """The samples a queue's run times are drawn from and where they come from."""
@@ -82,9 +86,9 @@ class RunTimes:
         xs, _ = self.samples(queue)
         return sum(xs) / len(xs) if xs else self.default_s
 
-    def pending(self, queue: str, q: float) -> float:
-        """A pending run's length at level q (`pending_mean`: the mean at every level)."""
-        return self.mean(queue) if self.pending_mean else self.total(queue, q)
+    def pending(self, queue: str, q: float | None) -> float:
+        """A run not started yet: at quantile q, or (q None) the mean."""
+        return self.mean(queue) if q is None else self.total(queue, q)
 
     def remaining(self, queue: str, elapsed: float, q: float) -> float:
         """What is left of a run that has lasted `elapsed`, at quantile q (module docstring)."""
@@ -228,10 +232,12 @@ def _next_threshold(eng: Engine, t: float) -> float:
     return nxt
 
 
-def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, q: float
-                ) -> tuple[dict[str, float], dict[str, float]]:
+def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, q: float,
+                *, mean: bool = False) -> tuple[dict[str, float], dict[str, float]]:
     """(remaining per admitted workload, duration per pending one) at quantile q: the hint
-    where there is one, else the run-time history (`RunTimes`)."""
+    where there is one, else the run-time history (`RunTimes`; `mean`: the mean run time for
+    work not started yet)."""
+    pq = None if mean else q
     remaining: dict[str, float] = {}
     for a in snap.admitted:
         k = known.get(a.workload.name, Known())
@@ -248,31 +254,33 @@ def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, 
         if k.hint_s is not None:
             durations[w.name] = max(0.0, k.hint_s - k.progress_s)
         else:
-            durations[w.name] = max(0.0, runtimes.pending(w.queue, q) - k.progress_s)
+            durations[w.name] = max(0.0, runtimes.pending(w.queue, pq) - k.progress_s)
     for a in snap.admitted:  # victims in grace run again once readmitted
         if a.grace_until is not None:
             k = known.get(a.workload.name, Known())
             durations[a.workload.name] = (
                 max(0.0, k.hint_s - k.progress_s) if k.hint_s is not None
-                else runtimes.pending(a.workload.queue, q))
+                else runtimes.pending(a.workload.queue, pq))
     return remaining, durations
 
 
 def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              horizon_s: float, targets: Collection[str] | None = None,
-             levels: Sequence[float] = LEVELS, step_s: float = 0.0,
+             levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
              step_rel: float = 0.0) -> dict[str, Estimate]:
-    """Every pending workload's (or every target's) start, fast-forwarded once per level of
-    the run-time distribution: `start` at the middle level, the range over all of them
-    (`step_s`, `step_rel`: the resolution, `fast_forward`)."""
-    runs: list[dict[str, float]] = []
-    for q in levels:
-        remaining, durations = run_lengths(snap, known, runtimes, q)
-        runs.append(fast_forward(snap, remaining=remaining, durations=durations,
-                                 horizon_s=horizon_s, targets=targets, step_s=step_s,
-                                 step_rel=step_rel))
+    """Every pending workload's (or every target's) start: `start` from one fast-forward with
+    the work not started yet at its mean run time and the running work's remaining time at
+    quantile `point` (module docstring), the range over it and one fast-forward per level of
+    the run-time distribution (`step_s`, `step_rel`: the resolution, `fast_forward`)."""
+    def run(q: float, mean: bool) -> dict[str, float]:
+        remaining, durations = run_lengths(snap, known, runtimes, q, mean=mean)
+        return fast_forward(snap, remaining=remaining, durations=durations,
+                            horizon_s=horizon_s, targets=targets, step_s=step_s,
+                            step_rel=step_rel)
+
+    mid = run(point, True)
+    runs = [mid, *(run(q, False) for q in levels)]
     names = [w.name for w in snap.pending] if targets is None else list(targets)
-    mid = runs[len(runs) // 2]
     out: dict[str, Estimate] = {}
     for name in names:
         got = [r.get(name) for r in runs]

@@ -19,7 +19,7 @@ from typing import Any
 
 from scheduling.engine import Engine
 from scheduling.engine.export import snapshot_of
-from scheduling.engine.forecast import LEVELS, Known, RunTimes, estimate
+from scheduling.engine.forecast import LEVELS, POINT, Known, RunTimes, estimate
 from scheduling.replay.record import WorkloadRecord
 
 
@@ -38,7 +38,7 @@ class EtaOptions:
     every: int = 1
     hints: bool = False
     levels: tuple[float, ...] = LEVELS
-    pending_mean: bool = False
+    point: float = POINT
 
 
 class RunHistory:
@@ -69,7 +69,7 @@ class RunHistory:
             self._cache = RunTimes(
                 by_queue={q: tuple(xs) for q, xs in self.by_queue.items()},
                 fleet=tuple(self.fleet), default_s=self.opts.default_run_s,
-                min_samples=self.opts.min_samples, pending_mean=self.opts.pending_mean)
+                min_samples=self.opts.min_samples)
         return self._cache
 
 
@@ -88,7 +88,7 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
         known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
     est = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                    targets={name}, step_s=opts.step_s, step_rel=opts.step_rel,
-                   levels=opts.levels)[name]
+                   levels=opts.levels, point=opts.point)[name]
     return {"at": now, "start": est.start, "low": est.low, "high": est.high}
 
 

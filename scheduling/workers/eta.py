@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 # Every pending workload of a leaf (the cycle reads the first `max_pending_per_queue`).
 ALL_PENDING = 10_000_000
 HISTORY_ROWS = 100_000
-ASSUMED = ("no new work goes ahead of it; the fleet and the quotas stay as they are; "
-           "the range is over the quartiles of run times")
+ASSUMED = ("no new work goes ahead of it; the fleet and the quotas stay as they are; the "
+           "range is over run times from their 25th to their 95th percentile")
 
 
 @dataclass

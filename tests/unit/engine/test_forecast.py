@@ -61,9 +61,22 @@ def test_estimate_range_over_run_time_quantiles():
     runtimes = RunTimes(by_queue={"a": (200.0, 400.0, 600.0, 800.0, 1000.0)})
     s = snap([wl("b", "a", 8, t=10)], [running("r")])
     est = estimate(s, known={"r": Known(elapsed_s=100)}, runtimes=runtimes, horizon_s=86400)
-    # Runs longer than 100 s: all five; remaining at p25/p50/p75 = 400/600/800 - 100.
+    # Runs longer than 100 s: all five. r's remaining time: at p25 400 - 100 = 300; at the
+    # start's level (p75) 800 - 100 = 700; at p95 960 - 100 = 860.
     e = est["b"]
-    assert (e.low, e.start, e.high) == (NOW + 300, NOW + 500, NOW + 700)
+    assert (e.low, e.start, e.high) == (NOW + 300, NOW + 700, NOW + 860)
+
+
+def test_start_takes_work_not_started_at_its_mean():
+    # Two 4-GPU runs ahead of c on 8 GPUs held by r (hint: ends at +100); past runs 100, 100,
+    # 100, 100, 600 s: mean 200. a then b (8 each) run one after another: c at 100 + 2 x 200.
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400)
+    assert est["c"].start == NOW + 500
+    # The range: at p25 (100 s each) 300; at p95 (500 s each) 1100.
+    assert (est["c"].low, est["c"].high) == (NOW + 300, NOW + 1100)
 
 
 def test_estimate_with_hints_is_a_point():
