@@ -421,6 +421,8 @@ ALLOT_ETA = {
     "min_samples": env.int("ALLOT_ETA_MIN_SAMPLES", default=5),
     "step_s": env.float("ALLOT_ETA_STEP_S", default=60.0),
     "step_rel": env.float("ALLOT_ETA_STEP_REL", default=0.02),
+    # The request form forecasts on demand while fewer workloads than this wait.
+    "preview_max_pending": env.int("ALLOT_ETA_PREVIEW_MAX_PENDING", default=2000),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.

@@ -9,6 +9,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
+
 from quotas.models import Queue
 from quotas.tree_rules import fmt, validate_tree
 from scheduling import engine
@@ -131,7 +133,15 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
             f"not preemptible: it waits until {gpus} GPUs fit within the guaranteed "
             f"{fmt(preview.guaranteed_room)} left (or mark it preemptible to borrow). "
         )
-    # The forecast the workload page shows once it is submitted, with this request added.
+    # The forecast the workload page shows once it is submitted, with this request added;
+    # above `preview_max_pending` waiting workloads it is left to the background forecast
+    # (the form's answer must come in well under a second or two).
+    waiting = Workload.objects.filter(state=S.PENDING, needs_approval=False).count()
+    if waiting > int(settings.ALLOT_ETA["preview_max_pending"]):
+        preview.estimate_note += (
+            f"{waiting} workloads wait in the fleet: the start is forecast in the background "
+            "after you submit (the workload page shows it within a minute).")
+        return preview
     est = request_estimate(spec=_draft_spec(submission, queue.path, pc, pods, now),
                            hint_s=submission.get("duration_hint_s"), now=now)
     preview.estimated_start, preview.estimate_low, preview.estimate_high = (

@@ -114,3 +114,17 @@ def test_request_form_shows_the_forecast_with_the_request_added(full, client):
     first = ends(r1, r2)[0] + timedelta(seconds=600)
     assert 'id="request-eta"' in html and first.strftime("%Y-%m-%d %H:%M") in html
     assert "duration hints where given" in html
+
+
+def test_request_form_leaves_a_long_fleet_queue_to_the_background(full, client, settings):
+    from tests.integration.portal.conftest import pod_rows
+
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "preview_max_pending": 1}
+    world = full[0]
+    client.force_login(world.alice)
+    form = {"queue": "rd/vision", "name": "next", "flavor_1": "a100-80g",
+            **pod_rows({"count": 1, "gpus": 8, "cpu": 8, "memory_gib": 64}),
+            "priority_class": "training", "preemptible": "on", "checkpoint": "on",
+            "command": "python train.py"}
+    html = client.post("/workloads/new/check/", form).content.decode()
+    assert "2 workloads wait in the fleet: the start is forecast in the background" in html
