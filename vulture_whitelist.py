@@ -205,6 +205,14 @@ _.submitted_before  # FilterSet field
 # --- Read by templates
 _.is_lead  # templates/portal/approvals.html
 _.pending_ahead  # templates/scheduling/partials/feedback.html
+_.pending_ahead_gpus  # templates/scheduling/partials/feedback.html
+_.estimate_note  # templates/scheduling/partials/feedback.html
+_.estimate_low  # templates/scheduling/partials/feedback.html
+_.estimate_high  # templates/scheduling/partials/feedback.html
+_.estimate_known  # templates/scheduling/partials/feedback.html
+_.fits_now  # templates/scheduling/partials/feedback.html
+_.fleet_free  # templates/scheduling/partials/feedback.html
+_.estimated_start  # templates/scheduling/partials/feedback.html
 _.replayed  # templates/policies/partials/replay.html and the replay API
 
 # --- Set for Django, Celery or the Kubernetes client, which read them

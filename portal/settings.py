@@ -344,12 +344,16 @@ CELERY_BEAT_SCHEDULE = {
     "scheduling-watch": {"task": "scheduling.watch", "schedule": 10.0,
                          "options": {"expires": 10.0}},
     "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0,
-                            "options": {"expires": 60.0}},
+                            "options": {"expires": 120.0}},
     # Delivers the cluster calls of the outbox that are due (each write also nudges it), so a
     # broker outage only delays a delete, a suspend or a dispatch (docs/architecture.md).
     "scheduling-outbox": {"task": "scheduling.outbox_deliver", "schedule": _OUTBOX_S,
                           "options": {"expires": max(1.0, 2 * _OUTBOX_S)}},
     "capacity-process-due": {"task": "capacity.process_due", "schedule": 60.0},
+    # Start forecasts of pending work (scheduling/workers/eta.py), stored for pages and the API.
+    "scheduling-eta": {"task": "scheduling.eta_refresh",
+                       "schedule": env.float("ALLOT_ETA_INTERVAL_S", default=60.0),
+                       "options": {"expires": 120.0}},
     # Billing (billing/tasks.py): meter, price and check budgets after each hour; reconcile
     # the previous day and check the ledger; invoice the previous month on the 1st.
     "billing-rollup": {"task": "billing.rollup_recent_hours", "schedule": crontab(minute=5)},
@@ -405,6 +409,21 @@ ALLOT_WORKERS = {
     "outbox_alarm_attempts": env.int("ALLOT_OUTBOX_ALARM_ATTEMPTS", default=5),
     "outbox_lease_s": env.float("ALLOT_OUTBOX_LEASE_S", default=120.0),
     "outbox_keep_s": env.float("ALLOT_OUTBOX_KEEP_S", default=86400.0),
+}
+
+# Start forecasts (docs/engine.md, "When will it start"): how far ahead the fast-forward looks,
+# how many days of finished runs make the run-time history, the run time assumed with no
+# history and no hint, the fewest runs a queue needs before its own history is used, and the
+# resolution (ends within max(step_s, step_rel x time ahead) taken by one simulated cycle).
+ALLOT_ETA = {
+    "horizon_s": env.float("ALLOT_ETA_HORIZON_S", default=14 * 86400.0),
+    "history_days": env.float("ALLOT_ETA_HISTORY_DAYS", default=30.0),
+    "default_run_s": env.float("ALLOT_ETA_DEFAULT_RUN_S", default=3600.0),
+    "min_samples": env.int("ALLOT_ETA_MIN_SAMPLES", default=5),
+    "step_s": env.float("ALLOT_ETA_STEP_S", default=60.0),
+    "step_rel": env.float("ALLOT_ETA_STEP_REL", default=0.02),
+    # The request form forecasts on demand while fewer workloads than this wait.
+    "preview_max_pending": env.int("ALLOT_ETA_PREVIEW_MAX_PENDING", default=2000),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.

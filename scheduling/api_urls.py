@@ -33,3 +33,13 @@ urlpatterns[:0] = [
     path("workloads/<int:pk>/resubmit", api_updates.WorkloadResubmitApi.as_view(),
          name="api-workload-resubmit"),
 ]
+
+# What-if on the live state (scheduling/whatif/).
+from scheduling.whatif import api as api_whatif  # noqa: E402
+
+urlpatterns += [
+    path("what-if", api_whatif.WhatIfCreateApi.as_view(), name="api-what-if"),
+    path("what-if/<int:pk>", api_whatif.WhatIfDetailApi.as_view(), name="api-what-if-detail"),
+    path("what-if/<int:pk>/scenario", api_whatif.WhatIfScenarioApi.as_view(),
+         name="api-what-if-scenario"),
+]

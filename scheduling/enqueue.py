@@ -77,3 +77,12 @@ def cycle_nudge() -> None:
     except Exception:
         logger.warning("could not nudge the scheduling cycle; the beat will run it",
                        exc_info=True)
+
+
+def what_if_queue(what_if_id: int) -> None:
+    """Queue a what-if's replays (after its row is committed); a broker error is logged and
+    the what-if stays queued (`manage.py` or a retry from its page runs it)."""
+    try:
+        _task("scheduling.what_if").apply_async(args=[what_if_id], retry_policy=_ONE_ATTEMPT)
+    except Exception:
+        logger.warning("could not queue what-if %s", what_if_id, exc_info=True)

@@ -450,3 +450,50 @@ class OutboxMessage(models.Model):
     def __str__(self) -> str:
         target = f"admission {self.admission_id}" if self.admission_id else "cluster"
         return f"{self.kind} {target} on {self.cluster_id}"
+
+
+class WorkloadEstimate(models.Model):
+    """A pending workload's forecast start, from the latest forecast (scheduling/workers/eta.py):
+    `start`, `low`-`high` the range over run-time percentiles (null: later than the
+    horizon), and what it assumes."""
+
+    workload = models.OneToOneField(Workload, on_delete=models.CASCADE,
+                                    related_name="estimate")
+    start = models.DateTimeField(null=True, blank=True)
+    low = models.DateTimeField(null=True, blank=True)
+    high = models.DateTimeField(null=True, blank=True)
+    assumes = models.CharField(max_length=500, blank=True)
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"estimate of workload {self.workload_id}: {self.start}"
+
+
+class WhatIfState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class WhatIf(models.Model):
+    """A what-if on the live state: the next hours replayed as they stand and with changes
+    (scheduling/whatif/); its scenario is kept so it can be downloaded and simulated."""
+
+    owner = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="what_ifs")
+    created_at = models.DateTimeField()
+    hours = models.FloatField()
+    changes = models.JSONField(default=dict)
+    scenario = models.JSONField(default=dict, help_text="The baseline scenario (live state).")
+    state = models.CharField(max_length=16, choices=WhatIfState.choices,
+                             default=WhatIfState.QUEUED)
+    progress = models.FloatField(default=0.0)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    seconds = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"what-if {self.pk} ({self.state})"

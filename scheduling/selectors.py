@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.db.models import DecimalField, F, Prefetch, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
-from django.utils import timezone
 
 from core import db
 from scheduling.models import (
@@ -18,6 +17,7 @@ from scheduling.models import (
     EventType,
     PodSet,
     Workload,
+    WorkloadEstimate,
     WorkloadEvent,
     WorkloadState,
 )
@@ -298,37 +298,34 @@ def workload_queue_position(workload: Workload, *, now: datetime | None = None,
     """Where a pending workload stands in its leaf queue (None unless pending).
 
     `in_queue`: 1 + the pending workloads of the queue ordered before it (higher priority,
-    then earlier submission, as the engine orders within one queue); `ahead_gpus`: their GPUs;
-    `estimated_start`: when the admitted work of the queue, ending at its duration hints, frees
-    enough GPUs for those ahead and this one (None when a hint is missing or it never frees
-    enough). A rough guide: borrowing and other queues' work can make it earlier or later.
+    then earlier submission, as the engine orders within one queue); `ahead_gpus`: their GPUs.
+    The start comes from the latest forecast (the whole fleet fast-forwarded through the
+    engine, scheduling/workers/eta.py): `estimated_start` and `estimated_start_range`
+    ({low, high}: over run times from their 25th to their 95th percentile; high None when
+    beyond the horizon at some level), `estimate_assumes` (what it assumes) and
+    `estimate_computed_at`. All None until the forecast has run since its submission, and
+    for a workload held for approval (the cycle does not see it yet).
     `pod_sets`: the workload's, when the caller has them.
     """
     if workload.state != WorkloadState.PENDING:
         return None
-    now = now or timezone.now()
-    n_ahead, ahead_gpus, active = _position_rows(workload)
-    need = ahead_gpus + _gpus(workload, pod_sets)
-    estimated: datetime | None = now if need == 0 else None
-    if need > 0:
-        ends: list[tuple[datetime, int]] = []
-        unknown = False
-        for gpus, hint, progress, running_at, reserved_at in active:
-            if hint is None:
-                unknown = True
-                continue
-            started = running_at or reserved_at
-            left = max(0.0, hint - progress)
-            ends.append((max(now, started + timedelta(seconds=left)), gpus))
-        freed = 0
-        for end, gpus in sorted(ends):
-            freed += gpus
-            if freed >= need:
-                estimated = end
-                break
-        if estimated is None and not unknown and not ends:
-            estimated = now  # nothing runs in the queue: only capacity elsewhere decides
-    return {"in_queue": n_ahead + 1, "ahead_gpus": ahead_gpus, "estimated_start": estimated}
+    n_ahead, ahead_gpus, _active = _position_rows(workload)
+    est = None
+    if getattr(workload, "_position_rows", None) is None and not workload.needs_approval:
+        est = workload_estimate(workload.pk)
+    return {
+        "in_queue": n_ahead + 1, "ahead_gpus": ahead_gpus,
+        "estimated_start": est.start if est else None,
+        "estimated_start_range": ({"low": est.low, "high": est.high}
+                                  if est and est.low is not None else None),
+        "estimate_assumes": est.assumes if est else "",
+        "estimate_computed_at": est.computed_at if est else None,
+    }
+
+
+def workload_estimate(pk: int) -> WorkloadEstimate | None:
+    """The latest forecast of a pending workload's start (None: not forecast yet)."""
+    return WorkloadEstimate.objects.filter(workload_id=pk).first()
 
 
 # --- the gap between free GPUs and a wait -------------------------------------------------------

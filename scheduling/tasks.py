@@ -23,7 +23,9 @@ from scheduling.fleet.sync import cluster_sync
 from scheduling.fleet.watch import cluster_watch
 from scheduling.models import Admission, Cluster
 from scheduling.pacing import cycle_mark, cycle_paced
+from scheduling.whatif.services import what_if_run
 from scheduling.workers.cycle import cycle_run
+from scheduling.workers.eta import estimates_refresh
 
 logger = logging.getLogger(__name__)
 
@@ -183,3 +185,20 @@ def maintain() -> None:
     outbox rows delivered long ago."""
     workloads_maintain()
     outbox_prune()
+
+
+@shared_task(name="scheduling.eta_refresh", ignore_result=True)
+def eta_refresh() -> dict[str, float]:
+    """Forecast every pending workload's start and store it (scheduling/workers/eta.py)."""
+    report = estimates_refresh()
+    logger.info("eta: %d pending, %d with a start within the horizon, in %.2fs "
+                "(forecast %.2fs)", report.pending, report.estimated, report.seconds,
+                report.forecast_seconds)
+    return {"pending": report.pending, "estimated": report.estimated,
+            "seconds": round(report.seconds, 3)}
+
+
+@shared_task(name="scheduling.what_if", ignore_result=True)
+def what_if(what_if_id: int) -> None:
+    """Replay a what-if's two sides and store the comparison (scheduling/whatif/)."""
+    what_if_run(what_if_id=what_if_id)

@@ -3,6 +3,7 @@
 from django.urls import path
 
 from scheduling import api_updates, manifest_views, views
+from scheduling.whatif import views as whatif_views
 
 urlpatterns = [
     path("workloads/", views.workload_list, name="workload-list"),
@@ -17,4 +18,8 @@ urlpatterns = [
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
     path("workloads/<int:pk>/resubmit/", api_updates.workload_resubmit_page,
          name="workload-resubmit"),
+    path("what-if/", whatif_views.what_if_page, name="what-if"),
+    path("what-if/<int:pk>/", whatif_views.what_if_detail, name="what-if-detail"),
+    path("what-if/<int:pk>/scenario.json", whatif_views.what_if_download,
+         name="what-if-download"),
 ]

@@ -36,12 +36,18 @@ def _position(w: dict[str, Any], now: datetime) -> list[str]:
                  f"it asks {w['gpus']}."]
     else:
         lines = [f"First in its queue; it asks {w['gpus']} GPUs."]
+    rng = pos.get("estimated_start_range") or {}
     if pos.get("estimated_start"):
-        lines.append(f"Estimated start: {when(pos['estimated_start'], now)}; a rough guide, "
-                     "as borrowing and other queues' work move it.")
+        between = ""
+        if rng.get("low") and rng.get("high") and rng["low"] != rng["high"]:
+            between = f" (likely between {when(rng['low'], now)} and {when(rng['high'], now)})"
+        lines.append(f"Estimated start: {when(pos['estimated_start'], now)}{between}.")
+        if pos.get("estimate_assumes"):
+            lines.append(pos["estimate_assumes"])
+    elif pos.get("estimate_computed_at"):
+        lines.append("Estimated start: later than the forecast looks ahead.")
     else:
-        lines.append("Estimated start: unknown (work running in its queue has no duration "
-                     "hint, or never frees enough GPUs).")
+        lines.append("Estimated start: not forecast yet (the forecast runs every minute).")
     held = parse_time(w.get("not_before"))
     if held is not None and held > now:
         lines.append(f"Held back until {when(w['not_before'], now)} after "

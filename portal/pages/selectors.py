@@ -97,7 +97,7 @@ def my_live_workloads(*, user: Any, limit: int = 20) -> list[Workload]:
     live = [WorkloadState.PENDING, *ACTIVE_STATES]
     return list(
         Workload.objects.filter(owner=user, state__in=live)
-        .select_related("queue", "priority_class").prefetch_related("pod_sets")
+        .select_related("queue", "priority_class", "estimate").prefetch_related("pod_sets")
         .order_by("-submitted_at", "-id")[:limit]
     )
 

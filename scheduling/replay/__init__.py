@@ -10,8 +10,9 @@ with the field checks of `checker`, into a `scenario.Scenario`; `runner` replays
 `record` per workload and the `metrics` its output ends with.
 """
 
+from scheduling.replay.eta import EtaOptions
 from scheduling.replay.loader import load_scenario
 from scheduling.replay.runner import run_scenario
 from scheduling.replay.scenario import Scenario, ScenarioError
 
-__all__ = ["Scenario", "ScenarioError", "load_scenario", "run_scenario"]
+__all__ = ["EtaOptions", "Scenario", "ScenarioError", "load_scenario", "run_scenario"]

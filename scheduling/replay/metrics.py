@@ -41,6 +41,7 @@ class Metrics:
     ws: dict[str, WorkloadRecord]
     preemption_count: int
     reserved_at: dict[str, float]  # admitted, pods not all running: admission time
+    eta: Any  # the runner's EtaOptions, or None: no start forecasts recorded
 
     def _start_metrics(self) -> None:
         self.t_last = 0.0
@@ -117,6 +118,9 @@ class Metrics:
                 "reasons": [{"at": num(at), "code": code, "message": message}
                             for at, code, message in w.reasons],
             }
+            if self.eta is not None:
+                workloads[name]["eta_at_submit"] = None if w.eta is None else {
+                    k: None if v is None else num(v) for k, v in w.eta.items()}
         waits.sort()
         mean_wait = sum(waits) / len(waits) if waits else 0.0
         p95 = waits[max(0, math.ceil(0.95 * len(waits)) - 1)] if waits else 0.0

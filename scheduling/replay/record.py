@@ -12,7 +12,7 @@ class WorkloadRecord:
 
     __slots__ = ("sim", "state", "admissions", "preemptions", "reasons", "finished_at",
                  "last_code", "token", "progress", "run_start", "first_admit", "gpus",
-                 "admitted_at", "cancelled", "counted")
+                 "admitted_at", "cancelled", "counted", "eta")
 
     def __init__(self, sim: SimWorkload) -> None:
         self.sim = sim
@@ -30,3 +30,4 @@ class WorkloadRecord:
         self.admitted_at: float | None = None
         self.cancelled = False
         self.counted = False  # in demand(t)
+        self.eta: dict[str, Any] | None = None  # the start forecast made at submission

@@ -32,6 +32,7 @@ from typing import Any
 from scheduling.engine import Engine, Reason, ReasonCode
 from scheduling.engine.accounting import EPS
 from scheduling.engine.export import snapshot_of
+from scheduling.replay.eta import EtaOptions, RunHistory, eta_at_submit
 from scheduling.replay.metrics import Metrics, num
 from scheduling.replay.record import WorkloadRecord
 from scheduling.replay.scenario import Scenario
@@ -43,9 +44,13 @@ FINISH, CANCEL, GRACE_END, FLEET, RUNNING, SUBMIT, WAKE = range(7)
 class Runner(Metrics):
     """One replay of one scenario."""
 
-    def __init__(self, sc: Scenario, *, rebuild: bool = False) -> None:
+    def __init__(self, sc: Scenario, *, rebuild: bool = False,
+                 eta: EtaOptions | None = None) -> None:
         self.sc = sc
         self.rebuild = rebuild
+        self.eta = eta
+        self.history = RunHistory(eta or EtaOptions())
+        self.submitted = 0
         self.eng = Engine(queues=sc.queues, clusters=sc.clusters, flavors=sc.flavors,
                           settings=sc.settings, budgets=sc.budgets)
         self.ws = {w.spec.name: WorkloadRecord(w) for w in sc.workloads}
@@ -174,6 +179,10 @@ class Runner(Metrics):
         w.counted = True
         self.demand += w.gpus
         self.leaf_demand.add(w.sim.spec.queue)
+        if self.eta is not None:
+            self.submitted += 1
+            if (self.submitted - 1) % self.eta.every == 0:
+                w.eta = eta_at_submit(eng, self.ws, self.history, self.eta, w.sim.spec.name, t)
 
     def _running(self, w: WorkloadRecord, name: str, t: float) -> None:
         """Its pods all run: its progress counts from now."""
@@ -193,6 +202,8 @@ class Runner(Metrics):
         self._drop_demand(w)
         w.state = "finished"
         w.finished_at = t
+        if w.run_start is not None:
+            self.history.add(w.sim.spec.queue, t, t - w.run_start)
 
     def _cancel(self, w: WorkloadRecord, name: str, t: float) -> None:
         """Pending: gone. Holding capacity outside a grace: freed now. In grace: it keeps the
@@ -330,9 +341,11 @@ class Runner(Metrics):
         self.changed = bool(res.admitted or res.released)
 
 
-def run_scenario(scenario: Scenario, *, rebuild: bool = False) -> dict[str, Any]:
+def run_scenario(scenario: Scenario, *, rebuild: bool = False,
+                 eta: EtaOptions | None = None) -> dict[str, Any]:
     """Replay a loaded scenario; return the output JSON as a dict (`rebuild`: as the workers
-    do, from a fresh snapshot every cycle)."""
+    do, from a fresh snapshot every cycle; `eta`: record each workload's start forecast at
+    its submission, `eta_at_submit`, scheduling.replay.eta)."""
     # The replay allocates many small long-lived objects and frees them by reference counting;
     # a frequent cyclic collector would only rescan them, so it runs rarely.
     threshold = gc.get_threshold()
@@ -340,7 +353,7 @@ def run_scenario(scenario: Scenario, *, rebuild: bool = False) -> dict[str, Any]
     gc.freeze()
     gc.set_threshold(500_000, 50, 1000)
     try:
-        return Runner(scenario, rebuild=rebuild).run()
+        return Runner(scenario, rebuild=rebuild, eta=eta).run()
     finally:
         gc.set_threshold(*threshold)
         gc.unfreeze()

@@ -1,18 +1,23 @@
 """What the request form shows while the user types: can it ever fit, the queue's headroom,
-whether it would borrow, and a rough start estimate. Reads only; nothing is saved."""
+whether it would borrow, and its forecast start (the same forecast as a submitted workload's,
+with this request added). Reads only; nothing is saved."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
+
 from quotas.models import Queue
 from quotas.tree_rules import fmt, validate_tree
-from scheduling.models import ACTIVE_STATES, Admission, Node, PodSet, PriorityClass, Workload
+from scheduling import engine
+from scheduling.models import Node, PodSet, PriorityClass, Workload
 from scheduling.models import WorkloadState as S
 from scheduling.request.validation import gpus_shown
+from scheduling.workers.eta import request_estimate
 
 ZERO = Decimal(0)
 
@@ -41,7 +46,10 @@ class Preview:
     fits_now: bool = False
     pending_ahead: int = 0
     pending_ahead_gpus: Decimal = ZERO
-    estimated_start: datetime | None = None
+    estimated_start: datetime | None = None  # the forecast, with this request added
+    estimate_low: datetime | None = None
+    estimate_high: datetime | None = None
+    estimate_known: bool = False
     estimate_note: str = ""
 
     @property
@@ -119,42 +127,42 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
     preview.pending_ahead_gpus = sum(
         (ps["count"] * ps["gpus"]
          for ps in PodSet.objects.filter(workload__in=ahead).values("count", "gpus")), ZERO)
-    limit = preview.fleet_free if headroom is None else min(headroom, preview.fleet_free)
-    need = Decimal(gpus + preview.pending_ahead_gpus)
     blocked_by_guarantee = preview.would_borrow and not submission["preemptible"]
-    preview.fits_now = need <= limit and not blocked_by_guarantee
-    if preview.fits_now:
-        preview.estimated_start = now
-        preview.estimate_note = "at the next scheduling cycle (a few seconds)"
-        return preview
     if blocked_by_guarantee:
         preview.estimate_note = (
             f"not preemptible: it waits until {gpus_shown(gpus)} GPUs fit within the guaranteed "
-            f"{fmt(preview.guaranteed_room)} left (or mark it preemptible to borrow)"
+            f"{fmt(preview.guaranteed_room)} left (or mark it preemptible to borrow). "
         )
-    # When the queue's own admitted work ends (at its duration hints), enough may be freed.
-    ends: list[tuple[datetime, Decimal]] = []
-    unknown = 0
-    active = Admission.objects.filter(
-        workload__queue=queue, ended_at__isnull=True, workload__state__in=ACTIVE_STATES
-    ).select_related("workload")
-    for adm in active:
-        hint = adm.workload.duration_hint_s
-        if hint is None:
-            unknown += 1
-            continue
-        started = adm.running_at or adm.reserved_at
-        left = max(0.0, hint - adm.workload.progress_s)
-        ends.append((max(now, started + timedelta(seconds=left)), adm.gpus))
-    freed = limit
-    for end, released in sorted(ends):
-        freed += Decimal(released)
-        if freed >= need:
-            preview.estimated_start = end
-            break
-    if preview.estimated_start is None and not preview.estimate_note:
-        preview.estimate_note = (
-            "unknown: it depends on other queues' work ending"
-            + (f" ({unknown} running job(s) of this queue gave no duration)" if unknown else "")
-        )
+    # The forecast the workload page shows once it is submitted, with this request added;
+    # above `preview_max_pending` waiting workloads it is left to the background forecast
+    # (the form's answer must come in well under a second or two).
+    waiting = Workload.objects.filter(state=S.PENDING, needs_approval=False).count()
+    if waiting > int(settings.ALLOT_ETA["preview_max_pending"]):
+        preview.estimate_note += (
+            f"{waiting} workloads wait in the fleet: the start is forecast in the background "
+            "after you submit (the workload page shows it within a minute).")
+        return preview
+    est = request_estimate(spec=_draft_spec(submission, queue.path, pc, pods, now),
+                           hint_s=submission.get("duration_hint_s"), now=now)
+    preview.estimated_start, preview.estimate_low, preview.estimate_high = (
+        est.start, est.low, est.high)
+    preview.estimate_known = True
+    preview.fits_now = est.start is not None and est.start <= now
+    preview.estimate_note += est.assumes
     return preview
+
+
+def _draft_spec(submission: dict[str, Any], path: str, pc: PriorityClass,
+                pods: list[dict[str, Any]], now: datetime) -> engine.WorkloadSpec:
+    """The request as the engine would take it once submitted (named `draft`)."""
+    return engine.WorkloadSpec(
+        name="draft", queue=path, submitted_at=now.timestamp(), priority=pc.value,
+        priority_class=pc.name, can_preempt=pc.can_preempt,
+        preemptible=bool(submission["preemptible"]), checkpoint=bool(submission["checkpoint"]),
+        strategy=submission["strategy"] or "", dataset=submission["dataset"] or "",
+        topology_same=str((submission["topology"] or {}).get("same", "")),
+        pod_sets=tuple(engine.PodSetSpec(
+            count=int(p["count"]), flavors=tuple(p["flavors"]),
+            gpus=float(p["gpus"]) if 0 < p["gpus"] < 1 else int(p["gpus"]),
+            cpu=float(p["cpu"] or 0), memory_gib=float(p["memory_gib"] or 0),
+            gpu_memory_gib=p.get("gpu_memory_gib")) for p in pods))

@@ -63,8 +63,11 @@ def _f(value: Any) -> float:
     return float(value) if value is not None else 0.0
 
 
-def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
-    """Read the tree, the fleet, admitted and pending work; let adjusters narrow it."""
+def build_snapshot(now: datetime, *, pending_limit: int | None = None
+                   ) -> tuple[engine.Snapshot, SnapshotParts]:
+    """Read the tree, the fleet, admitted and pending work; let adjusters narrow it.
+    `pending_limit`: pending workloads per leaf (default `max_pending_per_queue`; the start
+    forecast reads them all)."""
     parts = SnapshotParts()
     eng_settings = engine_settings()
     specs, report = _tree()
@@ -79,7 +82,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     # Pending work enters the cycle up to `max_pending_per_queue` per leaf, in the leaf's own
     # order (priority, then submission): the cycle's cost stays bounded by queues x that
     # number however long the queues grow (Kueue looks at one head per queue per cycle).
-    pending_ids = _pending_heads(max_pending_per_queue(), now)
+    pending_ids = _pending_heads(pending_limit or max_pending_per_queue(), now)
     pending_ids += sorted(set(_nominated(now)) - set(pending_ids))
     active_ids = list(Workload.objects.filter(state__in=ACTIVE_STATES, needs_approval=False)
                       .values_list("id", flat=True))

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from scheduling.replay import ScenarioError, load_scenario, run_scenario
+from scheduling.replay import EtaOptions, ScenarioError, load_scenario, run_scenario
 
 
 class Command(BaseCommand):
@@ -21,6 +21,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("file", help="scenario file (.yaml, .yml or .json)")
         parser.add_argument("--out", help="write the JSON result to this file instead")
+        parser.add_argument("--eta", action="store_true",
+                            help="record each workload's start forecast at its submission "
+                                 "(eta_at_submit), as the live system makes it")
+        parser.add_argument("--eta-every", type=int, default=1, metavar="N",
+                            help="with --eta: forecast every Nth submission only (default 1)")
+        parser.add_argument("--eta-hints", action="store_true",
+                            help="with --eta: take each workload's duration_s as its hint")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -32,7 +39,13 @@ class Command(BaseCommand):
             sys.exit(2)
         for warning in scenario.warnings:
             sys.stderr.write(f"warning: {warning}\n")
-        result = run_scenario(scenario)
+        eta = None
+        if options.get("eta"):
+            if options["eta_every"] < 1:
+                sys.stderr.write(f"--eta-every {options['eta_every']}: must be at least 1\n")
+                sys.exit(2)
+            eta = EtaOptions(every=options["eta_every"], hints=bool(options["eta_hints"]))
+        result = run_scenario(scenario, eta=eta)
         text = json.dumps(result, indent=1, ensure_ascii=False)
         if options.get("out"):
             with open(options["out"], "w", encoding="utf-8") as fh:

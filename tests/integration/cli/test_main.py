@@ -122,8 +122,8 @@ def test_researcher_flow(cli, org, priority_classes, tokens, tmp_path, config_fi
     lines = ran.out.splitlines()
     assert lines[0] == f"resnet-cli (#{manifest_id}) is pending in rd/vision."
     assert lines[1] == "First in its queue; it asks 8 GPUs."
-    assert lines[2].startswith("Estimated start: ")  # the blocker has no duration hint:
-    assert "unknown" in lines[2]
+    assert lines[2].startswith("Estimated start: ")  # no forecast has run since it was submitted
+    assert "not forecast yet" in lines[2]
     assert "QUOTA_MAX" in lines[3] and "32" in lines[3] and "8" in lines[3], lines[3]
     why = json.loads(cli("why", str(flags["id"]), "-o", "json").out)
     assert why["queue_position"]["in_queue"] == 2 and why["queue_position"]["ahead_gpus"] == 8

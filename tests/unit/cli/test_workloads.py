@@ -13,7 +13,11 @@ QUOTA = {"code": "QUOTA_MAX", "message": "used 32 + requested 8 > max 32"}
 def workload(**over):
     w = {"id": 7, "name": "resnet", "state": "pending", "queue": "rd/vision", "gpus": 8,
          "queue_position": {"in_queue": 3, "ahead_gpus": 12,
-                            "estimated_start": "2026-05-01T13:20:00Z"},
+                            "estimated_start": "2026-05-01T13:20:00Z",
+                            "estimated_start_range": {"low": "2026-05-01T13:00:00Z",
+                                                      "high": "2026-05-01T15:00:00Z"},
+                            "estimate_assumes": "Run times: duration hints where given.",
+                            "estimate_computed_at": "2026-05-01T11:59:30Z"},
          "reason": QUOTA, "admission": None, "finished_at": None, "not_before": None}
     return {**w, **over}
 
@@ -28,8 +32,9 @@ def test_pending_with_the_reason_said_once():
                     NOW).splitlines() == [
         "resnet (#7) is pending in rd/vision.",
         "Position 3 in its queue: 2 workloads ahead of it asking 12 GPUs; it asks 8.",
-        "Estimated start: 2026-05-01 13:20 UTC (in 1h 20m); a rough guide, as borrowing and "
-        "other queues' work move it.",
+        "Estimated start: 2026-05-01 13:20 UTC (in 1h 20m) (likely between 2026-05-01 13:00 "
+        "UTC (in 1h) and 2026-05-01 15:00 UTC (in 3h)).",
+        "Run times: duration hints where given.",
         "Held back until 2026-05-01 12:10 UTC (in 10m) after 2 failed start(s).",
         "It waits: QUOTA_MAX: used 32 + requested 8 > max 32",
         "Earlier reasons, newest first:",
@@ -41,8 +46,7 @@ def test_pending_without_a_reason_yet():
         "in_queue": 1, "ahead_gpus": 0, "estimated_start": None}), [], NOW)
     assert text.splitlines()[1:] == [
         "First in its queue; it asks 8 GPUs.",
-        "Estimated start: unknown (work running in its queue has no duration hint, or never "
-        "frees enough GPUs).",
+        "Estimated start: not forecast yet (the forecast runs every minute).",
         "No reason yet: the next scheduling cycle will decide."]
 
 

@@ -1,0 +1,292 @@
+"""When will pending work start: the snapshot fast-forwarded through the engine itself.
+
+`fast_forward` builds an engine from a snapshot and runs it on a simulated clock: admitted work
+ends at the times it is given, admitted pending work runs for the durations it is given,
+victims go back to the queue when their grace ends, and a cycle runs at every end and at every
+time threshold (a cooldown or a pods-ready backoff running out, a workload starting to
+starve). The start of each pending workload is the time of the cycle that admits it. Nothing
+is submitted meanwhile: the forecast assumes no new work.
+
+`estimate` runs it three times and gives each pending workload a start and a range: the start
+with work not started yet at its mean run time (the wait behind many runs is close to their
+number times the mean, which heavy tails put well above the median) and running work's
+remaining time at the 75th percentile; the range over that run and two with every run time at
+the 25th and the 95th percentile (`RunTimes`; measured on the Philly replay,
+bench/eta_accuracy.py). A workload with a duration hint runs for exactly that long in every
+run, so work with hints gives exact starts.
+
+Choices:
+- Admitted work with no known end (no hint and no history) uses `RunTimes.default_s`.
+- A running workload without a hint has been running `elapsed` seconds: its remaining time is
+  the quantile of the past run times longer than `elapsed`, minus `elapsed` (conditioned on
+  its age); when none is longer, `elapsed x q / (1 - q)` (the longer it ran, the longer it
+  will; at the median, as long again).
+- Pods become ready at once (no pods-ready timeout); a cluster stays as it is.
+- Cycles run at events, not on the cycle interval: a start can be up to one interval earlier
+  than the live cycle that will take it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_right
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduling.engine.accounting import EPS
+from scheduling.engine.engine import Engine
+from scheduling.engine.types import Snapshot, WorkloadSpec
+
+FINISH, GRACE_END = 0, 1
+# The range: one fast-forward at each of these quantiles of run times; the start: work not
+# started yet at its mean run time, running work's remaining time at quantile POINT.
+LEVELS = (0.25, 0.95)
+POINT = 0.75
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted `values` (linear between ranks); NaN when empty."""
+    if not values:
+        return math.nan
+    pos = q * (len(values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class RunTimes:
+    """Past run times (seconds, sorted) per leaf queue and over the whole fleet.
+
+    A queue with fewer than `min_samples` runs uses the fleet's; with fewer than that in the
+    fleet too, `default_s`."""
+
+    by_queue: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    fleet: tuple[float, ...] = ()
+    default_s: float = 3600.0
+    min_samples: int = 5
+
+    def samples(self, queue: str) -> tuple[tuple[float, ...], str]:
+        """The samples a queue's run times are drawn from and where they come from."""
+        own = self.by_queue.get(queue, ())
+        if len(own) >= self.min_samples:
+            return own, "queue"
+        if len(self.fleet) >= self.min_samples:
+            return self.fleet, "fleet"
+        return (), "default"
+
+    def total(self, queue: str, q: float) -> float:
+        """A run's length at quantile q."""
+        xs, _ = self.samples(queue)
+        return quantile(xs, q) if xs else self.default_s
+
+    def mean(self, queue: str) -> float:
+        """The mean run time (the default without samples)."""
+        xs, _ = self.samples(queue)
+        return sum(xs) / len(xs) if xs else self.default_s
+
+    def pending(self, queue: str, q: float | None) -> float:
+        """A run not started yet: at quantile q, or (q None) the mean."""
+        return self.mean(queue) if q is None else self.total(queue, q)
+
+    def remaining(self, queue: str, elapsed: float, q: float) -> float:
+        """What is left of a run that has lasted `elapsed`, at quantile q (module docstring)."""
+        xs, _ = self.samples(queue)
+        if not xs:
+            return max(self.default_s - elapsed, elapsed * q / (1 - q))
+        i = bisect_right(xs, elapsed)
+        if i < len(xs):
+            return quantile(xs[i:], q) - elapsed
+        return elapsed * q / (1 - q)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What is known of one workload's run: its duration hint and progress (pending or
+    admitted), how long it has run so far in its current admission (admitted, 0 if its pods
+    do not run yet)."""
+
+    hint_s: float | None = None
+    progress_s: float = 0.0
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class Estimate:
+    """One pending workload's forecast start (simulated seconds, the snapshot's clock):
+    `start` at the median run times, `low` and `high` the earliest and latest over the levels;
+    None is later than the horizon (or, for `high`, at some level)."""
+
+    start: float | None
+    low: float | None
+    high: float | None
+
+
+def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
+                 durations: Mapping[str, float], horizon_s: float,
+                 targets: Collection[str] | None = None, step_s: float = 0.0,
+                 step_rel: float = 0.0) -> dict[str, float]:
+    """Pending workload name -> the time the engine admits it, fast-forwarding `snap` with
+    admitted work ending after `remaining[name]` seconds and pending work running
+    `durations[name]` once admitted (missing: never ends). Stops once every target (default:
+    every pending workload) has started, or at `now + horizon_s`.
+
+    Resolution: the ends within `max(step_s, step_rel x (t - now))` after the next one are
+    taken together, by one cycle at the last of them, so a start is late by at most that
+    much (0 and 0: one cycle per distinct end, exact)."""
+    eng = Engine.from_snapshot(snap)
+    now = snap.now
+    end_at = now + horizon_s
+    want = set(eng.pending if targets is None else targets) & set(eng.pending)
+    starts: dict[str, float] = {}
+    heap: list[tuple[float, int, int, str, int]] = []
+    token: dict[str, int] = {}
+    left: dict[str, float] = {}  # preempted: what was left of its run
+    run_end: dict[str, float] = {}
+    seq = 0
+
+    def push(at: float, kind: int, name: str) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (at, kind, seq, name, token.get(name, 0)))
+
+    for a in eng.admitted.values():
+        if a.grace_until is not None:
+            push(a.grace_until, GRACE_END, a.name)
+            left[a.name] = durations.get(a.name, math.inf)
+            continue
+        eng.mark_running(a.name)
+        r = remaining.get(a.name)
+        if r is not None and math.isfinite(r):
+            run_end[a.name] = now + max(0.0, r)
+            push(now + max(0.0, r), FINISH, a.name)
+    t = now
+    while want:
+        res = eng.cycle(t)
+        for adm in res.admitted:
+            name = adm.workload
+            if name in want:
+                starts[name] = t
+                want.discard(name)
+            eng.mark_running(name)
+            token[name] = token.get(name, 0) + 1
+            d = left.pop(name, None)
+            if d is None:
+                d = durations.get(name, math.inf)
+            if math.isfinite(d):
+                run_end[name] = t + max(0.0, d)
+                push(t + max(0.0, d), FINISH, name)
+        for rej in res.rejected:
+            want.discard(rej.workload)
+        for pre in res.preempted:
+            token[pre.workload] = token.get(pre.workload, 0) + 1
+            end = run_end.pop(pre.workload, math.inf)
+            left[pre.workload] = max(0.0, end - t)
+            push(pre.grace_until, GRACE_END, pre.workload)
+        if not want:
+            break
+        nxt = min(heap[0][0] if heap else math.inf, _next_threshold(eng, t))
+        if nxt > end_at:
+            break
+        t = max(nxt, t)
+        window = t + max(step_s, step_rel * (t - now)) + EPS
+        while heap and heap[0][0] <= window:
+            at, kind, _, name, tok = heapq.heappop(heap)
+            t = max(t, at)
+            if tok != token.get(name, 0):
+                continue
+            held = eng.admitted.get(name)
+            if held is None:
+                continue
+            if kind == FINISH:
+                if held.grace_until is None:
+                    eng.end(name, t)
+                    run_end.pop(name, None)
+            else:
+                spec: WorkloadSpec = held.spec
+                eng.end(name, t)
+                eng.submit(spec)
+    return starts
+
+
+def _next_threshold(eng: Engine, t: float) -> float:
+    """The earliest time after t a cycle could decide differently with no end: a backoff or
+    a cooldown running out, a pending workload starting to starve."""
+    s = eng.settings
+    nxt = math.inf
+    for not_before, _ in eng.backoff[:1]:
+        if not_before > t + EPS:
+            nxt = min(nxt, not_before)
+    for g in eng.groups.values():
+        if g.members:
+            st = g.members[0].spec.submitted_at + s.starvation_s
+            if st >= t - EPS:
+                nxt = min(nxt, st + 1e-6)
+    for until in eng.cooldown.values():
+        if until > t + EPS:
+            nxt = min(nxt, until)
+    for p in eng.pending.values():
+        if p.not_before is not None and p.not_before > t + EPS:
+            nxt = min(nxt, p.not_before)
+    return nxt
+
+
+def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, q: float,
+                *, mean: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+    """(remaining per admitted workload, duration per pending one) at quantile q: the hint
+    where there is one, else the run-time history (`RunTimes`; `mean`: the mean run time for
+    work not started yet)."""
+    pq = None if mean else q
+    remaining: dict[str, float] = {}
+    for a in snap.admitted:
+        k = known.get(a.workload.name, Known())
+        if k.hint_s is not None:
+            remaining[a.workload.name] = max(0.0, k.hint_s - k.progress_s - k.elapsed_s)
+        elif k.elapsed_s > 0 or k.progress_s > 0:
+            remaining[a.workload.name] = runtimes.remaining(
+                a.workload.queue, k.elapsed_s + k.progress_s, q)
+        else:
+            remaining[a.workload.name] = runtimes.total(a.workload.queue, q)
+    durations: dict[str, float] = {}
+    for w in snap.pending:
+        k = known.get(w.name, Known())
+        if k.hint_s is not None:
+            durations[w.name] = max(0.0, k.hint_s - k.progress_s)
+        else:
+            durations[w.name] = max(0.0, runtimes.pending(w.queue, pq) - k.progress_s)
+    for a in snap.admitted:  # victims in grace run again once readmitted
+        if a.grace_until is not None:
+            k = known.get(a.workload.name, Known())
+            durations[a.workload.name] = (
+                max(0.0, k.hint_s - k.progress_s) if k.hint_s is not None
+                else runtimes.pending(a.workload.queue, pq))
+    return remaining, durations
+
+
+def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
+             horizon_s: float, targets: Collection[str] | None = None,
+             levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
+             step_rel: float = 0.0) -> dict[str, Estimate]:
+    """Every pending workload's (or every target's) start: `start` from one fast-forward with
+    the work not started yet at its mean run time and the running work's remaining time at
+    quantile `point` (module docstring), the range over it and one fast-forward per level of
+    the run-time distribution (`step_s`, `step_rel`: the resolution, `fast_forward`)."""
+    def run(q: float, mean: bool) -> dict[str, float]:
+        remaining, durations = run_lengths(snap, known, runtimes, q, mean=mean)
+        return fast_forward(snap, remaining=remaining, durations=durations,
+                            horizon_s=horizon_s, targets=targets, step_s=step_s,
+                            step_rel=step_rel)
+
+    mid = run(point, True)
+    runs = [mid, *(run(q, False) for q in levels)]
+    names = [w.name for w in snap.pending] if targets is None else list(targets)
+    out: dict[str, Estimate] = {}
+    for name in names:
+        got = [r.get(name) for r in runs]
+        known_starts = [s for s in got if s is not None]
+        out[name] = Estimate(
+            start=mid.get(name),
+            low=min(known_starts) if known_starts else None,
+            high=max(known_starts) if len(known_starts) == len(got) else None)
+    return out

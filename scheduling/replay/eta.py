@@ -1,0 +1,96 @@
+"""The start forecast made at each submission, as the live system makes it (`eta_at_submit`).
+
+At a submission the runner's engine is written back as a snapshot (what the workers would read
+from the database at that moment), the new workload is in it, and the forecast of
+`scheduling.engine.forecast` runs on it with what the live system would know: the run times of
+the runs that finished in the last `history_days` per queue (the fleet's with fewer than
+`min_samples`, else `default_run_s`), how long each admitted workload has run, its progress,
+and no duration hint (a scenario's `duration_s` is what really happens, not what a user said;
+`hints=True` takes it as a hint). The output's workload object then has
+`eta_at_submit: {at, start, low, high}` (null for a start beyond the horizon).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from scheduling.engine import Engine
+from scheduling.engine.export import snapshot_of
+from scheduling.engine.forecast import LEVELS, POINT, Known, RunTimes, estimate
+from scheduling.replay.record import WorkloadRecord
+
+
+@dataclass(frozen=True)
+class EtaOptions:
+    """How the runner forecasts at submission; the defaults are the live system's
+    (`settings.ALLOT_ETA`). `every`: forecast every Nth submission only (in submission order;
+    1: all), as a forecast costs three fast-forwards of the whole fleet."""
+
+    horizon_s: float = 14 * 86400.0
+    history_days: float = 30.0
+    default_run_s: float = 3600.0
+    min_samples: int = 5
+    step_s: float = 60.0
+    step_rel: float = 0.02
+    every: int = 1
+    hints: bool = False
+    levels: tuple[float, ...] = LEVELS
+    point: float = POINT
+
+
+class RunHistory:
+    """Finished run times per queue (sorted), over a sliding window."""
+
+    def __init__(self, opts: EtaOptions) -> None:
+        self.opts = opts
+        self.window = opts.history_days * 86400.0
+        self.by_queue: dict[str, list[float]] = {}
+        self.fleet: list[float] = []
+        self.log: deque[tuple[float, str, float]] = deque()
+        self._cache: RunTimes | None = None
+
+    def add(self, queue: str, at: float, run_s: float) -> None:
+        insort(self.by_queue.setdefault(queue, []), run_s)
+        insort(self.fleet, run_s)
+        self.log.append((at, queue, run_s))
+        self._cache = None
+
+    def runtimes(self, now: float) -> RunTimes:
+        while self.log and self.log[0][0] < now - self.window:
+            _, queue, run_s = self.log.popleft()
+            xs = self.by_queue[queue]
+            del xs[bisect_left(xs, run_s)]
+            del self.fleet[bisect_left(self.fleet, run_s)]
+            self._cache = None
+        if self._cache is None:
+            self._cache = RunTimes(
+                by_queue={q: tuple(xs) for q, xs in self.by_queue.items()},
+                fleet=tuple(self.fleet), default_s=self.opts.default_run_s,
+                min_samples=self.opts.min_samples)
+        return self._cache
+
+
+def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistory,
+                  opts: EtaOptions, name: str, now: float) -> dict[str, Any]:
+    """The forecast of `name`'s start, just submitted at `now` (in the engine's pending)."""
+    snap = snapshot_of(eng, now)
+    known: dict[str, Known] = {}
+    for a in snap.admitted:
+        w = ws[a.workload.name]
+        elapsed = now - w.run_start if w.run_start is not None else 0.0
+        known[a.workload.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress,
+                                       elapsed_s=elapsed)
+    for p in snap.pending:
+        w = ws[p.name]
+        known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
+    est = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
+                   targets={name}, step_s=opts.step_s, step_rel=opts.step_rel,
+                   levels=opts.levels, point=opts.point)[name]
+    return {"at": now, "start": est.start, "low": est.low, "high": est.high}
+
+
+def _hint(w: WorkloadRecord, opts: EtaOptions) -> float | None:
+    return w.sim.duration_s if opts.hints else None

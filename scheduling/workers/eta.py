@@ -1,0 +1,176 @@
+"""Start forecasts of pending work on the database: the live snapshot (every pending workload,
+not only the heads a cycle reads) fast-forwarded through the engine (`engine.forecast`), with
+run times from duration hints and from the history of finished runs.
+
+`estimates_refresh` (the task `scheduling.eta_refresh`, on the beat) stores one
+`WorkloadEstimate` per pending workload, so pages and the API read a row; `request_estimate`
+is the same computation for a request not submitted yet (the request form).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core import db
+from scheduling import engine
+from scheduling.engine.forecast import Estimate, Known, RunTimes, estimate, quantile
+from scheduling.models import Admission, EndReason, Workload, WorkloadEstimate, WorkloadState
+from scheduling.workers.rows import SnapshotParts
+from scheduling.workers.snapshot import build_snapshot, dt
+
+logger = logging.getLogger(__name__)
+
+# Every pending workload of a leaf (the cycle reads the first `max_pending_per_queue`).
+ALL_PENDING = 10_000_000
+HISTORY_ROWS = 100_000
+ASSUMED = ("no new work goes ahead of it; the fleet and the quotas stay as they are; the "
+           "range is over run times from their 25th to their 95th percentile")
+
+
+@dataclass
+class EtaReport:
+    """What one refresh did."""
+
+    pending: int = 0
+    estimated: int = 0  # with a start within the horizon
+    seconds: float = 0.0
+    forecast_seconds: float = 0.0
+
+
+def runtimes_read(now: datetime) -> RunTimes:
+    """Run times (from running to finished) of the runs that finished in the last
+    `history_days`, per leaf queue and over the fleet, with the configured default."""
+    conf = settings.ALLOT_ETA
+    since = now - timedelta(days=float(conf["history_days"]))
+    rows = (Admission.objects.filter(end_reason=EndReason.FINISHED, ended_at__gte=since,
+                                     running_at__isnull=False)
+            .order_by("-ended_at").values_list("workload__queue__path", "running_at",
+                                               "ended_at", "workload__progress_s")
+            [:HISTORY_ROWS])
+    by_queue: dict[str, list[float]] = defaultdict(list)
+    for path, running_at, ended_at, _progress in rows:
+        if running_at is None or ended_at is None:
+            continue
+        by_queue[path].append(max(0.0, (ended_at - running_at).total_seconds()))
+    fleet = sorted(x for xs in by_queue.values() for x in xs)
+    return RunTimes(by_queue={p: tuple(sorted(xs)) for p, xs in by_queue.items()},
+                    fleet=tuple(fleet), default_s=float(conf["default_run_s"]),
+                    min_samples=int(conf["min_samples"]))
+
+
+def known_of(snap: engine.Snapshot, parts: SnapshotParts, now: datetime) -> dict[str, Known]:
+    """Each workload's duration hint, progress and, when admitted, how long it has run."""
+    out: dict[str, Known] = {}
+    for name, r in parts.rows.items():
+        hint = r.get("duration_hint_s")
+        adm = parts.admissions.get(name)
+        elapsed = 0.0
+        if adm is not None and adm.running_at is not None:
+            elapsed = max(0.0, (now - adm.running_at).total_seconds())
+        out[name] = Known(hint_s=None if hint is None else float(hint),
+                          progress_s=float(r.get("progress_s") or 0.0), elapsed_s=elapsed)
+    return out
+
+
+def span(seconds: float) -> str:
+    """A duration in words: 45 s, 12 min, 3.5 h, 2.1 days."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def assumes_text(queue: str, runtimes: RunTimes) -> str:
+    """What a forecast in `queue` assumes, in one line."""
+    xs, source = runtimes.samples(queue)
+    if source == "default":
+        runs = f"without a hint, {span(runtimes.default_s)} (too few finished runs to learn from)"
+    else:
+        where = f"{queue}'s" if source == "queue" else "the fleet's"
+        runs = (f"without a hint, {where} last {len(xs)} runs (p25 {span(quantile(xs, 0.25))}, "
+                f"median {span(quantile(xs, 0.5))}, p75 {span(quantile(xs, 0.75))})")
+    return f"Run times: duration hints where given; {runs}. Assumes {ASSUMED}."
+
+
+def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
+             targets: set[str] | None = None, extra: dict[str, Known] | None = None,
+             ) -> tuple[dict[str, Estimate], RunTimes]:
+    """The snapshot's pending workloads' (or the targets') estimates, and the run times used."""
+    runtimes = runtimes_read(now)
+    known = known_of(snap, parts, now)
+    known.update(extra or {})
+    conf = settings.ALLOT_ETA
+    est = estimate(snap, known=known, runtimes=runtimes, horizon_s=float(conf["horizon_s"]),
+                   targets=targets, step_s=float(conf["step_s"]),
+                   step_rel=float(conf["step_rel"]))
+    return est, runtimes
+
+
+def estimates_refresh(*, now: datetime | None = None) -> EtaReport:
+    """Forecast every pending workload's start and store it (replacing the last forecast)."""
+    started = time.monotonic()
+    now = now or timezone.now()
+    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING)
+    t0 = time.monotonic()
+    est, runtimes = forecast(snap, parts, now)
+    report = EtaReport(pending=len(snap.pending), forecast_seconds=time.monotonic() - t0)
+    texts: dict[str, str] = {}
+    rows = []
+    for w in snap.pending:
+        e = est.get(w.name)
+        if e is None:
+            continue
+        if w.queue not in texts:
+            texts[w.queue] = assumes_text(w.queue, runtimes)
+        report.estimated += e.start is not None
+        rows.append(WorkloadEstimate(
+            workload_id=int(w.name), start=_at(e.start), low=_at(e.low), high=_at(e.high),
+            assumes=texts[w.queue][:500], computed_at=now))
+    with transaction.atomic():
+        # Only rows of workloads still pending: one that moved meanwhile keeps none.
+        still = set(Workload.objects.filter(
+            pk__in=[r.workload_id for r in rows], state=WorkloadState.PENDING)
+            .values_list("pk", flat=True))
+        WorkloadEstimate.objects.all().delete()
+        db.insert_rows(WorkloadEstimate, [r for r in rows if r.workload_id in still])
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _at(value: float | None) -> datetime | None:
+    return None if value is None else dt(value)
+
+
+@dataclass
+class RequestEstimate:
+    """A request's forecast start before it is submitted (datetimes; None: beyond the
+    horizon), and what it assumes."""
+
+    start: datetime | None
+    low: datetime | None
+    high: datetime | None
+    assumes: str
+
+
+def request_estimate(*, spec: engine.WorkloadSpec, hint_s: float | None,
+                     now: datetime) -> RequestEstimate:
+    """The forecast of `estimates_refresh` with one more pending workload, `spec` (named
+    anything not a workload id), as if submitted now."""
+    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING)
+    snap = replace(snap, pending=(*snap.pending, spec))
+    est, runtimes = forecast(snap, parts, now, targets={spec.name},
+                             extra={spec.name: Known(hint_s=hint_s)})
+    e = est[spec.name]
+    return RequestEstimate(start=_at(e.start), low=_at(e.low), high=_at(e.high),
+                           assumes=assumes_text(spec.queue, runtimes))

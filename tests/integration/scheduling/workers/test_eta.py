@@ -1,0 +1,130 @@
+"""Start forecasts on the database (scheduling/workers/eta.py): stored per pending workload,
+read by the API, the workload page, the dashboard and the request form."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from scheduling.models import Workload, WorkloadEstimate
+from scheduling.workers.eta import estimates_refresh, runtimes_read
+from tests.integration.scheduling.world import make_world, running_workload, submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def exact(settings):
+    """One simulated cycle per distinct end: starts exact to the second."""
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "step_s": 0.0, "step_rel": 0.0}
+
+
+@pytest.fixture
+def full():
+    """Two 8-GPU nodes, each running an 8-GPU workload with a one-hour hint; two more wait."""
+    world = make_world(nodes_per_cluster=1)
+    r1, _ = running_workload(world, "r1", 3600)
+    r2, _ = running_workload(world, "r2", 3600)
+    p1 = submit(world, "p1", duration_hint_s=600)
+    p2 = submit(world, "p2", duration_hint_s=600)
+    return world, r1, r2, p1, p2
+
+
+def ends(*running: Workload) -> list:
+    return sorted(w.admissions.get().running_at + timedelta(seconds=3600) for w in running)
+
+
+def close(a, b) -> bool:
+    return abs((a - b).total_seconds()) < 1.0
+
+
+def test_refresh_stores_exact_starts_with_hints(full):
+    world, r1, r2, p1, p2 = full
+    now = timezone.now()
+    report = estimates_refresh(now=now)
+    assert report.pending == 2 and report.estimated == 2
+    first, second = ends(r1, r2)
+    e1 = WorkloadEstimate.objects.get(workload=p1)
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+    # Hints everywhere: the range is a point; p1 takes the first node freed, p2 the second.
+    assert close(e1.start, first) and close(e1.low, first) and close(e1.high, first)
+    assert close(e2.start, second)
+    assert "duration hints" in e1.assumes and e1.computed_at == now
+
+
+def test_api_and_pages_show_the_forecast(full, client):
+    world, r1, r2, p1, p2 = full
+    estimates_refresh()
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    pos = api.get(f"/api/v1/workloads/{p2.pk}").json()["queue_position"]
+    second = ends(r1, r2)[1]
+    assert pos["in_queue"] == 2
+    assert pos["estimated_start"] == second.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert pos["estimated_start_range"]["low"] == pos["estimated_start"]
+    assert pos["estimated_start_range"]["high"] == pos["estimated_start"]
+    assert "Assumes no new work" in pos["estimate_assumes"]
+    client.force_login(world.alice)
+    page = client.get(f"/workloads/{p2.pk}/").content.decode()
+    assert second.strftime("%Y-%m-%d %H:%M") in page and 'id="estimate-assumes"' in page
+    dash = client.get("/").content.decode()
+    assert 'class="eta"' in dash and second.strftime("%Y-%m-%d %H:%M") in dash
+
+
+def test_no_forecast_yet_says_so(full, client):
+    world, _r1, _r2, p1, _p2 = full
+    client.force_login(world.alice)
+    page = client.get(f"/workloads/{p1.pk}/").content.decode()
+    assert "not forecast yet" in page
+
+
+def test_a_workload_that_moved_keeps_no_estimate(full):
+    world, _r1, _r2, p1, p2 = full
+    from scheduling.services import workload_cancel
+
+    workload_cancel(user=world.alice, workload=p1)
+    estimates_refresh()
+    assert list(WorkloadEstimate.objects.values_list("workload_id", flat=True)) == [p2.pk]
+
+
+def test_run_time_history_per_queue():
+    world = make_world(nodes_per_cluster=1)
+    w, _ = running_workload(world, "done", 100)
+    adm = w.admissions.get()
+    adm.ended_at, adm.end_reason = adm.running_at + timedelta(seconds=1234), "finished"
+    adm.save()
+    rt = runtimes_read(timezone.now())
+    assert rt.by_queue == {"rd/vision": (1234.0,)}
+
+
+def test_request_form_shows_the_forecast_with_the_request_added(full, client):
+    from tests.integration.portal.conftest import pod_rows
+
+    world, r1, r2, _p1, _p2 = full
+    client.force_login(world.alice)
+    form = {"queue": "rd/vision", "name": "next", "flavor_1": "a100-80g",
+            **pod_rows({"count": 1, "gpus": 8, "cpu": 8, "memory_gib": 64}),
+            "priority_class": "training", "preemptible": "on", "checkpoint": "on",
+            "command": "python train.py", "duration_h": "1"}
+    html = client.post("/workloads/new/check/", form).content.decode()
+    # p1 and p2 (600 s each) take the two nodes as r1 and r2 end; the request follows p1.
+    first = ends(r1, r2)[0] + timedelta(seconds=600)
+    assert 'id="request-eta"' in html and first.strftime("%Y-%m-%d %H:%M") in html
+    assert "duration hints where given" in html
+
+
+def test_request_form_leaves_a_long_fleet_queue_to_the_background(full, client, settings):
+    from tests.integration.portal.conftest import pod_rows
+
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "preview_max_pending": 1}
+    world = full[0]
+    client.force_login(world.alice)
+    form = {"queue": "rd/vision", "name": "next", "flavor_1": "a100-80g",
+            **pod_rows({"count": 1, "gpus": 8, "cpu": 8, "memory_gib": 64}),
+            "priority_class": "training", "preemptible": "on", "checkpoint": "on",
+            "command": "python train.py"}
+    html = client.post("/workloads/new/check/", form).content.decode()
+    assert "2 workloads wait in the fleet: the start is forecast in the background" in html

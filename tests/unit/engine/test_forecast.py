@@ -1,0 +1,111 @@
+"""The start forecast: the snapshot fast-forwarded through the engine (hand-computed cases)."""
+
+from __future__ import annotations
+
+import math
+
+from scheduling.engine import AdmittedWorkload, FlavorSpec, Settings, Snapshot
+from scheduling.engine.forecast import (
+    Known,
+    RunTimes,
+    estimate,
+    fast_forward,
+    quantile,
+)
+from tests.unit.engine.builders import A100, cluster, q, wl
+
+NOW = 1000.0
+
+
+def snap(pending, admitted=(), nodes=1, cooldowns=None, queues=None, **settings):
+    return Snapshot(
+        now=NOW, queues=tuple(queues or [q("a", 8, 8)]), clusters=(cluster(nodes=nodes),),
+        flavors=(FlavorSpec(A100, 80),), pending=tuple(pending), admitted=tuple(admitted),
+        settings=Settings(**settings), cooldowns=cooldowns or {})
+
+
+def running(name, queue="a", gpus=8, node="c-a100-80g-0", at=0.0):
+    return AdmittedWorkload(wl(name, queue, gpus, t=at), "c", A100, (node,), False, at,
+                            running=True)
+
+
+def test_known_durations_give_exact_starts():
+    # 8 GPUs, r runs until 1100. b (8, 50 s) starts at 1100 and ends at 1150; c and d (4 each)
+    # then start together at 1150.
+    s = snap([wl("b", "a", 8, t=10), wl("c", "a", 4, t=20), wl("d", "a", 4, t=30)],
+             [running("r")])
+    starts = fast_forward(s, remaining={"r": 100}, durations={"b": 50, "c": 10, "d": 10},
+                          horizon_s=86400)
+    assert starts == {"b": 1100, "c": 1150, "d": 1150}
+
+
+def test_free_capacity_starts_now_and_horizon_leaves_unknown():
+    s = snap([wl("b", "a", 4, t=10), wl("c", "a", 8, t=20)], [running("r", gpus=4)])
+    starts = fast_forward(s, remaining={"r": 5000}, durations={"b": 100}, horizon_s=3600)
+    # b fits beside r now; c needs r's and b's GPUs: r ends at 6000, past the horizon.
+    assert starts == {"b": NOW}
+
+
+def test_cooldown_is_respected():
+    # Leaf b had work reclaimed: it may not start borrowing admissions until 1300. The node is
+    # free (a's min of 8 is idle and lendable), so b's borrower y fits at once in quota and
+    # nodes, but the engine admits it only when the cooldown ends: never "now".
+    queues = [q("a", 8, 8), q("b", 0, 8)]
+    s = snap([wl("y", "b", 8, t=900)], queues=queues, cooldowns={"b": 1300.0})
+    starts = fast_forward(s, remaining={}, durations={"y": 100}, horizon_s=86400)
+    assert starts == {"y": 1300}
+
+
+def test_estimate_range_over_run_time_quantiles():
+    # r has no hint and has run 100 s; the queue's past runs are 200..1000 s. b waits for r.
+    runtimes = RunTimes(by_queue={"a": (200.0, 400.0, 600.0, 800.0, 1000.0)})
+    s = snap([wl("b", "a", 8, t=10)], [running("r")])
+    est = estimate(s, known={"r": Known(elapsed_s=100)}, runtimes=runtimes, horizon_s=86400)
+    # Runs longer than 100 s: all five. r's remaining time: at p25 400 - 100 = 300; at the
+    # start's level (p75) 800 - 100 = 700; at p95 960 - 100 = 860.
+    e = est["b"]
+    assert (e.low, e.start, e.high) == (NOW + 300, NOW + 700, NOW + 860)
+
+
+def test_start_takes_work_not_started_at_its_mean():
+    # Two 4-GPU runs ahead of c on 8 GPUs held by r (hint: ends at +100); past runs 100, 100,
+    # 100, 100, 600 s: mean 200. a then b (8 each) run one after another: c at 100 + 2 x 200.
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400)
+    assert est["c"].start == NOW + 500
+    # The range: at p25 (100 s each) 300; at p95 (500 s each) 1100.
+    assert (est["c"].low, est["c"].high) == (NOW + 300, NOW + 1100)
+
+
+def test_estimate_with_hints_is_a_point():
+    s = snap([wl("b", "a", 8, t=10)], [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=500, progress_s=100, elapsed_s=150),
+                             "b": Known(hint_s=60)}, runtimes=RunTimes(), horizon_s=86400)
+    assert (est["b"].low, est["b"].start, est["b"].high) == (NOW + 250,) * 3
+
+
+def test_remaining_conditioned_on_age():
+    rt = RunTimes(by_queue={"a": (10.0, 20.0, 30.0, 40.0, 50.0)})
+    assert rt.remaining("a", 25, 0.5) == 40 - 25  # median of 30, 40, 50
+    assert rt.remaining("a", 60, 0.5) == 60  # older than every run: as long again
+    assert RunTimes(default_s=100).total("x", 0.5) == 100
+    assert quantile((1.0, 3.0), 0.5) == 2.0
+    assert math.isnan(quantile((), 0.5))
+
+
+def test_fleet_history_when_the_queue_has_too_few_runs():
+    rt = RunTimes(by_queue={"a": (1.0,)}, fleet=(100.0,) * 5)
+    assert rt.samples("a")[1] == "fleet"
+    assert rt.total("a", 0.5) == 100
+
+
+def test_victims_requeue_and_start_again():
+    # a reclaims from b: x (b's borrower) goes back to the queue and starts once p ends.
+    queues = [q("a", 8, 8), q("b", 0, 8)]
+    borrower = AdmittedWorkload(wl("x", "b", 8, t=0), "c", A100, ("c-a100-80g-0",), True, 0.0)
+    s = snap([wl("p", "a", 8, t=900)], [borrower], queues=queues, termination_grace_s=30)
+    starts = fast_forward(s, remaining={"x": 4000}, durations={"p": 100, "x": 4000},
+                          horizon_s=86400, targets={"p"})
+    assert starts == {"p": NOW + 30}

@@ -1,0 +1,63 @@
+"""The runner's `eta_at_submit` (scheduling/replay/eta.py): the live forecast, made at each
+submission, on hand-computed scenarios."""
+
+from __future__ import annotations
+
+from scheduling.replay import EtaOptions, load_scenario, run_scenario
+
+from .replay_builders import job, scenario
+
+# Two 8-GPU nodes (BASE); queue a: min 8, max 16.
+EXACT = EtaOptions(step_s=0, step_rel=0)
+
+
+def run(workloads, until=5000, **opts):
+    sc = load_scenario(scenario(until=until, workloads=workloads))
+    return run_scenario(sc, eta=EtaOptions(**{"step_s": 0, "step_rel": 0, **opts}))["workloads"]
+
+
+def test_with_hints_the_forecast_is_exact():
+    # a1, a2 take both nodes at 0 (ending at 100 and 300); b (a's third, at a's max 16)
+    # waits for a1's node: 100.
+    out = run([job("a1", "a", 0, duration_s=100), job("a2", "a", 0, duration_s=300),
+               job("b", "a", 10, duration_s=50)], hints=True)
+    assert out["b"]["eta_at_submit"] == {"at": 10, "start": 100, "low": 100, "high": 100}
+    assert out["b"]["admissions"][0]["at"] == 100
+    assert out["a1"]["eta_at_submit"] == {"at": 0, "start": 0, "low": 0, "high": 0}
+
+
+def test_without_hints_the_history_of_the_queue_decides():
+    # Five runs of 200 s in queue a finish first (one after another on one node, the other
+    # node busy with "long" until 2000); then c (a, 8 GPUs) is submitted at 1100 while "x"
+    # (a) started at 1000: the forecast takes x's remaining time from a's history (all runs
+    # 200 s: 100 s left), so c is forecast at 1100 + 100 = 1200, exactly when x ends.
+    jobs = [job("long", "b", 0, duration_s=2000)]
+    jobs += [job(f"r{i}", "a", 0, duration_s=200) for i in range(5)]
+    jobs += [job("x", "a", 1000, duration_s=200), job("c", "a", 1100, duration_s=10)]
+    out = run(jobs)
+    assert out["x"]["admissions"][0]["at"] == 1000
+    assert out["c"]["eta_at_submit"] == {"at": 1100, "start": 1200, "low": 1200, "high": 1200}
+    assert out["c"]["admissions"][0]["at"] == 1200
+
+
+def test_no_history_uses_the_default_run_time():
+    out = run([job("a1", "a", 0, duration_s=100), job("a2", "a", 0, duration_s=300),
+               job("b", "a", 10, duration_s=50)], default_run_s=1000)
+    # a1 and a2 have run 10 s of an assumed 1000: both end at 1000.
+    assert out["b"]["eta_at_submit"]["start"] == 1000
+
+
+def test_reclaim_is_forecast():
+    # b is within its guarantee while a borrows b's 8: b reclaims, after a2's 30 s grace.
+    out = run([job("a1", "a", 0, duration_s=100), job("a2", "a", 0, duration_s=300),
+               job("b", "b", 10, duration_s=50)], hints=True)
+    assert out["b"]["eta_at_submit"]["start"] == 40 == out["b"]["admissions"][0]["at"]
+
+
+def test_every_nth_and_off_by_default():
+    jobs = [job(f"j{i}", "a", i) for i in range(4)]
+    out = run(jobs, every=2)
+    assert [out[f"j{i}"]["eta_at_submit"] is not None for i in range(4)] == [
+        True, False, True, False]
+    plain = run_scenario(load_scenario(scenario(workloads=jobs)))["workloads"]
+    assert "eta_at_submit" not in plain["j0"]
