@@ -139,7 +139,7 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
             cpu=ps["cpu"], memory_gib=ps["memory_gib"],
             node_selector=dict(row["flavor__node_selector"] or {}),
             nodes=tuple(row["nodes"][k:k + ps["count"]]),
-            gpu_memory_gib=_decimal_or_none(ps["gpu_memory_gib"]),
+            gpu_memory_gib=_decimal_or_none(ps.get("gpu_memory_gib")),
             card_memory_gib=_decimal_or_none(row["flavor__gpu_memory_gib"]),
             cards=tuple((row["cards"] or [])[k:k + ps["count"]])))
         k += ps["count"]
@@ -236,8 +236,10 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
             row = parts.rows[str(w.pk)]
             flavor = flavor_names[adm.flavor_id]
             specs.append(_spec_of({
-                "workload_id": w.pk, "nodes": adm.nodes, "flavor__name": flavor,
+                "workload_id": w.pk, "nodes": adm.nodes, "cards": adm.cards,
+                "flavor__name": flavor,
                 "flavor__node_selector": parts.node_selectors.get(flavor, {}),
+                "flavor__gpu_memory_gib": parts.card_memory.get(flavor),
                 "workload__name": w.name, "workload__queue__path": row["queue__path"],
                 "workload__queue__namespace": row["queue__namespace"],
                 "workload__image": w.image, "workload__command": w.command,
