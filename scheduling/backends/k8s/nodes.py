@@ -98,7 +98,7 @@ class NodesMixin(KubeClient):
         return NodeInfo(
             name=node.metadata.name,
             flavor=flavor.name if flavor is not None else None,
-            gpus=physical_cards(labels, node.metadata.annotations,
+            gpus=physical_cards(labels, getattr(node.metadata, "annotations", None),
                                 int(parse_quantity(allocatable.get(GPU_RESOURCE, "0")))),
             cpu=parse_quantity(allocatable.get("cpu", "0")).quantize(MILLI),
             memory_gib=memory.quantize(MILLI),
