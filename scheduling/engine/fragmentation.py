@@ -26,6 +26,7 @@ so a fleet of identical nodes is evaluated once per distinct state.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
 from scheduling.engine.accounting import EPS
 
@@ -83,25 +84,36 @@ class Mix:
 
     def set_shares(self, shares: dict[Shape, float]) -> None:
         """Fix the mix (a benchmark that knows its workload in advance, as the paper does)."""
-        total = sum(shares.values()) or 1.0
-        top = sorted(shares.items(), key=lambda t: (-t[1], t[0]))[:TOP]
-        self.shares = tuple((s, v / total) for s, v in top)
-        self.fractional = any(s[0] < MILLI for s, _ in top)
+        self.shares = usual(shares)
+        self.fractional = any(s[0] < MILLI for s, _ in self.shares)
         self.version += 1
 
     def refresh(self) -> None:
         """Recompute the shares; the version (which memoised answers follow) only moves when
         some share moved by a percentage point or more."""
         self.since = 0
-        top = sorted(self.counts.items(), key=lambda t: (-t[1], t[0]))[:TOP]
-        total = sum(n for _, n in top) or 1
-        shares = tuple((s, n / total) for s, n in top)
+        shares = usual(self.counts)
         old = dict(self.shares)
         if (len(old) == len(shares)
                 and all(abs(old.get(s, -1.0) - v) < SHIFT for s, v in shares)):
             return
         self.shares = shares
         self.version += 1
+
+
+def usual(counts: Mapping[Shape, float]) -> tuple[tuple[Shape, float], ...]:
+    """The shapes the measure weighs, with their shares: the TOP most common, and for each GPU
+    size none of them has (a rare 8-card pod), its most common shape standing for all of that
+    size, so no size of pod is left out."""
+    ranked = sorted(counts.items(), key=lambda t: (-t[1], t[0]))
+    top = dict(ranked[:TOP])
+    sizes = {s[0] for s in top}
+    for shape, _ in ranked[TOP:]:
+        if shape[0] not in sizes:
+            sizes.add(shape[0])
+            top[shape] = sum(n for s, n in ranked[TOP:] if s[0] == shape[0])
+    total = sum(top.values()) or 1.0
+    return tuple((s, n / total) for s, n in top.items())
 
 
 def slice_of(milli: int, gmem: float, card_mem: float) -> float:

@@ -140,7 +140,7 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
             cpu=ps["cpu"], memory_gib=ps["memory_gib"],
             node_selector=dict(row["flavor__node_selector"] or {}),
             nodes=tuple(row["nodes"][k:k + ps["count"]]),
-            gpu_memory_gib=_decimal_or_none(ps["gpu_memory_gib"]),
+            gpu_memory_gib=_decimal_or_none(ps.get("gpu_memory_gib")),
             card_memory_gib=_decimal_or_none(row["flavor__gpu_memory_gib"]),
             cards=tuple((row["cards"] or [])[k:k + ps["count"]])))
         k += ps["count"]

@@ -14,9 +14,9 @@ from kubernetes import client as k8s
 
 from scheduling.backends.base import DispatchRefused, RefusalReason, WorkloadRef, WorkloadSpec
 from scheduling.backends.k8s.client import MERGE_PATCH, status_message
-from scheduling.backends.k8s.jobs import SHARING, hami_card_uuids, job_body
+from scheduling.backends.k8s.jobs import SHARING, job_body
 from scheduling.backends.k8s.namespaces import NamespacesMixin
-from scheduling.backends.k8s.nodes import NodesMixin
+from scheduling.backends.k8s.nodes import NodesMixin, hami_card_uuids
 from scheduling.backends.k8s.objects import ObjectsMixin
 from scheduling.backends.k8s.priority_classes import PriorityClassesMixin
 from scheduling.backends.naming import LABEL_WORKLOAD_ID

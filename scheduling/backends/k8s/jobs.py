@@ -20,7 +20,6 @@ declared in its connection (`"gpu_sharing"`):
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
@@ -36,7 +35,6 @@ HAMI_CORES = "nvidia.com/gpucores"
 HAMI_MEMORY = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 HAMI_USE_UUID = "nvidia.com/use-gpuuuid"
-HAMI_REGISTER = "hami.io/node-nvidia-register"
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
 
@@ -88,22 +86,6 @@ def shared_gpu(pod_set: PodSetSpec, sharing: str,
                 annotations[HAMI_USE_UUID] = uuids[card]
         return limits, annotations
     return {GPU_RESOURCE: "1"}, {}
-
-
-def hami_card_uuids(annotations: Mapping[str, str] | None) -> list[str]:
-    """A node's card UUIDs by index, from HAMi's device registration (empty if absent)."""
-    raw = (annotations or {}).get(HAMI_REGISTER)
-    if not raw:
-        return []
-    try:
-        devices = json.loads(raw)
-    except ValueError:
-        return []
-    if not isinstance(devices, list):
-        return []
-    found = sorted((int(d.get("index") or 0), str(d.get("id") or ""))
-                   for d in devices if isinstance(d, dict))
-    return [uuid for _, uuid in found]
 
 
 def format_cpu(cores: Decimal) -> str:

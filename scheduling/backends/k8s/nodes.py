@@ -8,7 +8,8 @@ refuses, such as `1K` or `NaN`, are not ones a node reports).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -27,7 +28,45 @@ from scheduling.backends.k8s.client import KubeClient
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+COUNT_LABEL = "nvidia.com/gpu.count"
+HAMI_REGISTER = "hami.io/node-nvidia-register"
 MILLI = Decimal("0.001")
+
+
+def hami_card_uuids(annotations: Mapping[str, str] | None) -> list[str]:
+    """A node's card UUIDs by index, from HAMi's device registration (empty if absent)."""
+    raw = (annotations or {}).get(HAMI_REGISTER)
+    if not raw:
+        return []
+    try:
+        devices = json.loads(raw)
+    except ValueError:
+        return []
+    if not isinstance(devices, list):
+        return []
+    found = sorted((int(d.get("index") or 0), str(d.get("id") or ""))
+                   for d in devices if isinstance(d, dict))
+    return [uuid for _, uuid in found]
+
+
+def physical_cards(labels: Mapping[str, str], annotations: Mapping[str, str] | None,
+                   allocatable: int) -> int:
+    """The node's cards. A shared card is advertised several times (HAMi's vGPUs, the device
+    plugin's time-slicing replicas): HAMi's device registration lists the cards, and GPU
+    feature discovery labels `nvidia.com/gpu.count` (the cards) when `nvidia.com/gpu.replicas`
+    is above 1. Otherwise the allocatable count is the cards."""
+    devices = hami_card_uuids(annotations)
+    if devices:
+        return len(devices)
+    try:
+        replicas = int(labels.get(REPLICAS_LABEL, "1"))
+        count = int(labels.get(COUNT_LABEL, "0"))
+    except ValueError:
+        return allocatable
+    if replicas > 1 and count > 0:
+        return count
+    return allocatable
 
 
 class NodesMixin(KubeClient):
@@ -59,7 +98,8 @@ class NodesMixin(KubeClient):
         return NodeInfo(
             name=node.metadata.name,
             flavor=flavor.name if flavor is not None else None,
-            gpus=int(parse_quantity(allocatable.get(GPU_RESOURCE, "0"))),
+            gpus=physical_cards(labels, getattr(node.metadata, "annotations", None),
+                                int(parse_quantity(allocatable.get(GPU_RESOURCE, "0")))),
             cpu=parse_quantity(allocatable.get("cpu", "0")).quantize(MILLI),
             memory_gib=memory.quantize(MILLI),
             ready=ready,

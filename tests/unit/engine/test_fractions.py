@@ -7,7 +7,7 @@ import random
 
 from scheduling.engine import AdmittedWorkload, ReasonCode
 from scheduling.engine.export import snapshot_of
-from scheduling.engine.fragmentation import MILLI, Mix, fragment
+from scheduling.engine.fragmentation import MILLI, Mix, fragment, stranded
 from scheduling.engine.pool import Pool, pod_of
 
 from .builders import A100, GPU, cluster, engine, q, run, wl
@@ -98,6 +98,18 @@ def test_fragment_counts_what_the_mix_cannot_use() -> None:
     assert fragment((1, ((300, 24.0),), 16.0, 64.0, 80.0), (half,)) == 300
     # No CPU left: every free milli-GPU is a fragment.
     assert fragment((1, ((300, 24.0),), 0.5, 64.0, 80.0), (half,)) == 1300
+
+
+def test_stranded_counts_what_copies_of_the_usual_pods_cannot_fill() -> None:
+    one_card = ((1000, 12.0, 16.0, -1.0), 1.0)
+    # Two free cards but cores for one pod of one card and 12 cores: FGD sees no fragment,
+    # Allot sees one card stranded.
+    node = (2, (), 16.0, 256.0, 80.0)
+    assert fragment(node, (one_card,)) == 0 and stranded(node, (one_card,)) == 1000
+    # A card with 0.9 free takes one pod of 0.46: 0.44 is stranded, FGD counts none.
+    share = ((460, 1.0, 1.0, -1.0), 1.0)
+    node = (0, ((900, 72.0),), 16.0, 256.0, 80.0)
+    assert fragment(node, (share,)) == 0 and stranded(node, (share,)) == 440
 
 
 def _pool(policy: str) -> Pool:

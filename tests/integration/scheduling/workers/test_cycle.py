@@ -328,3 +328,20 @@ def test_cycle_skips_while_another_holds_the_lock():
         release.set()
         t.join()
     assert cycle_run().ran is True
+
+
+def test_fractions_share_a_card_through_the_cycle_and_count_as_their_fraction(world):
+    from decimal import Decimal
+
+    quarters = [submit(world, f"nb-{i}", gpus="0.25") for i in range(4)]
+    report = cycle_run(wait=True)
+    assert sorted(report.admitted) == sorted(w.pk for w in quarters)
+    adms = [w.admissions.get() for w in quarters]
+    assert {(tuple(a.nodes), tuple(a.cards)) for a in adms} == {(tuple(adms[0].nodes), (0,))}
+    assert [a.gpus for a in adms] == [Decimal("0.250")] * 4
+    assert queue_usage()["rd/vision"][("a100-80g", "gpu")]["used"] == 1
+    # Rebuilt from the database next cycle, the card stays taken: a fifth quarter opens card 1.
+    fifth = submit(world, "nb-4", gpus="0.25")
+    cycle_run(wait=True)
+    adm = fifth.admissions.get()
+    assert (adm.nodes, adm.cards) == (adms[0].nodes, [1])

@@ -57,3 +57,19 @@ def test_node_info_reads_allocatable_gpus_cpu_and_memory(allocatable, gpus, cpu,
     assert (info.gpus, info.cpu, info.memory_gib) == (gpus, Decimal(cpu), Decimal(memory_gib))
     assert str(info.cpu) == cpu and str(info.memory_gib) == memory_gib
     assert info.flavor == "a100-80g" and info.ready
+
+
+def test_shared_cards_are_counted_once():
+    import json
+
+    from scheduling.backends.k8s.nodes import physical_cards
+
+    # HAMi advertises 10 vGPUs per card; its registration lists the two cards.
+    register = json.dumps([{"id": "GPU-a", "index": 0}, {"id": "GPU-b", "index": 1}])
+    assert physical_cards({}, {"hami.io/node-nvidia-register": register}, 20) == 2
+    # Time-slicing: 4 replicas of each of 2 cards, as GPU feature discovery labels them.
+    labels = {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.count": "2"}
+    assert physical_cards(labels, None, 8) == 2
+    # Nothing shared: the allocatable count.
+    assert physical_cards({"nvidia.com/gpu.count": "8"}, {}, 8) == 8
+    assert physical_cards({"nvidia.com/gpu.replicas": "x"}, None, 8) == 8
