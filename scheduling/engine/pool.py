@@ -466,7 +466,6 @@ class Pool:
     def empty_copy(self) -> Pool:
         """The same nodes, all ready and empty (for "could it ever fit" checks)."""
         pool = Pool(self.cluster, self.flavor, self.card_mem, Mix())
-        pool.policy = "bestfit"
         for i, name in enumerate(self.names):
             pool.add_node(name, self.gpus[i], self.cpu[i], self.mem[i], self.rack[i], True)
         pool.build_index()
