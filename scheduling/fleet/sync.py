@@ -201,6 +201,7 @@ def _sync_kinds(cluster: Cluster, backend: object) -> None:
         cluster.kinds = served
 
 
+@history_context(Source.SYNC)
 def sync_nodes(cluster: Cluster, backend: object) -> int:
     """Update readiness and allocatable resources of known nodes (new nodes are added).
 

@@ -65,7 +65,7 @@ def _pods(sets: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for ps in sets:
         pod: dict[str, Any] = {"count": ps["count"], "flavors": list(ps["flavors"]),
-                               "gpus": ps["gpus"], "cpu": _num(ps["cpu"]),
+                               "gpus": _num(ps["gpus"]), "cpu": _num(ps["cpu"]),
                                "memory_gib": _num(ps["memory_gib"])}
         if ps["gpu_memory_gib"] is not None:
             pod["gpu_memory_gib"] = ps["gpu_memory_gib"]

@@ -12,7 +12,9 @@ BASIC_TRACES = {"scatter", "bar", "pie"}
 def _trace_types(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Dict):
+        keys = {k.value for k in getattr(node, "keys", []) if isinstance(k, ast.Constant)}
+        # A trace has data (x, y or values); an axis also has a "type" (category, date).
+        if isinstance(node, ast.Dict) and keys & {"x", "y", "values"}:
             for key, value in zip(node.keys, node.values, strict=True):
                 if (isinstance(key, ast.Constant) and key.value == "type"
                         and isinstance(value, ast.Constant)):

@@ -50,7 +50,7 @@ def test_lead_only_in_their_subtree_and_no_fleet_changes(busy):
         "add_nodes": [{"cluster": "bj", "flavor": "a100-80g", "count": 1}]}}, format="json")
     assert r.status_code == 403 and "only admins may try add_nodes" in r.json()["detail"]
     r = lead.post("/api/v1/what-if", {"hours": 2, "changes": VISION_MIN}, format="json")
-    assert r.status_code == 202 and r.json()["state"] == "queued"
+    assert r.status_code == 202 and r.json()["state"] == "queued", r.json()
 
 
 def test_bad_changes_name_the_field_and_save_nothing(busy):
