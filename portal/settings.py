@@ -260,8 +260,8 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = env.str("STATIC_ROOT", default=str(VAR_DIR / "staticfiles"))
 # collectstatic also writes a gzip copy of each file, which WhiteNoise serves to browsers that
-# accept it (plotly.min.js: 4.8 MB, 1.5 MB gzipped). Names are not hashed, so the pages need no
-# manifest and WhiteNoise lets browsers cache a file for 60 s (WHITENOISE_MAX_AGE).
+# accept it (plotly-basic.min.js: 1.2 MB, 0.4 MB gzipped). Names are not hashed, so the pages
+# need no manifest and WhiteNoise lets browsers cache a file for 60 s (WHITENOISE_MAX_AGE).
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

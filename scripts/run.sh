@@ -12,7 +12,10 @@ PORT="${PORT:-8000}"
 # Local state: the SQLite database (the default), the beat's schedule, file locks.
 mkdir -p var
 $PY manage.py migrate --noinput
-$PY manage.py seed_demo
+# A month of past work replayed through the engine and billed, on the first start only (about
+# a minute; `seed_demo --history` says when it is already there). ALLOT_DEMO_HISTORY= (empty)
+# starts without one.
+$PY manage.py seed_demo --history "${ALLOT_DEMO_HISTORY-30d}"
 
 echo "broker: ${CELERY_BROKER_URL:-filesystem (var/broker, no server)}"
 

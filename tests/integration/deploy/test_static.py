@@ -43,7 +43,7 @@ def test_collectstatic_gathers_every_file_the_pages_name(collected):
     named = set()
     for template in [*ROOT.glob("templates/**/*.html"), *ROOT.glob("*/templates/**/*.html")]:
         named |= set(re.findall(r"\{% static ['\"]([^'\"]+)['\"]", template.read_text()))
-    assert {"vendor/htmx.min.js", "vendor/plotly.min.js", "css/allot.css"} <= named
+    assert {"vendor/htmx.min.js", "vendor/plotly-basic.min.js", "css/allot.css"} <= named
     for name in sorted(named):
         assert (collected / name).read_bytes() == (ROOT / "static" / name).read_bytes(), name
         assert (collected / f"{name}.gz").is_file(), f"{name}: no gzip copy"
@@ -57,7 +57,7 @@ def test_whitenoise_serves_the_collected_files_with_debug_off(collected):
                            WHITENOISE_AUTOREFRESH=False):
         client = Client()
         plain = client.get("/static/vendor/htmx.min.js")
-        zipped = client.get("/static/vendor/plotly.min.js", HTTP_ACCEPT_ENCODING="gzip")
+        zipped = client.get("/static/vendor/plotly-basic.min.js", HTTP_ACCEPT_ENCODING="gzip")
         missing = client.get("/static/vendor/nothing.js")
     source = (ROOT / "static/vendor/htmx.min.js").read_bytes()
     assert plain.status_code == 200
@@ -65,6 +65,6 @@ def test_whitenoise_serves_the_collected_files_with_debug_off(collected):
     assert plain["Cache-Control"] == "max-age=60, public"
     assert zipped.status_code == 200 and zipped["Content-Encoding"] == "gzip"
     body = b"".join(zipped.streaming_content)
-    assert gzip.decompress(body) == (ROOT / "static/vendor/plotly.min.js").read_bytes()
+    assert gzip.decompress(body) == (ROOT / "static/vendor/plotly-basic.min.js").read_bytes()
     assert len(body) < len(gzip.decompress(body)) / 2
     assert missing.status_code == 404

@@ -269,7 +269,7 @@ def test_fleet_and_cluster_pages(client, org, priority_classes):
     c = login(client, org.alice)
     html = c.get("/fleet/").content.decode()
     assert ">bj</a>" in html and '<strong>28</strong>' in html
-    assert 'id="chart-allocation-data"' in html and "plotly.min.js" in html
+    assert 'id="chart-allocation-data"' in html and "plotly-basic.min.js" in html
     html = c.get("/fleet/bj/").content.decode()
     assert "bj-a100-3" in html
     assert c.get("/fleet/nope/").status_code == 404
