@@ -10,11 +10,19 @@ import pytest
 
 from scheduling import kinds
 from scheduling.backends import DispatchRefused, PodSetSpec, RefusalReason, RunPhase
+from scheduling.backends.k8s import KubernetesBackend
 from scheduling.kinds.base import SCHEDULING_GATE
 from tests.integration.backends.k8s.specs import A100, NS, make_spec
 from tests.manifests import NAMES, manifest
 
 NODES = ("bj-a100-0", "bj-a100-1")
+
+
+@pytest.fixture
+def backend(kube):
+    # Each kind's life is a few dozen requests: a loaded machine must not fail one of them on
+    # the short read timeout the other modules' tests use (they test timeouts themselves).
+    return KubernetesBackend(name="bj", connection={**kube.connection, "timeout_s": 10})
 
 
 def kind_spec(name: str, workload_id: int = 7):
