@@ -188,7 +188,6 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, RunPhase, st
     db.insert_rows(WorkloadEvent, events)
 
 
-@history_context(Source.SYNC)
 def _sync_kinds(cluster: Cluster, backend: object) -> None:
     """Record the workload kinds the cluster serves (the fleet page shows them)."""
     if not isinstance(backend, ServedKinds):
@@ -203,6 +202,7 @@ def _sync_kinds(cluster: Cluster, backend: object) -> None:
         cluster.kinds = served
 
 
+@history_context(Source.SYNC)
 def sync_nodes(cluster: Cluster, backend: object) -> int:
     """Update readiness and allocatable resources of known nodes (new nodes are added).
 
