@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling import api_updates, manifest_views, views
+from scheduling import admission_views, api_updates, manifest_views, views
 from scheduling.whatif import views as whatif_views
 
 urlpatterns = [
@@ -13,6 +13,8 @@ urlpatterns = [
          name="workload-new-manifest"),
     path("workloads/new/manifest/check/", manifest_views.workload_check_manifest,
          name="workload-check-manifest"),
+    path("k8s/admission/<slug:cluster>/<str:token>/", admission_views.admission_webhook,
+         name="admission-webhook"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),

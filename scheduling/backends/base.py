@@ -137,6 +137,7 @@ class WorkloadSpec:
     # the object, created as one object instead of a Job per pod set. "" = Allot's Jobs.
     kind: str = ""
     manifest: Mapping[str, Any] = field(default_factory=dict)
+    object_name: str = ""  # an adopted object's own name ("" = Allot names it)
 
     @property
     def ref(self) -> WorkloadRef:
@@ -145,7 +146,7 @@ class WorkloadSpec:
             namespace=self.namespace,
             workload_id=self.workload_id,
             pod_set_indexes=[p.index for p in self.pod_sets],
-            kind=self.kind,
+            kind=self.kind, object_name=self.object_name,
         )
 
 
@@ -159,23 +160,25 @@ class WorkloadRef:
     # A manifest workload's kind (`apiVersion/Kind`): one object of that kind, named
     # `object_name`, whose pods carry the pod set label; "" = a Job per pod set.
     kind: str = ""
+    adopted_name: str = ""  # the object's own name when the user created it (the webhook)
 
     @property
     def object_name(self) -> str:
-        """The name of a manifest workload's object (its first pod set's Job name)."""
-        return self.job_names[0] if self.job_names else ""
+        """The name of a manifest workload's object: its own when adopted, else its first pod
+        set's Job name."""
+        return self.adopted_name or (self.job_names[0] if self.job_names else "")
 
     @classmethod
     def for_workload(
         cls, *, namespace: str, workload_id: int, pod_set_indexes: Sequence[int],
-        kind: str = "",
+        kind: str = "", object_name: str = "",
     ) -> WorkloadRef:
         """Build the reference from database facts (so workers never need to store it)."""
         return cls(
             namespace=namespace,
             workload_id=workload_id,
             job_names=tuple(job_name(workload_id, i) for i in pod_set_indexes),
-            kind=kind,
+            kind=kind, adopted_name=object_name if kind else "",
         )
 
 

@@ -14,6 +14,10 @@ LABEL_POD_SET = "allot.io/pod-set"
 LABEL_FLAVOR = "allot.io/flavor"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_KIND = "allot.io/kind"  # a simulated Job's workload kind (apiVersion/Kind)
+# On a workload adopted from a cluster (the admission webhook): the cluster it must run on and
+# the name of its object there (created by the user, not by Allot).
+LABEL_PINNED_CLUSTER = "allot.io/cluster"
+LABEL_OBJECT = "allot.io/object"
 MANAGED_BY = "allot"
 
 _JOB_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)$")

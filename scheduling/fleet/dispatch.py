@@ -35,6 +35,7 @@ from scheduling.backends.base import (
     PodSetSpec,
     WorkloadSpec,
 )
+from scheduling.backends.naming import LABEL_OBJECT
 from scheduling.fleet.refs import (
     penalty,
     penalty_s,
@@ -83,7 +84,7 @@ DISPATCH_FIELDS = (
     "workload__name", "workload__queue__path", "workload__queue__namespace",
     "workload__image", "workload__command", "workload__priority_class__name",
     "workload__termination_grace_s", "workload__duration_hint_s", "workload__progress_s",
-    "workload__kind", "workload__manifest",
+    "workload__kind", "workload__manifest", "workload__labels",
 )
 
 
@@ -155,7 +156,8 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
         termination_grace_s=row["workload__termination_grace_s"],
         duration_s=None if hint is None else max(0.0, float(hint) - row["workload__progress_s"]),
         labels={}, kind=row.get("workload__kind") or "",
-        manifest=row.get("workload__manifest") or {})
+        manifest=row.get("workload__manifest") or {},
+        object_name=(row.get("workload__labels") or {}).get(LABEL_OBJECT, ""))
 
 
 def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime | None,
@@ -251,6 +253,7 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
                 "workload__duration_hint_s": w.duration_hint_s,
                 "workload__progress_s": w.progress_s,
                 "workload__kind": w.kind, "workload__manifest": w.manifest,
+                "workload__labels": w.labels,
             }, parts.pod_sets.get(w.pk, [])))
         try:
             outcomes = backend.dispatch_many(specs, replace=previous)

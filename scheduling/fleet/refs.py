@@ -7,6 +7,7 @@ from django.conf import settings
 from scheduling.backends.base import (
     WorkloadRef,
 )
+from scheduling.backends.naming import LABEL_OBJECT
 from scheduling.models import (
     Admission,
     Workload,
@@ -42,7 +43,8 @@ def workload_ref(admission: Admission) -> WorkloadRef:
     w = admission.workload
     return WorkloadRef.for_workload(
         namespace=namespace_of(w), workload_id=w.pk,
-        pod_set_indexes=[ps.index for ps in w.pod_sets.all()], kind=w.kind)
+        pod_set_indexes=[ps.index for ps in w.pod_sets.all()], kind=w.kind,
+        object_name=(w.labels or {}).get(LABEL_OBJECT, ""))
 
 
 def _admissions(**filters: object) -> list[Admission]:

@@ -22,6 +22,7 @@ from scheduling.backends.base import (
     ServedKinds,
     WorkloadRef,
 )
+from scheduling.backends.naming import LABEL_OBJECT
 from scheduling.locks import (
     scheduling_lock,
 )
@@ -78,7 +79,7 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
         qs = qs.filter(workload_id__in=list(workload_ids))
     rows = list(qs.order_by("pk").values(
         "pk", "workload_id", "workload__state", "workload__queue__path",
-        "workload__queue__namespace", "workload__kind"))
+        "workload__queue__namespace", "workload__kind", "workload__labels"))
     if not rows:
         return report
     indexes: dict[int, list[int]] = {}
@@ -89,7 +90,8 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
     refs = [WorkloadRef.for_workload(
         namespace=r["workload__queue__namespace"] or r["workload__queue__path"].replace("/", "-"),
         workload_id=r["workload_id"], pod_set_indexes=indexes.get(r["workload_id"], []),
-        kind=r["workload__kind"])
+        kind=r["workload__kind"],
+        object_name=(r["workload__labels"] or {}).get(LABEL_OBJECT, ""))
         for r in rows]
     try:
         statuses = backend.workload_statuses(refs)
@@ -186,7 +188,6 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, RunPhase, st
     db.insert_rows(WorkloadEvent, events)
 
 
-@history_context(Source.SYNC)
 def _sync_kinds(cluster: Cluster, backend: object) -> None:
     """Record the workload kinds the cluster serves (the fleet page shows them)."""
     if not isinstance(backend, ServedKinds):

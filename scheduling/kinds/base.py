@@ -307,6 +307,30 @@ class Kind:
         cursor[parts[-1]] = suspended
         return patch
 
+    def hold_patch(self, obj: Mapping[str, Any], *, labels: Mapping[str, str]
+                   ) -> list[dict[str, Any]]:
+        """A JSON patch (admission webhook) holding a user's object back until admitted, as
+        `prepare` does (suspended, or its pod templates gated), with `labels` added."""
+        held = copy.deepcopy(dict(obj))
+        meta = held.setdefault("metadata", {})
+        meta["labels"] = {**(meta.get("labels") or {}), **labels}
+        if self.suspend_path:
+            _set_path(held, self.suspend_path, True)
+        else:
+            meta["annotations"] = {**(meta.get("annotations") or {}),
+                                   ANNOTATION_ADMITTED: "false"}
+            for ps in self.derive(held):
+                spec = ps.template.setdefault("spec", {})
+                gates = [g for g in spec.get("schedulingGates") or []
+                         if g.get("name") != SCHEDULING_GATE]
+                spec["schedulingGates"] = [*gates, {"name": SCHEDULING_GATE}]
+        ops = [{"op": "add", "path": "/metadata/labels", "value": meta["labels"]},
+               {"op": "add", "path": "/spec", "value": held.get("spec") or {}}]
+        if not self.suspend_path:
+            ops.append({"op": "add", "path": "/metadata/annotations",
+                        "value": meta["annotations"]})
+        return ops
+
     def prepare(self, manifest: Mapping[str, Any], *, name: str, namespace: str,
                 labels: Mapping[str, str], annotations: Mapping[str, str],
                 placements: list[Placement]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from quotas.models import Flavor, Queue
 from scheduling import engine, extensions
+from scheduling.backends.naming import LABEL_PINNED_CLUSTER
 from scheduling.models import (
     ACTIVE_STATES,
     UNCONFIRMED_END_REASONS,
@@ -255,6 +256,9 @@ def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
     """A workload's row as the engine takes it."""
     pc = priorities[r["priority_class_id"]]
     allowed = ctx.allowed_clusters.get(r["id"])
+    pinned = (r["labels"] or {}).get(LABEL_PINNED_CLUSTER)
+    if pinned:  # adopted from that cluster (the admission webhook): it runs there or nowhere
+        allowed = {pinned} if allowed is None else set(allowed) & {pinned}
     return engine.WorkloadSpec(
         name=str(r["id"]), queue=r["queue__path"], display_name=r["name"],
         pod_sets=tuple(

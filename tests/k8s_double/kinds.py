@@ -30,6 +30,9 @@ from tests.k8s_double.patches import apply_patch
 
 BUILT_IN = ("v1", "batch/v1", "apps/v1", "events.k8s.io/v1", "scheduling.k8s.io/v1")
 TEMPLATE_HASH = "double.allot.io/template-hash"
+# Kinds whose controller replaces pods of an older template itself (a rollout); the others
+# (a StatefulSet stuck on pods that never get ready, a Volcano Job) keep them until deleted.
+ROLLING = ("Deployment", "LeaderWorkerSet")
 
 
 def _hash(template: dict) -> str:
@@ -201,7 +204,7 @@ class KindsController:
             digest = _hash(template)
             mine = [p for p in self.object_pods(obj)
                     if p["metadata"]["annotations"].get("double.allot.io/pod-set") == str(index)]
-            for pod in mine:
+            for pod in mine if kind.kind in ROLLING else ():
                 if pod["metadata"]["annotations"].get(TEMPLATE_HASH) != digest and \
                         pod["status"]["phase"] in ("Pending", "Running"):
                     del self.pods[(namespace, pod["metadata"]["name"])]  # a rollout

@@ -39,7 +39,7 @@ from scheduling.kinds.base import ANNOTATION_ADMITTED
 SERVED_TTL_S = 60.0
 
 
-def _kind(key: str) -> Kind:
+def kind_for(key: str) -> Kind:
     found = kinds.kind_named(key)
     if found is None:
         raise DispatchRefused(RefusalReason.INVALID, f"unknown workload kind {key!r}")
@@ -77,7 +77,7 @@ class ObjectsMixin(KubeClient):
                 "in its API: the operator or CRD is not installed)")
 
     def _create_object(self, spec: WorkloadSpec) -> WorkloadRef:
-        kind = _kind(spec.kind)
+        kind = kind_for(spec.kind)
         self._check_kind(kind)
         ref = spec.ref
         placements = [Placement(
@@ -135,7 +135,7 @@ class ObjectsMixin(KubeClient):
             raise self._unexpected(what, error) from error
 
     def _set_object_suspend(self, ref: WorkloadRef, suspend: bool) -> None:
-        kind = _kind(ref.kind)
+        kind = kind_for(ref.kind)
         verb = "suspend" if suspend else "start"
         what = f'{verb} {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
         try:
@@ -189,7 +189,7 @@ class ObjectsMixin(KubeClient):
                     raise
 
     def _delete_object(self, ref: WorkloadRef) -> None:
-        kind = _kind(ref.kind)
+        kind = kind_for(ref.kind)
         what = f'delete {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
         try:
             self._call(what, self.custom.delete_namespaced_custom_object, kind.group,
@@ -229,7 +229,7 @@ class ObjectsMixin(KubeClient):
         pods = self._pods_of(refs)
         out = []
         for ref in refs:
-            kind = _kind(ref.kind)
+            kind = kind_for(ref.kind)
             obj = self._get_object(kind, ref)
             if obj is None:
                 out.append(WorkloadStatus(ref=ref, pod_sets=tuple(

@@ -10,11 +10,19 @@ import pytest
 
 from scheduling import kinds
 from scheduling.backends import DispatchRefused, PodSetSpec, RefusalReason, RunPhase
+from scheduling.backends.k8s import KubernetesBackend
 from scheduling.kinds.base import SCHEDULING_GATE
 from tests.integration.backends.k8s.specs import A100, NS, make_spec
 from tests.manifests import NAMES, manifest
 
 NODES = ("bj-a100-0", "bj-a100-1")
+
+
+@pytest.fixture
+def backend(kube):
+    # Each kind's life is a few dozen requests: a loaded machine must not fail one of them on
+    # the short read timeout the other modules' tests use (they test timeouts themselves).
+    return KubernetesBackend(name="bj", connection={**kube.connection, "timeout_s": 10})
 
 
 def kind_spec(name: str, workload_id: int = 7):
@@ -150,3 +158,15 @@ def test_create_twice_keeps_its_own_object(kube, backend):
     backend.create_workload(spec)
     backend.create_workload(spec)
     assert len(kube.state.objects) == 1
+
+
+def test_reasons_are_events_on_the_object(kube, backend):
+    kind, spec = kind_spec("PyTorchJob")
+    ref = backend.create_workload(spec)
+    backend.post_event(ref, "Warning", "Preempted", "preempted by workload 9 (inference-high)")
+    events = kube.state.events_about(NS, "PyTorchJob", "allot-w7-0")
+    assert [e["note"] for e in events] == ["preempted by workload 9 (inference-high)"]
+    assert events[0]["regarding"]["apiVersion"] == "kubeflow.org/v1"
+    assert events[0]["regarding"]["uid"] == stored(kube, kind)["metadata"]["uid"]
+    backend.delete_workload(ref)
+    backend.post_event(ref, "Normal", "Gone", "nothing left")  # nothing to describe: fine

@@ -1,0 +1,181 @@
+"""The mutating admission webhook (scheduling/admission.py) with real AdmissionReview JSON:
+objects without the label are left alone; a labelled one becomes a workload of its queue for
+the requesting user, pinned to the cluster and its own name, and is held back by the patch; a
+namespace of another team, an unknown user, a bad manifest and a body that is no
+AdmissionReview are refused with the reason; the adopted workload runs only on its cluster."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from scheduling.models import Cluster, Workload, WorkloadState
+from scheduling.workers.cycle import cycle_run
+from tests.integration.backends.k8s.specs import A100
+from tests.manifests import manifest
+
+pytestmark = pytest.mark.django_db
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def world(world_dispatch_in_cycle):
+    for c in Cluster.objects.all():
+        c.connection = {**c.connection, "webhook_token": TOKEN}
+        c.save()
+    return world_dispatch_in_cycle
+
+
+@pytest.fixture
+def kube():
+    from tests.k8s_double import KubeDouble
+
+    with KubeDouble() as double:
+        double.state.add_node("bj-a100-0", labels=dict(A100.node_selector), gpus=8)
+        yield double
+
+
+def review(obj: dict, *, namespace: str = "rd-vision", user: str = "alice",
+           operation: str = "CREATE") -> dict:
+    """An AdmissionReview as the API server sends it (admission.k8s.io/v1)."""
+    kind = obj.get("kind", "")
+    group, _, version = obj.get("apiVersion", "").rpartition("/")
+    return {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "name": obj["metadata"].get("name"), "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": user, "uid": "014fbff9a07c",
+                         "groups": ["system:authenticated"]},
+            "object": obj, "oldObject": None, "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+def post(client, body, *, cluster="bj", token=TOKEN):
+    return client.post(f"/k8s/admission/{cluster}/{token}/", json.dumps(body),
+                       content_type="application/json")
+
+
+def labelled(name="PyTorchJob", queue="rd.vision"):
+    obj = manifest(name)
+    obj["metadata"]["labels"] = {"allot.io/queue": queue}
+    return obj
+
+
+def test_objects_without_the_label_are_left_alone(world, client):
+    resp = post(client, review(manifest("PyTorchJob")))
+    assert resp.status_code == 200
+    answer = resp.json()["response"]
+    assert answer == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    assert not Workload.objects.exists()
+
+
+def test_a_labelled_object_is_queued_pinned_and_held_back(world, client):
+    resp = post(client, review(labelled()))
+    answer = resp.json()["response"]
+    assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(answer["patch"]))
+    w = Workload.objects.get()
+    assert w.owner == world.alice and w.queue == world.vision and w.state == WorkloadState.PENDING
+    assert w.kind == "kubeflow.org/v1/PyTorchJob" and w.name == "resnet-ddp"
+    assert w.labels == {"allot.io/cluster": "bj", "allot.io/object": "resnet-ddp"}
+    ops = {op["path"]: op["value"] for op in patch}
+    assert ops["/spec"]["runPolicy"]["suspend"] is True
+    assert ops["/metadata/labels"]["allot.io/workload-id"] == str(w.pk)
+    assert f"queued as workload {w.pk}" in answer["warnings"][0]
+    # It runs on its cluster only, under its own name.
+    cycle_run(wait=True)
+    w.refresh_from_db()
+    assert w.state == WorkloadState.RUNNING
+    assert w.admissions.get().cluster.name == "bj"
+
+
+def test_gated_kinds_get_gates_in_their_templates(world, client):
+    obj = labelled("Deployment")
+    answer = post(client, review(obj)).json()["response"]
+    ops = {op["path"]: op["value"] for op in json.loads(base64.b64decode(answer["patch"]))}
+    assert ops["/spec"]["template"]["spec"]["schedulingGates"] == [{"name": "allot.io/admission"}]
+    assert ops["/metadata/annotations"]["allot.io/admitted"] == "false"
+
+
+@pytest.mark.parametrize(("obj", "kwargs", "code", "words"), [
+    (lambda: labelled(), {"namespace": "rd-nlp"}, 403,
+     "queue rd/vision runs in namespace rd-vision, not rd-nlp"),
+    (lambda: labelled(queue="rd.nlp"), {}, 403, "runs in namespace rd-nlp, not rd-vision"),
+    (lambda: labelled(), {"user": "system:serviceaccount:x:y"}, 403, "has no account"),
+    (lambda: labelled(queue="rd.nope"), {}, 403, "no queue rd/nope"),
+    (lambda: {**labelled(), "kind": "FooJob"}, {}, 400, "unknown kind kubeflow.org/v1/FooJob"),
+])
+def test_refusals_name_the_reason(world, client, obj, kwargs, code, words):
+    answer = post(client, review(obj(), **kwargs)).json()["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == code
+    assert words in answer["status"]["message"]
+    assert not Workload.objects.exists()
+
+
+def test_a_bad_manifest_is_refused_naming_the_path(world, client):
+    obj = labelled()
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "three"
+    answer = post(client, review(obj)).json()["response"]
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
+    assert "manifest.spec.pytorchReplicaSpecs.Worker.replicas" in answer["status"]["message"]
+
+
+def test_carol_of_another_team_may_not_use_the_queue(world, client):
+    answer = post(client, review(labelled(), user="carol")).json()["response"]
+    assert answer["allowed"] is False
+    assert "none of your teams may use queue rd/vision" in answer["status"]["message"]
+
+
+def test_malformed_bodies_and_bad_tokens(world, client):
+    assert post(client, {"kind": "Nope"}).status_code == 400
+    resp = client.post(f"/k8s/admission/bj/{TOKEN}/", b"{not json",
+                       content_type="application/json")
+    assert resp.status_code == 400
+    assert post(client, review(labelled()), token="wrong").status_code == 403
+    assert post(client, review(labelled()), cluster="nope").status_code == 403
+    answer = post(client, review(labelled(), operation="UPDATE")).json()["response"]
+    assert answer["allowed"] is True and "patch" not in answer
+
+
+def test_the_backend_adopts_the_users_object(world, client, kube):
+    """On the cluster: the user's object, created with the patch, is taken over by dispatch
+    (same name, placed) and started."""
+    from scheduling import kinds
+    from scheduling.backends import PodSetSpec, WorkloadSpec
+    from scheduling.backends.k8s import KubernetesBackend
+    from tests.k8s_double.patches import json_patch
+
+    obj = labelled()
+    answer = post(client, review(obj)).json()["response"]
+    w = Workload.objects.get()
+    applied = json_patch(obj, json.loads(base64.b64decode(answer["patch"])))
+    kube.state.create_namespace({"metadata": {"name": "rd-vision"}})
+    kube.state.create_object("kubeflow.org", "v1", "pytorchjobs", "rd-vision", applied)
+    backend = KubernetesBackend(name="bj", connection=kube.connection)
+    sets = kinds.kind_of(obj).derive(manifest("PyTorchJob"))
+    spec = WorkloadSpec(
+        workload_id=w.pk, name=w.name, namespace="rd-vision", queue_path="rd/vision",
+        pod_sets=tuple(PodSetSpec(index=i, count=s.count, flavor="a100-80g", gpus=s.gpus,
+                                  cpu=s.cpu, memory_gib=s.memory_gib,
+                                  node_selector=dict(A100.node_selector),
+                                  nodes=("bj-a100-0",) * s.count)
+                       for i, s in enumerate(sets)),
+        kind=w.kind, manifest=w.manifest, object_name="resnet-ddp")
+    ref = backend.create_workload(spec)
+    assert ref.object_name == "resnet-ddp"
+    backend.start_workload(ref)
+    stored = kube.state.objects[("kubeflow.org/pytorchjobs", "rd-vision", "resnet-ddp")]
+    assert stored["spec"]["runPolicy"]["suspend"] is False
+    template = stored["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert template["nodeSelector"] == dict(A100.node_selector)
+    assert len(kube.state.objects) == 1
