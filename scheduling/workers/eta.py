@@ -144,7 +144,7 @@ def estimates_refresh(*, now: datetime | None = None, force: bool = False) -> Et
     mark = _fingerprint()
     if not force and cache.get(FINGERPRINT_KEY) == list(mark):
         return EtaReport(skipped=True)
-    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING)
+    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING, record=False)
     t0 = time.monotonic()
     est, runtimes = forecast(snap, parts, now)
     report = EtaReport(pending=len(snap.pending), forecast_seconds=time.monotonic() - t0)
@@ -191,7 +191,7 @@ def request_estimate(*, spec: engine.WorkloadSpec, hint_s: float | None,
                      now: datetime) -> RequestEstimate:
     """The forecast of `estimates_refresh` with one more pending workload, `spec` (named
     anything not a workload id), as if submitted now."""
-    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING)
+    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING, record=False)
     snap = replace(snap, pending=(*snap.pending, spec))
     est, runtimes = forecast(snap, parts, now, targets={spec.name},
                              extra={spec.name: Known(hint_s=hint_s)})
