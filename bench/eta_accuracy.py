@@ -102,7 +102,10 @@ def main(argv: list[str]) -> int:
         if "--levels" in argv else EtaOptions().levels
     opts = EtaOptions(every=every, levels=levels, hints="--hints" in argv,
                       point=float(argv[argv.index("--point") + 1]) if "--point" in argv
-                      else EtaOptions().point)
+                      else EtaOptions().point,
+                      arrivals_s=float(arg(argv, "--arrivals", 0)),
+                      step_rel=float(argv[argv.index("--step-rel") + 1]) if "--step-rel" in argv
+                      else EtaOptions().step_rel)
     c0, w0 = time.process_time(), time.perf_counter()
     out = run_scenario(scenario, eta=opts)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0

@@ -201,6 +201,8 @@ def policy_cycle_adjuster(ctx: Any) -> None:
         out.findings, out.subjects = [f for f, _ in kept], [s for _, s in kept]
     for workload_id, (allowed, reason) in out.placements.items():
         ctx.restrict_clusters(workload_id, allowed, reason=reason)
+    if not getattr(ctx, "record", True):
+        return  # a forecast reading the cycle's view: the cycle itself records
     items = []
     for finding, subject in zip(out.findings, out.subjects, strict=True):
         if _fresh(finding, subject):

@@ -95,6 +95,7 @@ class CycleContext:
     `quota_max` maps (queue path, "flavor/resource") to the max the engine will use (None =
     unlimited); call `lower_max` to lower it. `allowed_clusters` maps a workload id to the
     cluster names it may use (absent = all); call `restrict_clusters` to narrow it.
+    `record` False: a forecast, not a cycle (adjusters write nothing).
     """
 
     now: datetime
@@ -105,6 +106,9 @@ class CycleContext:
     max_policy: dict[tuple[str, str], str] = field(default_factory=dict)
     allowed_clusters: dict[int, set[str]] = field(default_factory=dict)
     cluster_reasons: dict[int, str] = field(default_factory=dict)
+    # False: not a cycle but a forecast or a what-if reading its view (adjusters narrow the
+    # same way, and record nothing: the cycle records).
+    record: bool = True
 
     def lower_max(self, queue_path: str, key: str, value: Any, *, policy: str) -> None:
         """Lower (never raise) a queue key's max for this cycle, naming the policy."""

@@ -191,6 +191,8 @@ def maintain() -> None:
 def eta_refresh() -> dict[str, float]:
     """Forecast every pending workload's start and store it (scheduling/workers/eta.py)."""
     report = estimates_refresh()
+    if report.skipped:
+        return {"pending": 0, "estimated": 0, "seconds": 0.0}
     logger.info("eta: %d pending, %d with a start within the horizon, in %.2fs "
                 "(forecast %.2fs)", report.pending, report.estimated, report.seconds,
                 report.forecast_seconds)

@@ -38,7 +38,7 @@ from scheduling.engine.accounting import EPS
 from scheduling.engine.engine import Engine
 from scheduling.engine.types import Snapshot, WorkloadSpec
 
-FINISH, GRACE_END = 0, 1
+FINISH, GRACE_END, ARRIVE = 0, 1, 2
 # The range: one fast-forward at each of these quantiles of run times; the start: work not
 # started yet at its mean run time, running work's remaining time at quantile POINT.
 LEVELS = (0.25, 0.95)
@@ -126,11 +126,13 @@ class Estimate:
 def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
                  durations: Mapping[str, float], horizon_s: float,
                  targets: Collection[str] | None = None, step_s: float = 0.0,
-                 step_rel: float = 0.0) -> dict[str, float]:
+                 step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = ()
+                 ) -> dict[str, float]:
     """Pending workload name -> the time the engine admits it, fast-forwarding `snap` with
     admitted work ending after `remaining[name]` seconds and pending work running
     `durations[name]` once admitted (missing: never ends). Stops once every target (default:
-    every pending workload) has started, or at `now + horizon_s`.
+    every pending workload) has started, or at `now + horizon_s`. `arrivals`: work submitted
+    on the way, at its `submitted_at` (its run time in `durations` too).
 
     Resolution: the ends within `max(step_s, step_rel x (t - now))` after the next one are
     taken together, by one cycle at the last of them, so a start is late by at most that
@@ -151,6 +153,9 @@ def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
         seq += 1
         heapq.heappush(heap, (at, kind, seq, name, token.get(name, 0)))
 
+    coming = {w.name: w for w in arrivals}
+    for w in arrivals:
+        push(w.submitted_at, ARRIVE, w.name)
     for a in eng.admitted.values():
         if a.grace_until is not None:
             push(a.grace_until, GRACE_END, a.name)
@@ -194,6 +199,11 @@ def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
         while heap and heap[0][0] <= window:
             at, kind, _, name, tok = heapq.heappop(heap)
             t = max(t, at)
+            if kind == ARRIVE:
+                spec = coming[name]
+                if not eng.check(spec):
+                    eng.submit(spec)
+                continue
             if tok != token.get(name, 0):
                 continue
             held = eng.admitted.get(name)
@@ -204,7 +214,7 @@ def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
                     eng.end(name, t)
                     run_end.pop(name, None)
             else:
-                spec: WorkloadSpec = held.spec
+                spec = held.spec
                 eng.end(name, t)
                 eng.submit(spec)
     return starts
@@ -267,16 +277,21 @@ def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, 
 def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              horizon_s: float, targets: Collection[str] | None = None,
              levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
-             step_rel: float = 0.0) -> dict[str, Estimate]:
+             step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = ()
+             ) -> dict[str, Estimate]:
     """Every pending workload's (or every target's) start: `start` from one fast-forward with
     the work not started yet at its mean run time and the running work's remaining time at
     quantile `point` (module docstring), the range over it and one fast-forward per level of
     the run-time distribution (`step_s`, `step_rel`: the resolution, `fast_forward`)."""
     def run(q: float, mean: bool) -> dict[str, float]:
         remaining, durations = run_lengths(snap, known, runtimes, q, mean=mean)
+        for w in arrivals:
+            k = known.get(w.name)
+            durations[w.name] = (k.hint_s if k is not None and k.hint_s is not None
+                                 else runtimes.pending(w.queue, None if mean else q))
         return fast_forward(snap, remaining=remaining, durations=durations,
                             horizon_s=horizon_s, targets=targets, step_s=step_s,
-                            step_rel=step_rel)
+                            step_rel=step_rel, arrivals=arrivals)
 
     mid = run(point, True)
     runs = [mid, *(run(q, False) for q in levels)]

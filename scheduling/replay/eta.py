@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduling.engine import Engine
+from scheduling.engine import Engine, WorkloadSpec
 from scheduling.engine.export import snapshot_of
 from scheduling.engine.forecast import LEVELS, POINT, Known, RunTimes, estimate
 from scheduling.replay.record import WorkloadRecord
@@ -39,6 +40,9 @@ class EtaOptions:
     hints: bool = False
     levels: tuple[float, ...] = LEVELS
     point: float = POINT
+    # > 0: the submissions of the last `arrivals_s` seconds come again, shifted by that much,
+    # during the forecast (the coming demand taken to be the recent past's).
+    arrivals_s: float = 0.0
 
 
 class RunHistory:
@@ -74,9 +78,13 @@ class RunHistory:
 
 
 def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistory,
-                  opts: EtaOptions, name: str, now: float) -> dict[str, Any]:
-    """The forecast of `name`'s start, just submitted at `now` (in the engine's pending)."""
+                  opts: EtaOptions, name: str, now: float,
+                  recent: Sequence[WorkloadSpec] = ()) -> dict[str, Any]:
+    """The forecast of `name`'s start, just submitted at `now` (in the engine's pending);
+    `recent`: the submissions of the last `opts.arrivals_s` (their repeat is on the way)."""
     snap = snapshot_of(eng, now)
+    arrivals = [replace(w, name=f"~{w.name}", submitted_at=w.submitted_at + opts.arrivals_s)
+                for w in recent if w.name != name]
     known: dict[str, Known] = {}
     for a in snap.admitted:
         w = ws[a.workload.name]
@@ -88,7 +96,7 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
         known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
     est = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                    targets={name}, step_s=opts.step_s, step_rel=opts.step_rel,
-                   levels=opts.levels, point=opts.point)[name]
+                   levels=opts.levels, point=opts.point, arrivals=arrivals)[name]
     return {"at": now, "start": est.start, "low": est.low, "high": est.high}
 
 

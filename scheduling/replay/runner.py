@@ -27,9 +27,10 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+from collections import deque
 from typing import Any
 
-from scheduling.engine import Engine, Reason, ReasonCode
+from scheduling.engine import Engine, Reason, ReasonCode, WorkloadSpec
 from scheduling.engine.accounting import EPS
 from scheduling.engine.export import snapshot_of
 from scheduling.replay.eta import EtaOptions, RunHistory, eta_at_submit
@@ -51,6 +52,7 @@ class Runner(Metrics):
         self.eta = eta
         self.history = RunHistory(eta or EtaOptions())
         self.submitted = 0
+        self.recent: deque[WorkloadSpec] = deque()  # submissions within eta.arrivals_s
         self.eng = Engine(queues=sc.queues, clusters=sc.clusters, flavors=sc.flavors,
                           settings=sc.settings, budgets=sc.budgets)
         self.ws = {w.spec.name: WorkloadRecord(w) for w in sc.workloads}
@@ -181,8 +183,14 @@ class Runner(Metrics):
         self.leaf_demand.add(w.sim.spec.queue)
         if self.eta is not None:
             self.submitted += 1
+            recent = self.recent
+            if self.eta.arrivals_s > 0:
+                recent.append(w.sim.spec)
+                while recent and recent[0].submitted_at < t - self.eta.arrivals_s:
+                    recent.popleft()
             if (self.submitted - 1) % self.eta.every == 0:
-                w.eta = eta_at_submit(eng, self.ws, self.history, self.eta, w.sim.spec.name, t)
+                w.eta = eta_at_submit(eng, self.ws, self.history, self.eta, w.sim.spec.name, t,
+                                      recent)
 
     def _running(self, w: WorkloadRecord, name: str, t: float) -> None:
         """Its pods all run: its progress counts from now."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -37,8 +38,9 @@ ASSUMED = ("no new work goes ahead of it; the fleet and the quotas stay as they 
 
 @dataclass
 class EtaReport:
-    """What one refresh did."""
+    """What one refresh did (`skipped`: nothing changed since the last one)."""
 
+    skipped: bool = False
     pending: int = 0
     estimated: int = 0  # with a start within the horizon
     seconds: float = 0.0
@@ -117,11 +119,32 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
     return est, runtimes
 
 
-def estimates_refresh(*, now: datetime | None = None) -> EtaReport:
-    """Forecast every pending workload's start and store it (replacing the last forecast)."""
+# The last refresh's view of the database: every state change writes an event row, so the
+# newest event id says whether anything moved. Ages count too, so a refresh is done anyway
+# after REFRESH_ANYWAY_S.
+FINGERPRINT_KEY = "scheduling:eta:fingerprint"
+REFRESH_ANYWAY_S = 600
+
+
+def _fingerprint() -> tuple[int, int]:
+    from django.db.models import Max
+
+    from scheduling.models import WorkloadEvent
+
+    return (WorkloadEvent.objects.aggregate(m=Max("id"))["m"] or 0,
+            Admission.objects.aggregate(m=Max("id"))["m"] or 0)
+
+
+def estimates_refresh(*, now: datetime | None = None, force: bool = False) -> EtaReport:
+    """Forecast every pending workload's start and store it (replacing the last forecast);
+    skipped when nothing changed since the last refresh (less than REFRESH_ANYWAY_S ago)
+    unless `force`."""
     started = time.monotonic()
     now = now or timezone.now()
-    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING)
+    mark = _fingerprint()
+    if not force and cache.get(FINGERPRINT_KEY) == list(mark):
+        return EtaReport(skipped=True)
+    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING, record=False)
     t0 = time.monotonic()
     est, runtimes = forecast(snap, parts, now)
     report = EtaReport(pending=len(snap.pending), forecast_seconds=time.monotonic() - t0)
@@ -144,6 +167,7 @@ def estimates_refresh(*, now: datetime | None = None) -> EtaReport:
             .values_list("pk", flat=True))
         WorkloadEstimate.objects.all().delete()
         db.insert_rows(WorkloadEstimate, [r for r in rows if r.workload_id in still])
+    cache.set(FINGERPRINT_KEY, list(mark), REFRESH_ANYWAY_S)
     report.seconds = time.monotonic() - started
     return report
 
@@ -167,7 +191,7 @@ def request_estimate(*, spec: engine.WorkloadSpec, hint_s: float | None,
                      now: datetime) -> RequestEstimate:
     """The forecast of `estimates_refresh` with one more pending workload, `spec` (named
     anything not a workload id), as if submitted now."""
-    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING)
+    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING, record=False)
     snap = replace(snap, pending=(*snap.pending, spec))
     est, runtimes = forecast(snap, parts, now, targets={spec.name},
                              extra={spec.name: Known(hint_s=hint_s)})

@@ -64,11 +64,11 @@ def _f(value: Any) -> float:
     return float(value) if value is not None else 0.0
 
 
-def build_snapshot(now: datetime, *, pending_limit: int | None = None
+def build_snapshot(now: datetime, *, pending_limit: int | None = None, record: bool = True
                    ) -> tuple[engine.Snapshot, SnapshotParts]:
     """Read the tree, the fleet, admitted and pending work; let adjusters narrow it.
     `pending_limit`: pending workloads per leaf (default `max_pending_per_queue`; the start
-    forecast reads them all)."""
+    forecast reads them all); `record` False: for a forecast (adjusters record nothing)."""
     parts = SnapshotParts()
     eng_settings = engine_settings()
     specs, report = _tree()
@@ -95,7 +95,7 @@ def build_snapshot(now: datetime, *, pending_limit: int | None = None
     open_adm = {a.workload_id: a for a in Admission.objects.filter(
         ended_at__isnull=True, workload_id__in=[r["id"] for r in active_rows])}
 
-    ctx = _cycle_context(now, specs, report, clusters, pending_rows, priorities, parts)
+    ctx = _cycle_context(now, specs, report, clusters, pending_rows, priorities, parts, record)
     queues = [engine.QueueSpec(path=path, parent=spec.parent,
                                quota=_quota(path, report, ctx),
                                strategy=strategies.get(path, "") or "")
@@ -214,10 +214,10 @@ def _fleet(parts: SnapshotParts) -> tuple[list[Cluster], list[dict[str, Any]],
 
 def _cycle_context(now: datetime, specs: dict[str, Any], report: Any, clusters: list[Cluster],
                    pending_rows: list[dict[str, Any]], priorities: dict[int, PriorityClass],
-                   parts: SnapshotParts) -> extensions.CycleContext:
+                   parts: SnapshotParts, record: bool = True) -> extensions.CycleContext:
     """What the cycle adjusters see, after they have lowered maxima and narrowed clusters."""
     ctx = extensions.CycleContext(
-        now=now, queue_paths=list(specs), clusters=[c.name for c in clusters],
+        now=now, queue_paths=list(specs), clusters=[c.name for c in clusters], record=record,
         pending=[
             extensions.PendingInfo(
                 id=r["id"], name=r["name"], queue_path=r["queue__path"], team=r["team__name"],

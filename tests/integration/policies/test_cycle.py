@@ -74,6 +74,18 @@ def test_cycle_findings_are_recorded_once_while_unchanged(org):
     assert PolicyViolation.objects.filter(outcome="capped").count() == 1
 
 
+def test_a_forecast_caps_the_same_and_records_nothing(org):
+    # The start forecast reads the cycle's view (record False): the same caps, no violation
+    # rows (the cycle records them).
+    policy_create(user=org.admin, data=BURST)
+    org.admit(org.team_b, 24)
+    ctx = context(org)
+    ctx.record = False
+    policies_cycle.policy_cycle_adjuster(ctx)
+    assert ctx.quota_max[("rd/team-a", "a100-80g/gpu")] == 32
+    assert not PolicyViolation.objects.exists()
+
+
 def test_limit_in_audit_mode_records_but_does_not_cap(org):
     policy_create(user=org.admin, data={**BURST, "mode": "audit"})
     org.admit(org.team_b, 40)

@@ -18,8 +18,14 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def exact(settings):
-    """One simulated cycle per distinct end: starts exact to the second."""
+    """One simulated cycle per distinct end: starts exact to the second; no refresh skipped
+    from an earlier test's mark."""
+    from django.core.cache import cache
+
+    from scheduling.workers.eta import FINGERPRINT_KEY
+
     settings.ALLOT_ETA = {**settings.ALLOT_ETA, "step_s": 0.0, "step_rel": 0.0}
+    cache.delete(FINGERPRINT_KEY)
 
 
 @pytest.fixture
@@ -128,3 +134,15 @@ def test_request_form_leaves_a_long_fleet_queue_to_the_background(full, client, 
             "command": "python train.py"}
     html = client.post("/workloads/new/check/", form).content.decode()
     assert "2 workloads wait in the fleet: the start is forecast in the background" in html
+
+
+def test_refresh_skips_when_nothing_changed(full):
+    world, _r1, _r2, p1, _p2 = full
+    assert not estimates_refresh().skipped
+    assert estimates_refresh().skipped  # no event since
+    from scheduling.services import workload_cancel
+
+    workload_cancel(user=world.alice, workload=p1)
+    report = estimates_refresh()
+    assert not report.skipped and report.pending == 1
+    assert estimates_refresh(force=True).pending == 1
