@@ -6,7 +6,6 @@ import re
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 
 from scheduling.models import Admission, Workload
 from tests.factories import PASSWORD, workloads_set_state
