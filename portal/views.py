@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 from portal.forms import TokenForm
 from portal.login_limits import login_wait_s, refusal
 from portal.pages import views as page_views
+from portal.pages.access import user_scope
 from portal.selectors import api_token_list
 from portal.services import api_token_create, api_token_revoke
 from portal.sso.options import sign_in_options
@@ -23,7 +24,8 @@ from quotas import selectors
 
 
 def _tree_context(request: HttpRequest) -> dict:
-    rows = selectors.queue_rows(user=request.user)
+    # The API's rule (GET /api/v1/queues): the user's part of the tree only.
+    rows = selectors.queue_rows(user=request.user, scope=user_scope(request.user))
     columns = [(f, r) for f, resources in selectors.tree_flavors(rows) for r in resources]
     for row in rows:
         row["cells"] = [row["quota"].get(f, {}).get(r) for f, r in columns]

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.pages.access import Scope, user_scope
+from portal.pages.access import user_scope
 from portal.permissions import IsAdminOrReadOnly
 from quotas import selectors, services
 from quotas.models import Flavor, Queue, Strategy
@@ -252,26 +252,6 @@ def _parent_or_400(path: str | None) -> Queue | None:
         raise serializers.ValidationError({"parent": [f"No queue at path {path!r}."]}) from exc
 
 
-def visible_nodes(nodes: list[dict[str, Any]], scope: Scope) -> list[dict[str, Any]]:
-    """The nodes a user may see, with hidden queues' visible descendants lifted into their place.
-
-    Researchers and leads see their teams' queues, the subtrees below them and the ancestors
-    strictly inside the department (the same rule as the pages, `portal.pages.access`); other
-    teams' queues are hidden, so each node's `parent` may name a queue the list leaves out.
-    Platform admins see everything.
-    """
-    if scope.is_admin:
-        return nodes
-    out: list[dict[str, Any]] = []
-    for node in nodes:
-        children = visible_nodes(node["children"], scope)
-        if scope.can_see_queue(node["id"]):
-            out.append({**node, "children": children})
-        else:
-            out.extend(children)
-    return out
-
-
 def _node(request: Request, path: str, warnings: list[str]) -> dict[str, Any]:
     node = selectors.queue_tree(user=request.user, root=path)[0]
     return QueueChangeOutput({**node, "warnings": warnings}).data
@@ -288,7 +268,7 @@ class QueueList(APIView):
     @extend_schema(responses=QueueOutput(many=True))
     def get(self, request: Request) -> Response:
         nodes = selectors.queue_tree(user=request.user)
-        return Response(queue_output_data(visible_nodes(nodes, user_scope(request.user))))
+        return Response(queue_output_data(selectors.visible_nodes(nodes, user_scope(request.user))))
 
     @extend_schema(
         request=QueueCreateInput,
@@ -322,7 +302,7 @@ class QueueDetail(APIView):
         # Other teams' queues are answered like unknown ones (API.md: 404, never 403).
         if not nodes or not scope.can_see_queue(nodes[0]["id"]):
             raise Http404(f"No queue at path {path!r}.")
-        nodes = [{**nodes[0], "children": visible_nodes(nodes[0]["children"], scope)}]
+        nodes = [{**nodes[0], "children": selectors.visible_nodes(nodes[0]["children"], scope)}]
         return Response(queue_output_data(nodes[:1])[0])
 
     @extend_schema(

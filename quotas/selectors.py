@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, Sum
 
+from portal.pages.access import Scope
 from quotas.models import Flavor, Queue, QuotaEntry, Team
 from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
 from scheduling.models import Cluster, Node
@@ -211,8 +212,10 @@ def queue_tree(
     return top
 
 
-def queue_rows(*, user: AbstractBaseUser | AnonymousUser | None = None) -> list[dict[str, Any]]:
-    """The tree flattened depth-first (for tables indented by depth)."""
+def queue_rows(*, user: AbstractBaseUser | AnonymousUser | None = None,
+               scope: Scope | None = None) -> list[dict[str, Any]]:
+    """The tree flattened depth-first (for tables indented by depth); with `scope`, only the
+    queues it may see (`visible_nodes`, the API's rule)."""
     rows: list[dict[str, Any]] = []
 
     def walk(items: list[dict[str, Any]]) -> None:
@@ -220,8 +223,29 @@ def queue_rows(*, user: AbstractBaseUser | AnonymousUser | None = None) -> list[
             rows.append(item)
             walk(item["children"])
 
-    walk(queue_tree(user=user))
+    nodes = queue_tree(user=user)
+    walk(nodes if scope is None else visible_nodes(nodes, scope))
     return rows
+
+
+def visible_nodes(nodes: list[dict[str, Any]], scope: Scope) -> list[dict[str, Any]]:
+    """The nodes a user may see, with hidden queues' visible descendants lifted into their place.
+
+    Researchers and leads see their teams' queues, the subtrees below them and the ancestors
+    strictly inside the department (the same rule as the pages, `portal.pages.access`); other
+    teams' queues are hidden, so each node's `parent` may name a queue the list leaves out.
+    Platform admins see everything.
+    """
+    if scope.is_admin:
+        return nodes
+    out: list[dict[str, Any]] = []
+    for node in nodes:
+        children = visible_nodes(node["children"], scope)
+        if scope.can_see_queue(node["id"]):
+            out.append({**node, "children": children})
+        else:
+            out.extend(children)
+    return out
 
 
 def tree_flavors(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:

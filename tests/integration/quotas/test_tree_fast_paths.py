@@ -11,7 +11,8 @@ from rest_framework.test import APIClient
 
 from portal.pages.access import user_scope
 from quotas import selectors
-from quotas.api import QueueOutput, queue_output_data, visible_nodes
+from quotas.api import QueueOutput, queue_output_data
+from quotas.selectors import visible_nodes
 from quotas.services import queue_create
 from quotas.tree_rules import QuotaSpec
 from scheduling.models import Admission, Cluster, PodSet, PriorityClass, Workload
