@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Sequence
+from typing import Any
 
 from scheduling.engine.accounting import EPS
 
-Pod = tuple[int, float, float]  # gpus, cpu, memory of one pod
+# gpus, cpu, memory of one pod, and (only when it asks any) its extended resources
+# (`types.Resources`) as a fourth element.
+Pod = tuple[Any, ...]
 
 
 class Pool:
@@ -40,9 +43,22 @@ class Pool:
         self.max_gpus = 0
         self.free = 0  # free GPUs on ready nodes
         self.held = 0  # GPUs taken by ended workloads not confirmed gone (HeldCapacity)
+        # Extended resources: allocatable and free per node, by name (absent: 0).
+        self.ext_cap: dict[str, list[float]] = {}
+        self.ext: dict[str, list[float]] = {}
 
     def add_node(self, name: str, gpus: int, cpu: float, mem: float, rack: str,
-                 ready: bool) -> None:
+                 ready: bool, resources: Sequence[tuple[str, float]] = ()) -> None:
+        n = len(self.names)
+        for res, amount in resources:
+            if res not in self.ext:
+                self.ext_cap[res] = [0.0] * n
+                self.ext[res] = [0.0] * n
+        for res in self.ext:
+            self.ext_cap[res].append(0.0)
+            self.ext[res].append(0.0)
+        for res, amount in resources:
+            self.ext_cap[res][n] = self.ext[res][n] = float(amount)
         self.names.append(name)
         self.gpus.append(gpus)
         self.cpu.append(cpu)
@@ -72,6 +88,11 @@ class Pool:
                 m += self.mem[i]
         return int(g), c, m
 
+    def ext_totals(self) -> dict[str, float]:
+        """Extended resources over ready nodes, by name."""
+        return {res: sum(v for v, r in zip(cap, self.ready, strict=True) if r)
+                for res, cap in self.ext_cap.items()}
+
     def free_gpus(self) -> int:
         return self.free
 
@@ -82,16 +103,28 @@ class Pool:
         return 0
 
     def take(self, i: int, pod: Pod) -> None:
-        g, c, m = pod
+        g, c, m = pod[0], pod[1], pod[2]
         self._move(i, self.fg[i] - g)
         self.fc[i] -= c
         self.fm[i] -= m
+        if len(pod) > 3:
+            self._ext_add(i, pod[3], -1.0)
 
     def give(self, i: int, pod: Pod) -> None:
-        g, c, m = pod
+        g, c, m = pod[0], pod[1], pod[2]
         self._move(i, self.fg[i] + g)
         self.fc[i] += c
         self.fm[i] += m
+        if len(pod) > 3:
+            self._ext_add(i, pod[3], 1.0)
+
+    def _ext_add(self, i: int, resources: Sequence[tuple[str, float]], sign: float) -> None:
+        for res, amount in resources:
+            free = self.ext.get(res)
+            if free is None:  # a node that lost the resource still carries what used it
+                free = self.ext[res] = [0.0] * len(self.names)
+                self.ext_cap[res] = [0.0] * len(self.names)
+            free[i] += sign * amount
 
     def _move(self, i: int, fg: int) -> None:
         """Set node i's free GPUs, keeping the index. Free GPUs go below zero when the
@@ -119,9 +152,14 @@ class Pool:
             self.free -= fg
 
     def _node_fits(self, i: int, pod: Pod, reserve: float) -> bool:
-        g, c, m = pod
+        g, c, m = pod[0], pod[1], pod[2]
         if self.fg[i] < g or self.fm[i] + EPS < m:
             return False
+        if len(pod) > 3:
+            for res, amount in pod[3]:
+                free = self.ext.get(res)
+                if free is None or free[i] + EPS < amount:
+                    return False
         if g == 0 and self.gpus[i]:
             return self.fc[i] - reserve * max(self.fg[i], 0) + EPS >= c
         return self.fc[i] + EPS >= c
@@ -165,7 +203,8 @@ class Pool:
         """The same nodes, all ready and empty (for "could it ever fit" checks)."""
         pool = Pool(self.cluster, self.flavor)
         for i, name in enumerate(self.names):
-            pool.add_node(name, self.gpus[i], self.cpu[i], self.mem[i], self.rack[i], True)
+            pool.add_node(name, self.gpus[i], self.cpu[i], self.mem[i], self.rack[i], True,
+                          [(res, cap[i]) for res, cap in self.ext_cap.items() if cap[i]])
         pool.build_index()
         return pool
 

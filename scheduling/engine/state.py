@@ -32,7 +32,11 @@ def pods_text(n: int) -> str:
 def expand_pods(w: WorkloadSpec) -> list[Pod]:
     pods: list[Pod] = []
     for ps in w.pod_sets:
-        pods.extend([(int(ps.gpus), float(ps.cpu), float(ps.memory_gib))] * int(ps.count))
+        if ps.resources:
+            pods.extend([(int(ps.gpus), float(ps.cpu), float(ps.memory_gib), ps.resources)]
+                        * int(ps.count))
+        else:
+            pods.extend([(int(ps.gpus), float(ps.cpu), float(ps.memory_gib))] * int(ps.count))
     return pods
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.quantity import resource_name_problem
 from quotas import tree_rules
 from scheduling.engine import ClusterSpec, KeyQuota, QueueSpec
 from scheduling.replay.checker import STRATEGIES, Checker, label
@@ -80,9 +81,9 @@ def _quota(c: Checker, q: Mapping[str, Any], path: str,
             continue
         for res, vals in per_res.items():
             kw = f"queue {path} {flavor}/{res}"
-            if res not in tree_rules.RESOURCES:
-                c.problems.append(f"{kw}: unknown resource (one of "
-                                  f"{', '.join(tree_rules.RESOURCES)})")
+            problem = resource_name_problem(res)
+            if problem:
+                c.problems.append(f"{kw}: {problem}")
                 continue
             if not c.keys(vals, {"min", "max", "lendable"}, set(), kw):
                 continue
