@@ -35,6 +35,7 @@ LIMIT = Decimal("1e11")  # in Allot's unit (GiB, cores, cards, count)
 # Kubernetes resource names: an optional DNS-subdomain prefix and a name of at most 63 chars.
 _NAME = re.compile(r"^(?:(?P<prefix>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?"
                    r"(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_PLAIN = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)$")
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20),
            ("Ki", 2**10))
 _DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6),
@@ -158,6 +159,27 @@ def _exact_div(base: int, per: int) -> Decimal:
 def to_amount(resource: str, value: object) -> Decimal:
     """A quantity in Allot's unit for the resource: GiB, cores, cards, a count (exact)."""
     return base_to_amount(resource, to_base(resource, value))
+
+
+def read_amount(resource: str, value: object) -> Decimal:
+    """What a person types for an amount: a plain number is in Allot's unit (`1.5` GiB of
+    memory, `0.5` cores), a Kubernetes quantity with a suffix is converted (`4G`, `500m`,
+    `2048Gi`); either must be exact in the base unit."""
+    if isinstance(value, str):
+        text = value.strip()
+        if _PLAIN.match(text):
+            value = Decimal(text)
+        else:
+            return to_amount(resource, text)
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        raise QuantityError(f"{value!r} is not a quantity")
+    number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    if not number.is_finite():
+        raise QuantityError(f"{value!r} is not a finite number")
+    if resource == "gpu" and number != number.to_integral_value():
+        raise QuantityError(f"{number.normalize():f}: GPUs are whole cards")
+    amount_to_base(resource, number)
+    return number
 
 
 def format_base(resource: str, base: int) -> str:

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from core import db
-from core.quantity import QuantityError, amount_to_base, to_amount
+from core.quantity import QuantityError, amount_to_base, read_amount
 from quotas import selectors
 from quotas.models import Flavor, Queue, QuotaEntry, Resource, Strategy
 from quotas.tree_rules import QueueSpec, QuotaSpec, TreeReport, validate_tree
@@ -73,10 +73,8 @@ def to_decimal(value: Any, where: str, resource: str | None = None) -> Decimal |
     if value is None:
         return None
     if resource is not None:
-        if isinstance(value, Decimal):
-            value = f"{value:f}"
         try:
-            return to_amount(resource, value.strip() if isinstance(value, str) else value)
+            return read_amount(resource, value)
         except QuantityError as exc:
             raise ValidationError(f"{where}: {exc}") from exc
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
