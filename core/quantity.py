@@ -178,7 +178,7 @@ def read_amount(resource: str, value: object) -> Decimal:
         raise QuantityError(f"{value!r} is not a finite number")
     if resource == "gpu" and number != number.to_integral_value():
         raise QuantityError(f"{number.normalize():f}: GPUs are whole cards")
-    amount_to_base(resource, number)
+    amount_to_base(resource, abs(number))  # (a negative number is the tree rules' to name)
     return number
 
 
