@@ -50,7 +50,8 @@ def parse_queues(c: Checker, raw: list[Any], flavors: set[str], clusters: list[C
     capacity: dict[tuple[str, str], float] = {}
     for cl in clusters:
         for n in cl.nodes:
-            for res, v in (("gpu", n.gpus), ("cpu", n.cpu), ("memory", n.memory_gib)):
+            for res, v in (("gpu", n.gpus), ("cpu", n.cpu), ("memory", n.memory_gib),
+                           *n.resources):
                 capacity[(n.flavor, res)] = capacity.get((n.flavor, res), 0.0) + v
     report = tree_rules.validate_tree(specs, flavors=flavors, fleet_capacity=capacity,
                                       max_depth=max_depth)
@@ -88,7 +89,7 @@ def _quota(c: Checker, q: Mapping[str, Any], path: str,
             if not c.keys(vals, {"min", "max", "lendable"}, set(), kw):
                 continue
             quota[(flavor, res)] = tree_rules.QuotaSpec(
-                min=c.num(vals, "min", kw, None, lo=None),
-                max=c.num(vals, "max", kw, None, lo=None),
-                lendable=c.num(vals, "lendable", kw, None, lo=None))
+                min=c.qty(vals, "min", kw, None, res, lo=None),
+                max=c.qty(vals, "max", kw, None, res, lo=None),
+                lendable=c.qty(vals, "lendable", kw, None, res, lo=None))
     return quota
