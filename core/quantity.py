@@ -28,12 +28,12 @@ _QUANTITY = re.compile(
     r"^[+-]?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE](?P<exponent>[+-]?\d+))?$"
 )
 GIB = Decimal(2**30)
-STEP = Decimal("0.001")
 MILLI = 1000
 MAX_TEXT = 64
 LIMIT = Decimal("1e11")  # in Allot's unit (GiB, cores, cards, count)
 # Kubernetes resource names: an optional DNS-subdomain prefix and a name of at most 63 chars.
-_NAME = re.compile(r"^(?:(?P<prefix>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?"
+_NAME = re.compile(r"^(?:(?P<prefix>[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+                   r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?"
                    r"(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _PLAIN = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)$")
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20),

@@ -8,8 +8,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 
 from core.history import SourcedHistoricalRecords
-from core.quantity import amount_to_base, base_to_amount, nearest_base
 from core.labels import label_key_problem, labels_problems
+from core.quantity import amount_to_base, base_to_amount, nearest_base
 
 
 class Resource(models.TextChoices):
@@ -172,11 +172,6 @@ class QuotaEntry(models.Model):
         base = None if amount is None else amount_to_base(self.resource, amount)
         setattr(self, f"{name}_base", base)
         setattr(self, name, None if base is None else _rounded(self.resource, base))
-
-    def exact(self, name: str) -> Decimal | None:
-        """`min`, `max` or `lendable` exactly, in Allot's unit."""
-        base = getattr(self, f"{name}_base")
-        return None if base is None else base_to_amount(self.resource, base)
 
     def sync_exact(self) -> None:
         """Bring the exact columns in line with the rounded ones where those were changed."""

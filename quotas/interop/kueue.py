@@ -9,10 +9,11 @@ a `lendingLimit` of its own, its lendable is its min less its children's exclusi
 when it differs from that. Resource names other than `nvidia.com/gpu`/`amd.com/gpu` (-> gpu),
 `cpu` and `memory` are quota keys of their own, exported under the same name: MIG slices
 (`nvidia.com/mig-1g.10gb`), HAMi's `nvidia.com/total-gpucores`, DRA device classes that Kueue
-maps to a resource name (`deviceClassMappings`), virtual resources (`cpu_credits`). Queues with children
-become Cohorts, leaves ClusterQueues with a LocalQueue in the leaf's namespace. Allot's
-top-level queues share the fleet, so the exporter puts them under one root Cohort
-(`allot-root`, annotated `allot.io/root: "true"`), which the importer drops again.
+maps to a resource name (`deviceClassMappings`), virtual resources (`cpu_credits`).
+
+Queues with children become Cohorts, leaves ClusterQueues with a LocalQueue in the leaf's
+namespace. Allot's top-level queues share the fleet, so the exporter puts them under one root
+Cohort (`allot-root`, annotated `allot.io/root: "true"`), which the importer drops again.
 
 Kueue wants every flavor of a resource group to list every covered resource, so the exporter
 pads missing ones with `nominalQuota: 0` and no limits; the importer reads such an entry as

@@ -50,7 +50,7 @@ class Pool:
     def add_node(self, name: str, gpus: int, cpu: float, mem: float, rack: str,
                  ready: bool, resources: Sequence[tuple[str, float]] = ()) -> None:
         n = len(self.names)
-        for res, amount in resources:
+        for res, _amount in resources:
             if res not in self.ext:
                 self.ext_cap[res] = [0.0] * n
                 self.ext[res] = [0.0] * n
