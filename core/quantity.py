@@ -182,6 +182,23 @@ def read_amount(resource: str, value: object) -> Decimal:
     return number
 
 
+def amounts(bases: object) -> dict[str, Decimal]:
+    """A stored mapping of resource -> base-unit integer as exact amounts (bad entries are
+    dropped: the column is written by the node sync only)."""
+    if not isinstance(bases, dict):
+        return {}
+    return {str(k): base_to_amount(str(k), int(v)) for k, v in bases.items()
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+
+
+def equivalents(raw: object) -> dict[str, float]:
+    """A flavor's stored `gpu_equivalents` (resource -> cards per unit) as numbers."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): float(v) for k, v in raw.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0}
+
+
 def format_base(resource: str, base: int) -> str:
     """An integer of the base unit as the shortest exact Kubernetes quantity: `2048Gi`, `4G`,
     `100Mi`, `500m`, `8`. Binary suffixes stop at Gi for memory (people write `2048Gi`)."""

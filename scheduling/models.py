@@ -83,6 +83,11 @@ class Node(models.Model):
     rack = models.CharField(max_length=63, blank=True)
     ready = models.BooleanField(default=True)
     labels = models.JSONField(default=dict, blank=True)
+    resources = models.JSONField(
+        default=dict, blank=True,
+        help_text="Allocatable extended resources (nvidia.com/mig-1g.10gb, ...), each as an "
+        "integer of its base unit (thousandths; bytes for memory-like ones).",
+    )
 
     history = SourcedHistoricalRecords()
 

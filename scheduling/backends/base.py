@@ -91,6 +91,9 @@ class NodeInfo:
     ready: bool
     rack: str = ""  # the flavor's interconnect label value, else topology.kubernetes.io/zone
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Every other allocatable resource (MIG slices, amd.com/gpu, ephemeral-storage, ...), as
+    # integers of its base unit (core.quantity.to_base).
+    resources: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
+from core.quantity import amounts, equivalents
 from quotas.models import Flavor, Queue
 from scheduling import engine, extensions
 from scheduling.models import (
@@ -140,7 +141,8 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotParts]:
     held, unreleased = _held({c.pk: c.name for c in clusters})
     snapshot = engine.Snapshot(
         now=now.timestamp(), queues=tuple(queues), clusters=cluster_specs,
-        flavors=tuple(engine.FlavorSpec(name=f["name"], gpu_memory_gib=f["gpu_memory_gib"])
+        flavors=tuple(engine.FlavorSpec(name=f["name"], gpu_memory_gib=f["gpu_memory_gib"],
+                                        gpu_equivalents=equivalents(f["gpu_equivalents"]))
                       for f in flavor_rows),
         pending=tuple(pending), admitted=tuple(admitted), settings=eng_settings,
         repayment=_repayment(now, eng_settings), cooldowns=_cooldowns(now, eng_settings),
@@ -190,18 +192,20 @@ def _fleet(parts: SnapshotParts) -> tuple[list[Cluster], list[dict[str, Any]],
     clusters = list(Cluster.objects.filter(enabled=True).order_by("name"))
     parts.clusters = {c.name: c for c in clusters}
     flavor_rows: list[dict[str, Any]] = [
-        dict(f) for f in Flavor.objects.values("id", "name", "gpu_memory_gib", "node_selector")]
+        dict(f) for f in Flavor.objects.values("id", "name", "gpu_memory_gib", "node_selector",
+                                               "gpu_equivalents")]
     parts.flavors = {f["name"]: f["id"] for f in flavor_rows}
     parts.node_selectors = {f["name"]: dict(f["node_selector"] or {}) for f in flavor_rows}
     flavor_name = {f["id"]: f["name"] for f in flavor_rows}
     nodes_by_cluster: dict[int, list[engine.NodeSpec]] = defaultdict(list)
     for n in Node.objects.filter(cluster__in=clusters).order_by("cluster_id", "name").values(
-        "cluster_id", "name", "flavor_id", "gpus", "cpu", "memory_gib", "rack", "ready"
+        "cluster_id", "name", "flavor_id", "gpus", "cpu", "memory_gib", "rack", "ready",
+        "resources"
     ):
         nodes_by_cluster[n["cluster_id"]].append(engine.NodeSpec(
             name=n["name"], flavor=flavor_name[n["flavor_id"]], gpus=n["gpus"],
             cpu=_f(n["cpu"]), memory_gib=_f(n["memory_gib"]), rack=n["rack"],
-            ready=n["ready"]))
+            ready=n["ready"], resources=engine.resources_of(amounts(n["resources"]))))
     return clusters, flavor_rows, nodes_by_cluster
 
 
