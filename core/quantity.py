@@ -199,6 +199,12 @@ def equivalents(raw: object) -> dict[str, float]:
             if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0}
 
 
+def resource_quantities(bases: object) -> dict[str, str]:
+    """A stored mapping of resource -> base-unit integer as Kubernetes quantities."""
+    return {name: format_base(name, int(base)) for name, base in sorted(
+        (bases if isinstance(bases, dict) else {}).items())}
+
+
 def format_base(resource: str, base: int) -> str:
     """An integer of the base unit as the shortest exact Kubernetes quantity: `2048Gi`, `4G`,
     `100Mi`, `500m`, `8`. Binary suffixes stop at Gi for memory (people write `2048Gi`)."""

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import SupportsFloat
 
 Key = tuple[str, str]
 # Extended resources (QUOTA-SEMANTICS.md §10) of a node or a pod: (name, amount) pairs sorted by
@@ -25,7 +26,7 @@ Resources = tuple[tuple[str, float], ...]
 _MIG = re.compile(r"(?:^|/)mig-(\d+)g\.")
 
 
-def resources_of(mapping: Mapping[str, float] | None) -> Resources:
+def resources_of(mapping: Mapping[str, SupportsFloat] | None) -> Resources:
     """A mapping of extended resources as the engine's sorted pairs (zero amounts dropped)."""
     return tuple(sorted((str(k), float(v)) for k, v in (mapping or {}).items() if v))
 

@@ -92,7 +92,8 @@ class RequestChecker:
             pod_sets=tuple(
                 engine.PodSetSpec(count=p.count, flavors=tuple(p.flavors), gpus=p.gpus,
                                   cpu=_f(p.cpu), memory_gib=_f(p.memory_gib),
-                                  gpu_memory_gib=p.gpu_memory_gib)
+                                  gpu_memory_gib=p.gpu_memory_gib,
+                                  resources=engine.resources_of(amounts(p.resources)))
                 for p in pod_sets),
             submitted_at=self.now.timestamp(), priority=pc.value, priority_class=pc.name,
             can_preempt=pc.can_preempt, preemptible=workload.preemptible,

@@ -258,7 +258,8 @@ def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
         pod_sets=tuple(
             engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=p["gpus"],
                               cpu=_f(p["cpu"]), memory_gib=_f(p["memory_gib"]),
-                              gpu_memory_gib=p["gpu_memory_gib"])
+                              gpu_memory_gib=p["gpu_memory_gib"],
+                              resources=engine.resources_of(amounts(p["resources"])))
             for p in parts.pod_sets.get(r["id"], [])
         ),
         submitted_at=r["submitted_at"].timestamp(), priority=pc.value,
