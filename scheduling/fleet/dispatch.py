@@ -136,7 +136,7 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
     for ps in pod_sets:
         sets.append(PodSetSpec(
             index=ps["index"], count=ps["count"], flavor=row["flavor__name"], gpus=ps["gpus"],
-            cpu=ps["cpu"], memory_gib=ps["memory_gib"],
+            cpu=ps["cpu"], memory_gib=ps["memory_gib"], resources=dict(ps["resources"] or {}),
             node_selector=dict(row["flavor__node_selector"] or {}),
             nodes=tuple(row["nodes"][k:k + ps["count"]]),
             gpu_memory_gib=_decimal_or_none(ps["gpu_memory_gib"]),
@@ -162,7 +162,7 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
     pod_sets: dict[int, list[Any]] = {}
     for ps in PodSet.objects.filter(workload_id__in=[r["workload_id"] for r in rows]).order_by(
             "workload_id", "index").values("workload_id", "index", "count", "gpus", "cpu",
-                                           "memory_gib", "gpu_memory_gib"):
+                                           "memory_gib", "gpu_memory_gib", "resources"):
         pod_sets.setdefault(ps["workload_id"], []).append(ps)
     specs = [_spec_of(r, pod_sets.get(r["workload_id"], [])) for r in rows]
     previous = frozenset(r["workload_id"] for r in rows if r["previous"])
