@@ -347,7 +347,7 @@ def _write(drawn: list[dict[str, Any]], result: dict[str, Any], start: datetime,
     return len(rows)
 
 
-def _telemetry(hour: datetime, spans: list[tuple[int, datetime, datetime, int, float]]
+def _telemetry(hour: datetime, spans: list[tuple[int, datetime, datetime, float, float]]
                ) -> dict[int, WorkloadTelemetry]:
     """Synthetic DCGM engine activity per minute for the admissions running in `hour`:
     each job at its own efficiency, with some noise, sum over its GPUs."""
@@ -373,12 +373,12 @@ def _bill(start: datetime, now: datetime) -> str:
     """Meter and price every past hour, evaluate the budgets, reconcile each day and issue
     the invoices of the months that ended."""
     rng = random.Random(SEED + 1)
-    spans: list[tuple[int, datetime, datetime, int, float]] = []
+    spans: list[tuple[int, datetime, datetime, float, float]] = []
     for wid, running, ended, gpus in Admission.objects.filter(
             workload__labels__has_key=LABEL).values_list(
             "workload_id", "running_at", "ended_at", "gpus"):
         if running is not None and ended is not None:
-            spans.append((wid, running, ended, gpus, rng.uniform(0.35, 0.95)))
+            spans.append((wid, running, ended, float(gpus), rng.uniform(0.35, 0.95)))
     hour, last = start, hour_floor(now) - timedelta(hours=1)
     hours = 0
     while hour <= last:
