@@ -84,6 +84,8 @@ DISPATCH_FIELDS = (
     "workload__image", "workload__command", "workload__priority_class__name",
     "workload__termination_grace_s", "workload__duration_hint_s", "workload__progress_s",
 )
+# The columns of a pod set it reads (`_spec_of`).
+POD_SET_FIELDS = ("index", "count", "gpus", "cpu", "memory_gib", "gpu_memory_gib", "resources")
 
 
 def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
@@ -161,8 +163,7 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
     backend = registry.get_backend(cluster)
     pod_sets: dict[int, list[Any]] = {}
     for ps in PodSet.objects.filter(workload_id__in=[r["workload_id"] for r in rows]).order_by(
-            "workload_id", "index").values("workload_id", "index", "count", "gpus", "cpu",
-                                           "memory_gib", "gpu_memory_gib", "resources"):
+            "workload_id", "index").values("workload_id", *POD_SET_FIELDS):
         pod_sets.setdefault(ps["workload_id"], []).append(ps)
     specs = [_spec_of(r, pod_sets.get(r["workload_id"], [])) for r in rows]
     previous = frozenset(r["workload_id"] for r in rows if r["previous"])

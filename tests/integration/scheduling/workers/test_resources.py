@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 
 from quotas.models import Flavor, Queue, QuotaEntry
 from quotas.services import quota_set
-from scheduling.fleet.dispatch import DISPATCH_FIELDS, _spec_of
+from scheduling.fleet.dispatch import DISPATCH_FIELDS, POD_SET_FIELDS, _spec_of
 from scheduling.models import Admission, Node, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
@@ -56,7 +56,7 @@ def test_pods_get_slices_within_the_quota(mig_world):
     pod_set = a.pod_sets.get()
     assert pod_set.resources == {MIG: 1000}
     row = Admission.objects.filter(workload=a).values(*DISPATCH_FIELDS).get()
-    sets = list(a.pod_sets.values("index", "count", "gpus", "cpu", "memory_gib", "resources"))
+    sets = list(a.pod_sets.values(*POD_SET_FIELDS))
     spec = _spec_of(row, sets)
     assert spec.pod_sets[0].resources == {MIG: 1000}
 
@@ -83,3 +83,17 @@ def test_bad_resources_are_refused_naming_the_field(mig_world, resources, field,
         workload_submit(user=mig_world.alice, data=body)
     errors = exc.value.message_dict
     assert any(message in m for m in errors[field]), errors
+
+
+def test_a_nomination_keeps_its_victims_extended_resources_through_json() -> None:
+    import json
+
+    from scheduling import engine
+    from scheduling.workers.snapshot import nomination_from_json, nomination_json
+
+    nom = engine.Nomination(flavor="a100-mig", at=5.0, victims=(engine.NominatedVictim(
+        name="7", queue="ml/a", cluster="bj", nodes=("bj-mig-0", "bj-mig-0", "bj-0"),
+        pods=((0.5, 1.0, 4.0, -1.0, 2, ((MIG, 1.0),)), (0, 2.0, 8.0, 0.0, -1, ((MIG, 3.0),)),
+              (4, 8.0, 64.0))),))
+    again = nomination_from_json(json.loads(json.dumps(nomination_json(nom))))
+    assert again == nom
