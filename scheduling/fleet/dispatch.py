@@ -237,8 +237,10 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
             row = parts.rows[str(w.pk)]
             flavor = flavor_names[adm.flavor_id]
             specs.append(_spec_of({
-                "workload_id": w.pk, "nodes": adm.nodes, "flavor__name": flavor,
+                "workload_id": w.pk, "nodes": adm.nodes, "cards": adm.cards,
+                "flavor__name": flavor,
                 "flavor__node_selector": parts.node_selectors.get(flavor, {}),
+                "flavor__gpu_memory_gib": parts.card_memory.get(flavor),
                 "workload__name": w.name, "workload__queue__path": row["queue__path"],
                 "workload__queue__namespace": row["queue__namespace"],
                 "workload__image": w.image, "workload__command": w.command,

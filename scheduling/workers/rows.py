@@ -40,6 +40,7 @@ class SnapshotParts:
     clusters: dict[str, Cluster] = field(default_factory=dict)
     flavors: dict[str, int] = field(default_factory=dict)
     node_selectors: dict[str, dict[str, str]] = field(default_factory=dict)  # by flavor name
+    card_memory: dict[str, Any] = field(default_factory=dict)  # GPU memory per card, by flavor
     priority_names: dict[int, str] = field(default_factory=dict)
     pod_sets: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     context: extensions.CycleContext | None = None

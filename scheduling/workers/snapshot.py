@@ -207,6 +207,7 @@ def _fleet(parts: SnapshotParts) -> tuple[list[Cluster], list[dict[str, Any]],
                                                "gpu_equivalents")]
     parts.flavors = {f["name"]: f["id"] for f in flavor_rows}
     parts.node_selectors = {f["name"]: dict(f["node_selector"] or {}) for f in flavor_rows}
+    parts.card_memory = {f["name"]: f["gpu_memory_gib"] for f in flavor_rows}
     flavor_name = {f["id"]: f["name"] for f in flavor_rows}
     nodes_by_cluster: dict[int, list[engine.NodeSpec]] = defaultdict(list)
     for n in Node.objects.filter(cluster__in=clusters).order_by("cluster_id", "name").values(
