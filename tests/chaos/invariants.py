@@ -33,6 +33,7 @@ from scheduling.models import (
     WorkloadEvent,
     WorkloadState,
 )
+from scheduling.request.validation import gpus_shown
 from scheduling.transitions import ALLOWED_TRANSITIONS
 
 S, E = WorkloadState, EventType
@@ -159,7 +160,8 @@ def capacity_violations() -> list[str]:
 
 def _over(node_gpus: dict[tuple[int, str], int],
           used: dict[tuple[int, str], int]) -> list[str]:
-    return [f"node {name} of cluster {cluster}: {gpus} GPUs > {node_gpus.get((cluster, name), 0)}"
+    return [f"node {name} of cluster {cluster}: {gpus_shown(gpus)} GPUs > "
+            f"{node_gpus.get((cluster, name), 0)}"
             for (cluster, name), gpus in sorted(used.items())
             if gpus > node_gpus.get((cluster, name), 0)]
 

@@ -14,6 +14,7 @@ from django.db import connection
 from quotas.selectors import tree_specs
 from quotas.tree_rules import validate_tree
 from scheduling.models import Admission, EventType, Node, Workload, WorkloadEvent, WorkloadState
+from scheduling.request.validation import gpus_shown
 from scheduling.selectors import queue_usage
 from scheduling.services import workload_submit
 from tests.integration.scheduling.stack.stack import CeleryWorker, wait_for
@@ -44,14 +45,14 @@ def i1_violations() -> list[str]:
                 k += 1
     for node, gpus in used.items():
         if gpus > node_gpus.get(node, 0):
-            problems.append(f"node {node}: {gpus} GPUs > {node_gpus.get(node, 0)}")
+            problems.append(f"node {node}: {gpus_shown(gpus)} GPUs > {node_gpus.get(node, 0)}")
     per_cluster: dict[int, int] = defaultdict(int)
     for (cluster, _), gpus in used.items():
         per_cluster[cluster] += gpus
     for cluster, gpus in per_cluster.items():
         capacity = sum(g for (c, _), g in node_gpus.items() if c == cluster)
         if gpus > capacity:
-            problems.append(f"cluster {cluster}: {gpus} GPUs > capacity {capacity}")
+            problems.append(f"cluster {cluster}: {gpus_shown(gpus)} GPUs > capacity {capacity}")
     return problems
 
 
