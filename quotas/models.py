@@ -9,12 +9,19 @@ from django.db import models
 
 from core.history import SourcedHistoricalRecords
 from core.labels import label_key_problem, labels_problems
+from core.quantity import amount_to_base, base_to_amount, nearest_base
 
 
 class Resource(models.TextChoices):
+    """The built-in resources; a quota key may also name any extended resource the flavor's
+    nodes advertise (`nvidia.com/mig-1g.10gb`, `example.com/foo`)."""
+
     GPU = "gpu", "GPU (whole cards)"
     CPU = "cpu", "CPU (cores)"
     MEMORY = "memory", "Memory (GiB)"
+
+
+RESOURCE_NAME_LENGTH = 253
 
 
 class Strategy(models.TextChoices):
@@ -36,6 +43,11 @@ class Flavor(models.Model):
         max_length=253, blank=True, help_text="Node label naming the interconnect domain (rack)."
     )
     mig_profiles = models.JSONField(default=list, blank=True)
+    gpu_equivalents = models.JSONField(
+        default=dict, blank=True,
+        help_text="What one unit of an extended resource is worth in cards, e.g. "
+        '{"nvidia.com/mig-3g.40gb": 0.5}; `mig-Ng.*` defaults to N/7.',
+    )
     notes = models.TextField(blank=True)
 
     history = SourcedHistoricalRecords()
@@ -107,11 +119,21 @@ class Queue(models.Model):
 
 
 class QuotaEntry(models.Model):
-    """min (guaranteed), max (ceiling), lendable (part of min lent while idle) for one key."""
+    """min (guaranteed), max (ceiling), lendable (part of min lent while idle) for one key.
+
+    `min_base`, `max_base` and `lendable_base` hold the exact amounts, as integers of the
+    resource's base unit (bytes for memory-like resources, thousandths otherwise:
+    `core.quantity`); `min`, `max` and `lendable` are the same in Allot's unit (GiB, cores,
+    cards, a count) rounded to 3 places, for reading. `save` keeps them together: a changed
+    rounded value sets the exact one.
+    """
 
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quotas")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="quotas")
-    resource = models.CharField(max_length=16, choices=Resource.choices, default=Resource.GPU)
+    resource = models.CharField(
+        max_length=RESOURCE_NAME_LENGTH, default=Resource.GPU,
+        help_text="gpu, cpu, memory, or an extended resource (nvidia.com/mig-1g.10gb).",
+    )
     min = models.DecimalField(
         max_digits=14, decimal_places=3, default=Decimal(0), validators=[MinValueValidator(0)]
     )
@@ -123,6 +145,9 @@ class QuotaEntry(models.Model):
         max_digits=14, decimal_places=3, null=True, blank=True,
         validators=[MinValueValidator(0)], help_text="Empty: all of min may be lent.",
     )
+    min_base = models.BigIntegerField(default=0, editable=False)
+    max_base = models.BigIntegerField(null=True, blank=True, editable=False)
+    lendable_base = models.BigIntegerField(null=True, blank=True, editable=False)
 
     history = SourcedHistoricalRecords()
 
@@ -141,6 +166,34 @@ class QuotaEntry(models.Model):
     @property
     def key(self) -> str:
         return f"{self.flavor.name}/{self.resource}"
+
+    def set_exact(self, name: str, amount: Decimal | None) -> None:
+        """Set `min`, `max` or `lendable` to an exact amount (Allot's unit)."""
+        base = None if amount is None else amount_to_base(self.resource, amount)
+        setattr(self, f"{name}_base", base)
+        setattr(self, name, None if base is None else _rounded(self.resource, base))
+
+    def sync_exact(self) -> None:
+        """Bring the exact columns in line with the rounded ones where those were changed."""
+        for name in ("min", "max", "lendable"):
+            shown = getattr(self, name)
+            base = getattr(self, f"{name}_base")
+            if shown is None:
+                setattr(self, f"{name}_base", None)
+                continue
+            if base is not None and _rounded(self.resource, base) == Decimal(shown):
+                continue
+            base = nearest_base(self.resource, Decimal(shown))
+            setattr(self, f"{name}_base", base)
+            setattr(self, name, _rounded(self.resource, base))
+
+    def save(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        self.sync_exact()
+        super().save(*args, **kwargs)
+
+
+def _rounded(resource: str, base: int) -> Decimal:
+    return base_to_amount(resource, base).quantize(Decimal("0.001"))
 
 
 class TeamRole(models.TextChoices):

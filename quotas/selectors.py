@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, Sum
 
+from core.quantity import base_to_amount
 from portal.pages.access import Scope
 from quotas.models import Flavor, Queue, QuotaEntry, Team
 from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
@@ -39,10 +40,14 @@ def _quota_specs() -> dict[int, dict[Key, QuotaSpec]]:
     """What each queue sets, by queue id, in entry order."""
     quotas: dict[int, dict[Key, QuotaSpec]] = defaultdict(dict)
     rows = QuotaEntry.objects.order_by("pk").values_list(
-        "queue_id", "flavor__name", "resource", "min", "max", "lendable"
+        "queue_id", "flavor__name", "resource", "min_base", "max_base", "lendable_base"
     )
     for queue_id, flavor, resource, qmin, qmax, lendable in rows:
-        quotas[queue_id][(flavor, resource)] = QuotaSpec(min=qmin, max=qmax, lendable=lendable)
+        # Exact amounts, from the integers of the base unit.
+        quotas[queue_id][(flavor, resource)] = QuotaSpec(
+            min=base_to_amount(resource, qmin),
+            max=None if qmax is None else base_to_amount(resource, qmax),
+            lendable=None if lendable is None else base_to_amount(resource, lendable))
     return quotas
 
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, TypeAlias
 
+from core.quantity import resource_name_problem
+
 Number: TypeAlias = Any  # int, float or Decimal: the caller keeps one kind per tree
-RESOURCES = ("gpu", "cpu", "memory")
+RESOURCES = ("gpu", "cpu", "memory")  # built in; extended resources are any other valid name
 DEFAULT_MAX_DEPTH = 5
 WARN_DEPTH = 3
 WARN_CHILDREN = 5
@@ -173,9 +175,9 @@ def validate_tree(
             if known_flavors is not None and flavor not in known_flavors:
                 err(Problem("STRUCTURE", path, kn, f"{path}: unknown flavor {flavor!r}"))
                 continue
-            if resource not in RESOURCES:
-                err(Problem("STRUCTURE", path, kn, f"{path}: unknown resource {resource!r} "
-                            f"(one of {', '.join(RESOURCES)})"))
+            problem = resource_name_problem(resource)
+            if problem:
+                err(Problem("STRUCTURE", path, kn, f"{path}: {problem}"))
                 continue
             for name in ("min", "max", "lendable"):
                 value = getattr(setq, name)

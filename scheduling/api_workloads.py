@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import changes
+from core.quantity import resource_quantities
 from scheduling import kinds, selectors, services
 from scheduling.filters import WorkloadFilter
 from scheduling.models import EventType, Workload
@@ -35,6 +36,10 @@ class PodSetInputSerializer(serializers.Serializer):
                                           default=0)  # type: ignore[arg-type]
     gpu_memory_gib = serializers.IntegerField(min_value=1, max_value=limits.MAX_GPU_MEMORY_GIB,
                                               required=False, allow_null=True)
+    resources = serializers.DictField(
+        child=serializers.JSONField(), required=False,
+        help_text="Extended resources per pod, name -> number or Kubernetes quantity, e.g. "
+        '{"nvidia.com/mig-1g.10gb": 1}: a resource the flavor\'s nodes advertise.')
 
 
 # A submission's fields and limits (from scheduling.request.validation), for the API schema
@@ -81,6 +86,9 @@ class PodSetOutputSerializer(serializers.Serializer):
     memory_gib = serializers.DecimalField(max_digits=12, decimal_places=3,
                                           coerce_to_string=False)
     gpu_memory_gib = serializers.IntegerField(allow_null=True)
+    resources = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Extended resources per pod as Kubernetes quantities ({} when none).")
 
 
 class WorkloadListSerializer(serializers.Serializer):
@@ -164,7 +172,8 @@ def _pod_set(ps: Any) -> dict[str, Any]:
     return {"index": int(ps.index), "count": int(ps.count),
             "flavors": [str(f) for f in ps.flavors], "gpus": gpus_shown(ps.gpus),
             "cpu": _decimal(ps.cpu), "memory_gib": _decimal(ps.memory_gib),
-            "gpu_memory_gib": None if ps.gpu_memory_gib is None else int(ps.gpu_memory_gib)}
+            "gpu_memory_gib": None if ps.gpu_memory_gib is None else int(ps.gpu_memory_gib),
+            "resources": resource_quantities(ps.resources)}
 
 
 def workload_list_data(obj: Workload, *, pod_sets: list[Any] | None = None) -> dict[str, Any]:

@@ -86,6 +86,11 @@ class Node(models.Model):
     rack = models.CharField(max_length=63, blank=True)
     ready = models.BooleanField(default=True)
     labels = models.JSONField(default=dict, blank=True)
+    resources = models.JSONField(
+        default=dict, blank=True,
+        help_text="Allocatable extended resources (nvidia.com/mig-1g.10gb, ...), each as an "
+        "integer of its base unit (thousandths; bytes for memory-like ones).",
+    )
 
     history = SourcedHistoricalRecords()
 
@@ -236,6 +241,11 @@ class PodSet(models.Model):
     cpu = models.DecimalField(max_digits=10, decimal_places=3, default=Decimal(0))
     memory_gib = models.DecimalField(max_digits=12, decimal_places=3, default=Decimal(0))
     gpu_memory_gib = models.PositiveIntegerField(null=True, blank=True)
+    resources = models.JSONField(
+        default=dict, blank=True,
+        help_text="Extended resources per pod (nvidia.com/mig-1g.10gb, ...), each as an "
+        "integer of its base unit (thousandths; bytes for memory-like ones).",
+    )
 
     class Meta:
         ordering = ["workload_id", "index"]

@@ -127,3 +127,19 @@ def workloads_set_state(workloads, state: str, **fields) -> None:
         for step in path[0][1:-1]:
             rows.update(state=step)
         rows.update(state=state, **fields)
+
+
+def quota_update(entries, **amounts) -> int:
+    """`entries.update(max=...)` for a test's setup (no signals, like `update`), keeping the
+    exact columns (`max_base`, ...) the engine reads in line: `min`, `max`, `lendable`."""
+    from core.quantity import amount_to_base
+
+    done = 0
+    for resource in set(entries.values_list("resource", flat=True)):
+        fields = {}
+        for name, amount in amounts.items():
+            fields[name] = amount
+            fields[f"{name}_base"] = (None if amount is None
+                                      else amount_to_base(resource, Decimal(amount)))
+        done += entries.filter(resource=resource).update(**fields)
+    return done

@@ -106,6 +106,14 @@ def _import(
     skipped.extend(warnings)
 
     known = set(Flavor.objects.values_list("name", flat=True)) | {f.name for f in flavors}
+    used = {flavor for node in nodes for flavor, _resource in node.quota}
+    if default_flavor and default_flavor not in known and default_flavor in used:
+        # `--flavor NAME` for a flavor that does not exist yet: create it, and say so.
+        flavors.append(FlavorDef(name=default_flavor))
+        known.add(default_flavor)
+        skipped.append(f"flavor {default_flavor!r} did not exist: created it (no node labels, "
+                       "no GPU memory; set them in the admin or with PUT /api/v1/flavors/"
+                       f"{default_flavor})")
     for node in nodes:
         for flavor, _resource in node.quota:
             if flavor not in known:

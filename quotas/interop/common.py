@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from core.quantity import QuantityError, format_quantity, to_amount
+from core.quantity import QuantityError, format_quantity, resource_name_problem, to_amount
 from quotas.services import QueueDef
 from quotas.tree_rules import QuotaSpec
 
@@ -25,7 +25,7 @@ FLAVOR_DOMAIN = "allot.io"
 STANDARD_RESOURCES = {"nvidia.com/gpu": "gpu", "amd.com/gpu": "gpu", "cpu": "cpu",
                       "memory": "memory"}
 _FLAVORED = re.compile(r"^(?P<flavor>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.allot\.io/"
-                       r"(?P<resource>gpu|cpu|memory)$")
+                       r"(?P<resource>.+)$")
 
 
 class Obj:
@@ -85,15 +85,18 @@ class Obj:
             self.fail(path, f"resource name {name!r} is not a string")
         match = _FLAVORED.match(name)
         if match:
+            problem = resource_name_problem(match["resource"])
+            if problem:
+                self.fail(path, problem)
             return match["flavor"], match["resource"]
-        if name in STANDARD_RESOURCES:
-            if not default_flavor:
-                self.fail(path, f"resource {name!r} names no flavor: pass --flavor NAME, or "
-                          f"write <flavor>.{FLAVOR_DOMAIN}/{STANDARD_RESOURCES[name]}")
-            return str(default_flavor), STANDARD_RESOURCES[name]
-        self.fail(path, f"unknown resource {name!r} (known: nvidia.com/gpu, cpu, memory, "
-                  f"<flavor>.{FLAVOR_DOMAIN}/gpu|cpu|memory)")
-        raise AssertionError  # unreachable
+        problem = resource_name_problem(name)
+        if problem:
+            self.fail(path, problem)
+        resource = STANDARD_RESOURCES.get(name, name)
+        if not default_flavor:
+            self.fail(path, f"resource {name!r} names no flavor: pass --flavor NAME, or "
+                      f"write <flavor>.{FLAVOR_DOMAIN}/{resource}")
+        return str(default_flavor), resource
 
     def resource_list(self, path: str, default_flavor: str | None) -> dict[Key, Decimal]:
         """A ResourceList at `path` as amounts per key."""
@@ -173,6 +176,13 @@ def child_name(name: str, parent: str | None) -> str:
     return name.replace(".", "-")
 
 
+def _exclusive(spec: QuotaSpec | None) -> Decimal:
+    """A queue's exclusive part as read (min - lendable; lendable unset: none)."""
+    if spec is None or spec.lendable is None:
+        return Decimal(0)
+    return Decimal(spec.min or 0) - Decimal(spec.lendable)
+
+
 def export_name(path: str) -> str:
     """The object name of a queue: its path with `/` -> `.` (the `allot.io/queue` label)."""
     return path.replace("/", ".")
@@ -224,6 +234,13 @@ def build_tree(nodes: Iterable[Node]) -> list[QueueDef]:
         for key in keys:
             borrow = node.borrowing.get(key)
             lend = node.quota.get(key, QuotaSpec()).lendable
+            if children.get(name):
+                # A cohort lends what its children lend up: its min less their exclusive
+                # parts (capped by its own lendingLimit when it sets one).
+                derived = mins[key] - sum(
+                    (_exclusive(by_name[c].quota.get(key)) for c in children[name]),
+                    Decimal(0))
+                lend = derived if lend is None else min(Decimal(lend), derived)
             node.quota[key] = QuotaSpec(
                 min=mins[key], max=None if borrow is None else mins[key] + borrow, lendable=lend
             )

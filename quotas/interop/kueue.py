@@ -2,10 +2,18 @@
 
 Mapping (QUOTA-SEMANTICS.md §2): `nominalQuota` -> min, `nominalQuota + borrowingLimit` -> max,
 `lendingLimit` -> lendable. A cohort's min is its own `nominalQuota` plus its children's min,
-so on export a cohort's `nominalQuota` is its min less its children's. Queues with children
-become Cohorts, leaves ClusterQueues with a LocalQueue in the leaf's namespace. Allot's
-top-level queues share the fleet, so the exporter puts them under one root Cohort
-(`allot-root`, annotated `allot.io/root: "true"`), which the importer drops again.
+so on export a cohort's `nominalQuota` is its min less its children's. A cohort lends what its
+children lend up (Kueue's SubtreeQuota: its own nominal plus the children's lent parts): without
+a `lendingLimit` of its own, its lendable is its min less its children's exclusive parts
+(min - lendable), and at most that with one; the exporter writes a cohort's `lendingLimit` only
+when it differs from that. Resource names other than `nvidia.com/gpu`/`amd.com/gpu` (-> gpu),
+`cpu` and `memory` are quota keys of their own, exported under the same name: MIG slices
+(`nvidia.com/mig-1g.10gb`), HAMi's `nvidia.com/total-gpucores`, DRA device classes that Kueue
+maps to a resource name (`deviceClassMappings`), virtual resources (`cpu_credits`).
+
+Queues with children become Cohorts, leaves ClusterQueues with a LocalQueue in the leaf's
+namespace. Allot's top-level queues share the fleet, so the exporter puts them under one root
+Cohort (`allot-root`, annotated `allot.io/root: "true"`), which the importer drops again.
 
 Kueue wants every flavor of a resource group to list every covered resource, so the exporter
 pads missing ones with `nominalQuota: 0` and no limits; the importer reads such an entry as
@@ -19,7 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from core.labels import labels_problems
-from core.quantity import format_quantity
+from core.quantity import format_quantity, resource_name_problem
 from quotas.interop.common import (
     ANNOTATION_GPU_MEMORY,
     ExportQueue,
@@ -68,12 +76,14 @@ def _resource_groups(obj: Obj, node: Node) -> None:
                 if not isinstance(res, Mapping) or not isinstance(res.get("name"), str):
                     obj.fail(rpath, "must be a mapping with a name")
                 rname = res["name"]
-                if rname not in RESOURCE_NAMES:
-                    obj.fail(f"{rpath}.name", f"unknown resource {rname!r} (known: "
-                             f"{', '.join(RESOURCE_NAMES)})")
+                problem = resource_name_problem(rname)
+                if problem:
+                    obj.fail(f"{rpath}.name", problem)
                 if covered and rname not in covered:
                     obj.fail(f"{rpath}.name", f"{rname!r} is not in coveredResources")
-                resource = RESOURCE_NAMES[rname]
+                # Any other name (MIG slices, HAMi's nvidia.com/total-gpucores, a DRA device
+                # class mapped to a resource, a virtual resource) is a quota key of its own.
+                resource = RESOURCE_NAMES.get(rname, rname)
                 key = (flavor["name"], resource)
                 if key in seen:
                     obj.fail(rpath, f"{key[0]}/{key[1]} is listed twice")
@@ -173,15 +183,30 @@ def read(objs: list[Obj]) -> tuple[list[Node], list[FlavorDef], list[str]]:
 def _group(quota: Mapping[Key, dict[str, Any]]) -> list[dict[str, Any]]:
     if not quota:
         return []
-    resources = sorted({k[1] for k in quota}, key=RESOURCE_ORDER.index)
+    resources = sorted({k[1] for k in quota}, key=_resource_order)
     flavors = []
     for flavor in sorted({k[0] for k in quota}):
         entries = []
         for resource in resources:
             cell = quota.get((flavor, resource), {"nominalQuota": "0"})
-            entries.append({"name": EXPORT_NAMES[resource], **cell})
+            entries.append({"name": EXPORT_NAMES.get(resource, resource), **cell})
         flavors.append({"name": flavor, "resources": entries})
-    return [{"coveredResources": [EXPORT_NAMES[r] for r in resources], "flavors": flavors}]
+    return [{"coveredResources": [EXPORT_NAMES.get(r, r) for r in resources],
+             "flavors": flavors}]
+
+
+def _resource_order(resource: str) -> tuple[int, str]:
+    """cpu, memory, gpu, then extended resources by name."""
+    if resource in RESOURCE_ORDER:
+        return RESOURCE_ORDER.index(resource), ""
+    return len(RESOURCE_ORDER), resource
+
+
+def _exclusive(spec: QuotaSpec | None) -> Decimal:
+    """A child's exclusive part (min - lendable; lendable unset: all of min is lent)."""
+    if spec is None or spec.lendable is None:
+        return Decimal(0)
+    return Decimal(spec.min or 0) - Decimal(spec.lendable)
 
 
 def write(tree: list[ExportQueue], flavors: list[Any], *, version: str = "v1beta2") -> list[dict]:
@@ -213,7 +238,9 @@ def write(tree: list[ExportQueue], flavors: list[Any], *, version: str = "v1beta
             cell: dict[str, Any] = {"nominalQuota": format_quantity(key[1], own)}
             if spec.max is not None:
                 cell["borrowingLimit"] = format_quantity(key[1], Decimal(spec.max) - qmin)
-            if spec.lendable is not None:
+            derived = (qmin - sum((_exclusive(by_path[c].quota.get(key)) for c in q.children),
+                                  Decimal(0))) if q.children else None
+            if spec.lendable is not None and Decimal(spec.lendable) != derived:
                 cell["lendingLimit"] = format_quantity(key[1], Decimal(spec.lendable))
             cells[key] = cell
         meta = {"name": export_name(q.path)}

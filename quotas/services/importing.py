@@ -95,7 +95,8 @@ def _tree_replace(
         _check_strategy(d.strategy, d.path)
         for (fname, resource), spec in d.quota.items():  # numbers the columns can hold
             for name in ("min", "max", "lendable"):
-                to_decimal(getattr(spec, name), f"{d.path}: {fname}/{resource}: {name}")
+                to_decimal(getattr(spec, name), f"{d.path}: {fname}/{resource}: {name}",
+                           resource)
         by_path[d.path] = d
     flavor_defs = list(flavors)
     known = _flavor_map()

@@ -215,8 +215,8 @@ def quota_set(
     if clear:
         return queue_update(queue=queue, quota_merge={key: None})
     spec = QuotaSpec(
-        min=to_decimal(min if min is not None else 0, f"{where}: min"),
-        max=to_decimal(max, f"{where}: max"),
-        lendable=to_decimal(lendable, f"{where}: lendable"),
+        min=to_decimal(min if min is not None else 0, f"{where}: min", resource),
+        max=to_decimal(max, f"{where}: max", resource),
+        lendable=to_decimal(lendable, f"{where}: lendable", resource),
     )
     return queue_update(queue=queue, quota_merge={key: spec})

@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from core import db
+from core.quantity import QuantityError, amount_to_base, read_amount
 from quotas import selectors
 from quotas.models import Flavor, Queue, QuotaEntry, Resource, Strategy
 from quotas.tree_rules import QueueSpec, QuotaSpec, TreeReport, validate_tree
@@ -64,10 +65,18 @@ def _check_strategy(strategy: str, where: str) -> None:
         )
 
 
-def to_decimal(value: Any, where: str) -> Decimal | None:
-    """A quota number as Decimal (None stays None); a clear error for anything else."""
+def to_decimal(value: Any, where: str, resource: str | None = None) -> Decimal | None:
+    """A quota number as Decimal (None stays None); a clear error for anything else.
+
+    With `resource`, any Kubernetes quantity (`4G`, `500m`, `2048Gi`) is accepted too and
+    read exactly in Allot's unit for it (GiB, cores, cards, a count)."""
     if value is None:
         return None
+    if resource is not None:
+        try:
+            return read_amount(resource, value)
+        except QuantityError as exc:
+            raise ValidationError(f"{where}: {exc}") from exc
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         raise ValidationError(f"{where}: {value!r} is not a number")
     try:
@@ -116,15 +125,21 @@ def _write_quota(queue: Queue, quota: QuotaMap, flavors: Mapping[str, Flavor]) -
             old.delete()
     for key, spec in quota.items():
         entry: QuotaEntry | None = existing.get(key)
-        numbers = (Decimal(spec.min if spec.min is not None else 0),
-                   None if spec.max is None else Decimal(spec.max),
-                   None if spec.lendable is None else Decimal(spec.lendable))
+        numbers = (_exact(spec.min if spec.min is not None else 0),
+                   None if spec.max is None else _exact(spec.max),
+                   None if spec.lendable is None else _exact(spec.lendable))
+        bases = tuple(None if n is None else amount_to_base(key[1], n) for n in numbers)
         if entry is None:
             entry = QuotaEntry(queue=queue, flavor=flavors[key[0]], resource=key[1])
-        elif (entry.min, entry.max, entry.lendable) == numbers:
+        elif (entry.min_base, entry.max_base, entry.lendable_base) == bases:
             continue
-        entry.min, entry.max, entry.lendable = numbers
+        for name, number in zip(("min", "max", "lendable"), numbers, strict=True):
+            entry.set_exact(name, number)
         entry.save()
+
+
+def _exact(value: Any) -> Decimal:
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
 
 
 _QUEUE_FIELDS = ("name", "parent_id", "strategy", "namespace", "description")

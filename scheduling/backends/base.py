@@ -92,6 +92,9 @@ class NodeInfo:
     ready: bool
     rack: str = ""  # the flavor's interconnect label value, else topology.kubernetes.io/zone
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Every other allocatable resource (MIG slices, amd.com/gpu, ephemeral-storage, ...), as
+    # integers of its base unit (core.quantity.to_base).
+    resources: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ class PodSetSpec:
     cpu: Decimal  # cores per pod (request)
     memory_gib: Decimal  # per pod (request)
     node_selector: Mapping[str, str] = field(default_factory=dict)  # the flavor's
+    # Extended resources per pod (MIG slices, ...), integers of each one's base unit.
+    resources: Mapping[str, int] = field(default_factory=dict)
     # The nodes the engine chose, one per pod (may repeat). Kubernetes keeps pods on this set
     # of nodes with a node affinity; the simulated cluster places pod k on nodes[k].
     nodes: tuple[str, ...] = ()

@@ -34,9 +34,12 @@ from scheduling.engine.types import (
     Reject,
     Release,
     RepaymentRecord,
+    Resources,
     Settings,
     Snapshot,
     WorkloadSpec,
+    gpu_equivalent,
+    resources_of,
 )
 
 __all__ = [
@@ -64,10 +67,13 @@ __all__ = [
     "Reject",
     "Release",
     "RepaymentRecord",
+    "Resources",
     "Settings",
     "Snapshot",
     "WorkloadSpec",
     "backoff_delay",
     "check_request",
+    "gpu_equivalent",
+    "resources_of",
     "schedule",
 ]

@@ -28,15 +28,17 @@ Choices where the semantics page is silent:
 
 from __future__ import annotations
 
+from typing import Any
+
 from scheduling.engine.pool import Pod, as_pod, is_fraction
 from scheduling.engine.state import Admitted, EngineBase, expand_pods
 from scheduling.engine.types import CycleResult, NominatedVictim, Nomination, WorkloadSpec
 
 
-def _stored(pod: Pod) -> tuple[float, ...]:
+def _stored(pod: Pod) -> tuple[Any, ...]:
     """A victim's pod as a nomination keeps it: GPUs, CPU, memory, and for a fraction its
-    memory slice and card."""
-    return pod if is_fraction(pod[0]) else pod[:3]
+    memory slice and card, and then its extended resources if it asks any."""
+    return pod if is_fraction(pod[0]) or len(pod) > 5 else pod[:3]
 
 
 class NominationMixin(EngineBase):

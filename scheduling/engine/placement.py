@@ -63,6 +63,8 @@ class Fleet:
         self.by_name: dict[str, ClusterState] = {}
         self.node_loc: dict[str, tuple[str, str, int]] = {}
         self.flavor_clusters: dict[str, list[ClusterState]] = {}
+        # The extended resources some node of a flavor advertises (ready or not).
+        self.flavor_resources: dict[str, set[str]] = {}
         for spec in sorted(clusters, key=lambda c: c.name):
             pools: dict[str, Pool] = {}
             for node in spec.nodes:
@@ -73,7 +75,10 @@ class Fleet:
                                                      (card_mem or {}).get(node.flavor), mix)
                 self.node_loc[node.name] = (spec.name, node.flavor, len(pool.names))
                 pool.add_node(node.name, int(node.gpus), float(node.cpu),
-                              float(node.memory_gib), node.rack, node.ready)
+                              float(node.memory_gib), node.rack, node.ready, node.resources)
+                if node.resources:
+                    self.flavor_resources.setdefault(node.flavor, set()).update(
+                        res for res, _ in node.resources)
             for pool in pools.values():
                 pool.build_index()
             state = ClusterState(spec.name, spec.region, float(spec.health), float(spec.price),
@@ -96,7 +101,8 @@ class Fleet:
                 continue
             for flavor, pool in cluster.pools.items():
                 g, c, m = pool.totals()
-                for res, v in (("gpu", g), ("cpu", c), ("memory", m)):
+                for res, v in (("gpu", g), ("cpu", c), ("memory", m),
+                               *pool.ext_totals().items()):
                     cap[(flavor, res)] = cap.get((flavor, res), 0.0) + v
         return cap
 

@@ -33,11 +33,13 @@ from scheduling.engine.fragmentation import (
     stranded,
     to_milli,
 )
+from scheduling.engine.types import Resources
 
 # One pod: GPUs (whole cards, or a fraction 0 < f < 1 of one card), cpu, memory GiB, the GPU
-# memory slice of a fraction (-1: f x the card's memory; 0 for whole cards) and the card a
-# placed fraction holds (-1: not placed, or not a fraction).
-Pod = tuple[float, float, float, float, int]
+# memory slice of a fraction (-1: f x the card's memory; 0 for whole cards), the card a placed
+# fraction holds (-1: not placed, or not a fraction) and, only when it asks any, its extended
+# resources (`types.Resources`) as a sixth element.
+Pod = tuple[Any, ...]
 POD_SHAPES = 512  # pods whose scores per node state are kept (the mix's usual shapes)
 _MISSING: object = object()
 # What `Pool.score` says of a card: -1 whole cards, -2 a fully free card, or the (free milli-GPU,
@@ -47,21 +49,31 @@ Score = tuple[float, float, float, float, CardChoice]
 
 
 def pod_of(gpus: float, cpu: float, memory: float, gpu_memory: float | None = None,
-           card: int = -1) -> Pod:
-    """A pod tuple; `gpu_memory` is the slice a fraction asks (None: its share of the card)."""
+           card: int = -1, resources: Resources | None = None) -> Pod:
+    """A pod tuple; `gpu_memory` is the slice a fraction asks (None: its share of the card);
+    `resources` its extended resources (a sixth element only when there are any)."""
     frac = 0 < gpus < 1
     gmem = (-1.0 if gpu_memory is None else float(gpu_memory)) if frac else 0.0
-    return (gpus if frac else int(gpus), float(cpu), float(memory), gmem, card if frac else -1)
+    pod = (gpus if frac else int(gpus), float(cpu), float(memory), gmem, card if frac else -1)
+    return (*pod, tuple(resources)) if resources else pod
 
 
-def as_pod(values: Sequence[float]) -> Pod:
-    """A pod from a stored tuple of 3 to 5 numbers (older records have no slice or card)."""
+def ext_of(pod: Pod) -> Resources:
+    """A pod's extended resources (empty when it asks none)."""
+    return pod[5] if len(pod) > 5 else ()
+
+
+def as_pod(values: Sequence[Any]) -> Pod:
+    """A pod from a stored tuple of 3 to 6 values (older records have no slice, card or
+    extended resources; stored resources are (name, amount) pairs)."""
     g = float(values[0])
     gmem = float(values[3]) if len(values) > 3 else None
     card = int(values[4]) if len(values) > 4 else -1
     if gmem is not None and gmem < 0:
         gmem = None
-    return pod_of(g, float(values[1]), float(values[2]), gmem, card)
+    resources: Resources = tuple(
+        (str(r[0]), float(r[1])) for r in values[5]) if len(values) > 5 else ()
+    return pod_of(g, float(values[1]), float(values[2]), gmem, card, resources)
 
 
 def is_fraction(g: float) -> bool:
@@ -79,7 +91,7 @@ def with_cards(pods: Sequence[Pod], cards: Sequence[int | None]) -> list[Pod]:
     """The pods with the cards recorded for them (as `cards_of` gives them)."""
     if not cards:
         return list(pods)
-    return [(*p[:4], c if c is not None and is_fraction(p[0]) else -1)
+    return [(*p[:4], c if c is not None and is_fraction(p[0]) else -1, *p[5:])
             for p, c in zip(pods, list(cards) + [None] * (len(pods) - len(cards)), strict=True)]
 
 
@@ -127,9 +139,22 @@ class Pool:
         self._sid: list[int] = []  # per node, its state's number (-1 when it changed)
         self._frag_version = -1
         self._states: list[NodeState | None] = []  # per node, None when it changed
+        # Extended resources: allocatable and free per node, by name (absent: 0).
+        self.ext_cap: dict[str, list[float]] = {}
+        self.ext: dict[str, list[float]] = {}
 
     def add_node(self, name: str, gpus: int, cpu: float, mem: float, rack: str,
-                 ready: bool) -> None:
+                 ready: bool, resources: Sequence[tuple[str, float]] = ()) -> None:
+        n = len(self.names)
+        for res, _amount in resources:
+            if res not in self.ext:
+                self.ext_cap[res] = [0.0] * n
+                self.ext[res] = [0.0] * n
+        for res in self.ext:
+            self.ext_cap[res].append(0.0)
+            self.ext[res].append(0.0)
+        for res, amount in resources:
+            self.ext_cap[res][n] = self.ext[res][n] = float(amount)
         self.names.append(name)
         self.gpus.append(gpus)
         self.cpu.append(cpu)
@@ -162,6 +187,11 @@ class Pool:
                 m += self.mem[i]
         return int(g), c, m
 
+    def ext_totals(self) -> dict[str, float]:
+        """Extended resources over ready nodes, by name."""
+        return {res: sum(v for v, r in zip(cap, self.ready, strict=True) if r)
+                for res, cap in self.ext_cap.items()}
+
     def free_gpus(self) -> int:
         return self.free
 
@@ -184,7 +214,6 @@ class Pool:
         g, c, m = pod[0], pod[1], pod[2]
         self._states[i] = None
         self._sid[i] = -1
-        self._sid[i] = -1
         if is_fraction(g):
             milli = to_milli(g)
             need = self._slice(pod)
@@ -203,16 +232,19 @@ class Pool:
                 self._move(i, self.fg[i] - 1)
             shared[card][0] -= milli
             shared[card][1] -= need
-            pod = (g, c, m, pod[3], card)
+            pod = (g, c, m, pod[3], card, *pod[5:])
         else:
             self._move(i, self.fg[i] - int(g))
         self.fc[i] -= c
         self.fm[i] -= m
+        if len(pod) > 5:
+            self._ext_add(i, pod[5], -1.0)
         return pod
 
     def give(self, i: int, pod: Pod) -> None:
         g, c, m = pod[0], pod[1], pod[2]
         self._states[i] = None
+        self._sid[i] = -1
         if is_fraction(g):
             shared = self.shared[i]
             s = shared.get(pod[4])
@@ -226,6 +258,16 @@ class Pool:
             self._move(i, self.fg[i] + int(g))
         self.fc[i] += c
         self.fm[i] += m
+        if len(pod) > 5:
+            self._ext_add(i, pod[5], 1.0)
+
+    def _ext_add(self, i: int, resources: Sequence[tuple[str, float]], sign: float) -> None:
+        for res, amount in resources:
+            free = self.ext.get(res)
+            if free is None:  # a node that lost the resource still carries what used it
+                free = self.ext[res] = [0.0] * len(self.names)
+                self.ext_cap[res] = [0.0] * len(self.names)
+            free[i] += sign * amount
 
     def undo(self, nodes: Sequence[int]) -> None:
         """Give back what the last `place` took (a tentative placement)."""
@@ -281,9 +323,19 @@ class Pool:
                 return False
         elif self.fg[i] < g:
             return False
+        if len(pod) > 5 and not self._ext_fits(i, pod[5]):
+            return False
         if g == 0 and self.gpus[i]:
             return self.fc[i] - reserve * max(self.fg[i], 0) + EPS >= c
         return self.fc[i] + EPS >= c
+
+    def _ext_fits(self, i: int, resources: Resources) -> bool:
+        """Whether node i has the extended resources free."""
+        for res, amount in resources:
+            free = self.ext.get(res)
+            if free is None or free[i] + EPS < amount:
+                return False
+        return True
 
     def aware(self) -> bool:
         """Whether GPU pods are placed by expected fragmentation."""
@@ -421,8 +473,11 @@ class Pool:
         by_id = self._by_id
         ready = self.ready
         missing: Any = _MISSING
+        ext = ext_of(pod)  # (not in the node states: checked per node)
         for i in range(len(self.names)):
             if not ready[i] or (rack is not None and self.rack[i] != rack):
+                continue
+            if ext and not self._ext_fits(i, ext):
                 continue
             sid = sids[i]
             if sid < 0:
@@ -457,7 +512,7 @@ class Pool:
                     self.give(j, p)
                 return None
             if is_fraction(pod[0]) and self._card != -1:
-                pod = (*pod[:4], self._card)
+                pod = (*pod[:4], self._card, *pod[5:])
             placed.append(self.take(i, pod))
             chosen.append(i)
         self.placed = placed
@@ -467,7 +522,8 @@ class Pool:
         """The same nodes, all ready and empty (for "could it ever fit" checks)."""
         pool = Pool(self.cluster, self.flavor, self.card_mem, Mix())
         for i, name in enumerate(self.names):
-            pool.add_node(name, self.gpus[i], self.cpu[i], self.mem[i], self.rack[i], True)
+            pool.add_node(name, self.gpus[i], self.cpu[i], self.mem[i], self.rack[i], True,
+                          [(res, cap[i]) for res, cap in self.ext_cap.items() if cap[i]])
         pool.build_index()
         return pool
 

@@ -32,8 +32,8 @@ def pods_text(n: int) -> str:
 def expand_pods(w: WorkloadSpec) -> list[Pod]:
     pods: list[Pod] = []
     for ps in w.pod_sets:
-        pods.extend([pod_of(ps.gpus, ps.cpu, ps.memory_gib, ps.gpu_memory_gib)]
-                    * int(ps.count))
+        pods.extend([pod_of(ps.gpus, ps.cpu, ps.memory_gib, ps.gpu_memory_gib,
+                            resources=ps.resources)] * int(ps.count))
     return pods
 
 

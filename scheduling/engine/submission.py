@@ -51,7 +51,16 @@ class SubmissionMixin(EngineBase):
         g = sum(p[0] for p in pods)
         c = sum(p[1] for p in pods)
         m = sum(p[2] for p in pods)
-        return self.tree.demand(flavor, (("gpu", g), ("cpu", c), ("memory", m)))
+        amounts: list[tuple[str, float]] = [("gpu", g), ("cpu", c), ("memory", m)]
+        for p in pods:
+            if len(p) > 5:
+                amounts.extend(p[5])
+        if len(amounts) > 3:  # extended resources: summed per name
+            summed: dict[str, float] = {}
+            for res, amount in amounts:
+                summed[res] = summed.get(res, 0.0) + amount
+            amounts = list(summed.items())
+        return self.tree.demand(flavor, amounts)
 
     def check(self, w: WorkloadSpec) -> list[Reason]:
         """Reasons to reject the request at submission (§4.7); empty when it may wait."""
@@ -105,6 +114,9 @@ class SubmissionMixin(EngineBase):
                 if getattr(ps, field_name) < 0:
                     out.append(f"pod set {i}: {field_name} {fmt(getattr(ps, field_name))} < 0")
             out.extend(f"pod set {i}: {m}" for m in gpus_problems(ps.gpus, ps.gpu_memory_gib))
+            for res, amount in ps.resources:
+                if amount < 0:
+                    out.append(f"pod set {i}: {res} {fmt(amount)} < 0")
             if ps.flavors != first:
                 out.append(f"pod set {i}: flavors {list(ps.flavors)} differ from pod set 0's "
                            f"{list(first)}")
@@ -137,6 +149,13 @@ class SubmissionMixin(EngineBase):
                                    f"per GPU > {fmt(mem)} GiB per card")]
         if f not in self.fleet.flavor_clusters:
             return [Reason(RC.FLAVOR_UNAVAILABLE, f"flavor {f}: no cluster has {f} nodes")]
+        advertised = self.fleet.flavor_resources.get(f, set())
+        for i, ps in enumerate(w.pod_sets):
+            for res, amount in ps.resources:
+                if amount > 0 and res not in advertised:
+                    return [Reason(RC.FLAVOR_UNAVAILABLE,
+                                   f"flavor {f}: pod set {i} asks {res} {fmt(amount)}; no {f} "
+                                   f"node advertises {res}")]
         return []
 
     def _fits_empty(self, f: str, pods: list[Pod], same_rack: bool) -> Reason | None:

@@ -13,11 +13,33 @@ Conventions (the docstrings here are the interface documentation):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, SupportsFloat
 
 Key = tuple[str, str]
+# Extended resources (QUOTA-SEMANTICS.md §10) of a node or a pod: (name, amount) pairs sorted by
+# name, amounts in Allot's unit (a count; GiB for memory-like names), so specs stay hashable.
+Resources = tuple[tuple[str, float], ...]
+_MIG = re.compile(r"(?:^|/)mig-(\d+)g\.")
+
+
+def resources_of(mapping: Mapping[str, SupportsFloat] | None) -> Resources:
+    """A mapping of extended resources as the engine's sorted pairs (zero amounts dropped)."""
+    return tuple(sorted((str(k), float(v)) for k, v in (mapping or {}).items() if v))
+
+
+def gpu_equivalent(flavor: FlavorSpec | None, resource: str) -> float:
+    """What one unit of `resource` is worth in cards on the flavor: the flavor's
+    `gpu_equivalents`, else N/7 for a MIG slice `mig-Ng.*`, else 0 (`gpu` itself: 1)."""
+    if resource == "gpu":
+        return 1.0
+    if flavor is not None and resource in flavor.gpu_equivalents:
+        return float(flavor.gpu_equivalents[resource])
+    match = _MIG.search(resource)
+    return int(match.group(1)) / 7.0 if match else 0.0
 
 
 class ReasonCode(StrEnum):
@@ -79,10 +101,13 @@ class Settings:
 
 @dataclass(frozen=True)
 class FlavorSpec:
-    """A class of node; `gpu_memory_gib` None means a CPU-only flavor."""
+    """A class of node; `gpu_memory_gib` None means a CPU-only flavor. `gpu_equivalents`:
+    what one unit of an extended resource (a MIG slice) is worth in cards (`gpu_equivalent`)."""
 
     name: str
     gpu_memory_gib: float | None = None
+    gpu_equivalents: Mapping[str, float] = field(default_factory=dict, compare=False,
+                                                 hash=False)
 
 
 @dataclass(frozen=True)
@@ -103,7 +128,8 @@ DEFAULT_PRIORITY_CLASSES = (
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node: its name, flavor, allocatable resources, rack (interconnect domain), readiness."""
+    """One node: its name, flavor, allocatable resources, rack (interconnect domain), readiness.
+    `resources`: its allocatable extended resources (`resources_of`)."""
 
     name: str
     flavor: str
@@ -112,6 +138,7 @@ class NodeSpec:
     memory_gib: float = 0.0
     rack: str = ""
     ready: bool = True
+    resources: Resources = ()
 
 
 @dataclass(frozen=True)
@@ -160,7 +187,8 @@ class PodSetSpec:
 
     `gpus` is a whole number of cards, or a fraction 0 < f < 1 (steps of 0.001) of one card;
     `gpu_memory_gib` is then the memory slice it needs on that card (None: f x the card's
-    memory), and for whole cards the memory each card must have.
+    memory), and for whole cards the memory each card must have. `resources`: the extended
+    resources each pod asks for (`resources_of`), quota keys too.
     """
 
     count: int
@@ -169,6 +197,7 @@ class PodSetSpec:
     cpu: float = 0.0
     memory_gib: float = 0.0
     gpu_memory_gib: float | None = None
+    resources: Resources = ()
 
 
 @dataclass(frozen=True)
@@ -267,13 +296,14 @@ class HeldCapacity:
 class NominatedVictim:
     """One victim of a nomination and the capacity it holds: its leaf, cluster, nodes (one
     name per pod) and pods (GPUs, CPU, memory GiB each, then for a fraction its GPU memory
-    slice and card), so that what it frees can be kept for the preemptor after it has ended."""
+    slice and card, and for a pod asking extended resources those as (name, amount) pairs),
+    so that what it frees can be kept for the preemptor after it has ended."""
 
     name: str
     queue: str
     cluster: str
     nodes: tuple[str, ...]
-    pods: tuple[tuple[float, ...], ...]
+    pods: tuple[tuple[Any, ...], ...]
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,8 @@ DISPATCH_FIELDS = (
     "workload__termination_grace_s", "workload__duration_hint_s", "workload__progress_s",
     "workload__kind", "workload__manifest", "workload__labels",
 )
+# The columns of a pod set it reads (`_spec_of`).
+POD_SET_FIELDS = ("index", "count", "gpus", "cpu", "memory_gib", "gpu_memory_gib", "resources")
 
 
 def cluster_dispatch(*, cluster_id: int, now: datetime | None = None,
@@ -138,7 +140,7 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
     for ps in pod_sets:
         sets.append(PodSetSpec(
             index=ps["index"], count=ps["count"], flavor=row["flavor__name"], gpus=ps["gpus"],
-            cpu=ps["cpu"], memory_gib=ps["memory_gib"],
+            cpu=ps["cpu"], memory_gib=ps["memory_gib"], resources=dict(ps["resources"] or {}),
             node_selector=dict(row["flavor__node_selector"] or {}),
             nodes=tuple(row["nodes"][k:k + ps["count"]]),
             gpu_memory_gib=_decimal_or_none(ps.get("gpu_memory_gib")),
@@ -165,8 +167,7 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
     backend = registry.get_backend(cluster)
     pod_sets: dict[int, list[Any]] = {}
     for ps in PodSet.objects.filter(workload_id__in=[r["workload_id"] for r in rows]).order_by(
-            "workload_id", "index").values("workload_id", "index", "count", "gpus", "cpu",
-                                           "memory_gib", "gpu_memory_gib"):
+            "workload_id", "index").values("workload_id", *POD_SET_FIELDS):
         pod_sets.setdefault(ps["workload_id"], []).append(ps)
     specs = [_spec_of(r, pod_sets.get(r["workload_id"], [])) for r in rows]
     previous = frozenset(r["workload_id"] for r in rows if r["previous"])

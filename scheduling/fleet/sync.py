@@ -225,7 +225,8 @@ def sync_nodes(cluster: Cluster, backend: object) -> int:
         if info.flavor is None or info.flavor not in flavors:
             continue
         values = {"gpus": info.gpus, "cpu": info.cpu, "memory_gib": info.memory_gib,
-                  "ready": info.ready, "rack": info.rack or (node.rack if node else "")}
+                  "ready": info.ready, "rack": info.rack or (node.rack if node else ""),
+                  "resources": dict(info.resources)}
         if node is None:
             Node.objects.create(cluster=cluster, name=info.name, flavor=flavors[info.flavor],
                                 labels=dict(info.labels), **values)

@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from core.quantity import QuantityError, read_amount, resource_name_problem
+
 STRATEGIES = ("binpack", "spread")
 
 
@@ -47,6 +49,44 @@ class Checker:
             self.problems.append(f"{where}: {key} {v} > {hi:g}")
             return default
         return float(v)
+
+    def qty(self, obj: Mapping[str, Any], key: str, where: str, default: float | None,
+            resource: str, *, lo: float | None = 0.0) -> float | None:
+        """A quantity: a number in Allot's unit or a Kubernetes quantity string (`500m`, `4G`,
+        `2048Gi`) for `resource` (QUOTA-SEMANTICS.md §10)."""
+        if key not in obj or not isinstance(obj[key], str):
+            return self.num(obj, key, where, default, lo=lo)
+        try:
+            value = float(read_amount(resource, obj[key]))
+        except QuantityError as exc:
+            self.problems.append(f"{where}: {key}: {exc}")
+            return default
+        if lo is not None and value < lo:
+            self.problems.append(f"{where}: {key} {obj[key]} < {lo:g}")
+            return default
+        return value
+
+    def resources(self, obj: Mapping[str, Any], where: str) -> tuple[tuple[str, float], ...]:
+        """A `resources` mapping of extended resources (name -> quantity), as sorted pairs."""
+        raw = obj.get("resources")
+        if raw is None:
+            return ()
+        if not isinstance(raw, Mapping):
+            self.problems.append(f"{where}: resources must be a mapping of resource names")
+            return ()
+        out: dict[str, float] = {}
+        for name in raw:
+            problem = resource_name_problem(name)
+            if problem:
+                self.problems.append(f"{where}: {problem}")
+                continue
+            if name in ("gpu", "cpu", "memory"):
+                self.problems.append(f"{where}: resources: {name} has its own field")
+                continue
+            value = self.qty(raw, name, f"{where} resources", None, name)
+            if value:
+                out[name] = value
+        return tuple(sorted(out.items()))
 
     def boolean(self, obj: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
         v = obj.get(key, default)

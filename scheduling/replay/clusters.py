@@ -8,7 +8,7 @@ from scheduling.engine import ClusterSpec, NodeSpec
 from scheduling.replay.checker import Checker, label
 from scheduling.replay.scenario import FleetEvent
 
-NODE_KEYS = {"count", "flavor", "gpus", "cpu", "memory_gib", "rack"}
+NODE_KEYS = {"count", "flavor", "gpus", "cpu", "memory_gib", "rack", "resources"}
 CLUSTER_KEYS = {"name", "region", "health", "price", "datasets", "nodes"}
 
 
@@ -43,13 +43,15 @@ def parse_clusters(c: Checker, raw: list[Any], flavors: set[str]) -> list[Cluste
                 continue
             count = int(c.num(n, "count", nw, 1.0, integer=True) or 0)
             gpus = int(c.num(n, "gpus", nw, 0.0, integer=True) or 0)
-            cpu = c.num(n, "cpu", nw, 0.0) or 0.0
-            mem = c.num(n, "memory_gib", nw, 0.0) or 0.0
+            cpu = c.qty(n, "cpu", nw, 0.0, "cpu") or 0.0
+            mem = c.qty(n, "memory_gib", nw, 0.0, "memory") or 0.0
             rack = c.text(n, "rack", nw)
+            extended = c.resources(n, nw)
             for _ in range(count):
                 k = index.get(flavor, 0)
                 index[flavor] = k + 1
-                nodes.append(NodeSpec(f"{name}-{flavor}-{k}", flavor, gpus, cpu, mem, rack))
+                nodes.append(NodeSpec(f"{name}-{flavor}-{k}", flavor, gpus, cpu, mem, rack,
+                                      resources=extended))
         out.append(ClusterSpec(
             name=name, nodes=tuple(nodes), region=c.text(cl, "region", cw),
             health=c.num(cl, "health", cw, 1.0, hi=1.0) or 0.0,

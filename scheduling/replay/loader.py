@@ -133,7 +133,7 @@ def _flavors(c: Checker, raw: list[Any]) -> list[FlavorSpec]:
     seen: set[str] = set()
     for i, f in enumerate(raw):
         where = f"flavors[{i}]"
-        if not c.keys(f, {"name", "gpu_memory_gib"}, {"name"}, where):
+        if not c.keys(f, {"name", "gpu_memory_gib", "gpu_equivalents"}, {"name"}, where):
             continue
         name = c.text(f, "name", where)
         if not name:
@@ -142,7 +142,10 @@ def _flavors(c: Checker, raw: list[Any]) -> list[FlavorSpec]:
             c.problems.append(f"flavor {name}: defined twice")
             continue
         seen.add(name)
-        out.append(FlavorSpec(name, c.num(f, "gpu_memory_gib", f"flavor {name}", None)))
+        equivalents = c.resources({"resources": f.get("gpu_equivalents")},
+                                  f"flavor {name} gpu_equivalents")
+        out.append(FlavorSpec(name, c.qty(f, "gpu_memory_gib", f"flavor {name}", None, "memory"),
+                              gpu_equivalents=dict(equivalents)))
     return out
 
 

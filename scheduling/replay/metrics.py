@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scheduling.engine import Engine
+from scheduling.engine import Engine, gpu_equivalent
 from scheduling.replay.record import WorkloadRecord
 from scheduling.replay.scenario import Scenario
 
@@ -60,9 +60,18 @@ class Metrics:
         self.violation_allowance = settings.termination_grace_s + settings.cycle_interval_s
 
     def _ready_gpus(self) -> float:
-        return float(sum(
+        """GPUs of ready nodes, MIG slices (any extended resource with a GPU-equivalent)
+        counted as their GPU-equivalents."""
+        total = float(sum(
             g for c in self.eng.fleet.clusters for pool in c.pools.values()
             for g, r in zip(pool.gpus, pool.ready, strict=True) if r))
+        flavors = {f.name: f for f in self.sc.flavors}
+        for c in self.eng.fleet.clusters:
+            for flavor, pool in c.pools.items():
+                if pool.ext_cap:
+                    total += sum(amount * gpu_equivalent(flavors.get(flavor), res)
+                                 for res, amount in pool.ext_totals().items())
+        return total
 
     def _advance(self, t: float) -> None:
         dt = t - self.t_last

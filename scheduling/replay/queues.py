@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.quantity import resource_name_problem
 from quotas import tree_rules
 from scheduling.engine import ClusterSpec, KeyQuota, QueueSpec
 from scheduling.replay.checker import STRATEGIES, Checker, label
@@ -49,7 +50,8 @@ def parse_queues(c: Checker, raw: list[Any], flavors: set[str], clusters: list[C
     capacity: dict[tuple[str, str], float] = {}
     for cl in clusters:
         for n in cl.nodes:
-            for res, v in (("gpu", n.gpus), ("cpu", n.cpu), ("memory", n.memory_gib)):
+            for res, v in (("gpu", n.gpus), ("cpu", n.cpu), ("memory", n.memory_gib),
+                           *n.resources):
                 capacity[(n.flavor, res)] = capacity.get((n.flavor, res), 0.0) + v
     report = tree_rules.validate_tree(specs, flavors=flavors, fleet_capacity=capacity,
                                       max_depth=max_depth)
@@ -80,14 +82,14 @@ def _quota(c: Checker, q: Mapping[str, Any], path: str,
             continue
         for res, vals in per_res.items():
             kw = f"queue {path} {flavor}/{res}"
-            if res not in tree_rules.RESOURCES:
-                c.problems.append(f"{kw}: unknown resource (one of "
-                                  f"{', '.join(tree_rules.RESOURCES)})")
+            problem = resource_name_problem(res)
+            if problem:
+                c.problems.append(f"{kw}: {problem}")
                 continue
             if not c.keys(vals, {"min", "max", "lendable"}, set(), kw):
                 continue
             quota[(flavor, res)] = tree_rules.QuotaSpec(
-                min=c.num(vals, "min", kw, None, lo=None),
-                max=c.num(vals, "max", kw, None, lo=None),
-                lendable=c.num(vals, "lendable", kw, None, lo=None))
+                min=c.qty(vals, "min", kw, None, res, lo=None),
+                max=c.qty(vals, "max", kw, None, res, lo=None),
+                lendable=c.qty(vals, "lendable", kw, None, res, lo=None))
     return quota

@@ -26,7 +26,7 @@ class WorkloadRecord:
         self.progress = 0.0
         self.run_start: float | None = None
         self.first_admit: float | None = None
-        self.gpus = sum(ps.count * ps.gpus for ps in sim.spec.pod_sets)
+        self.gpus: float = sum(ps.count * ps.gpus for ps in sim.spec.pod_sets)
         self.admitted_at: float | None = None
         self.cancelled = False
         self.counted = False  # in demand(t)

@@ -30,7 +30,7 @@ import math
 from collections import deque
 from typing import Any
 
-from scheduling.engine import Engine, Reason, ReasonCode, WorkloadSpec
+from scheduling.engine import Engine, Reason, ReasonCode, WorkloadSpec, gpu_equivalent
 from scheduling.engine.accounting import EPS
 from scheduling.engine.export import snapshot_of
 from scheduling.replay.eta import EtaOptions, RunHistory, eta_at_submit
@@ -56,6 +56,12 @@ class Runner(Metrics):
         self.eng = Engine(queues=sc.queues, clusters=sc.clusters, flavors=sc.flavors,
                           settings=sc.settings, budgets=sc.budgets)
         self.ws = {w.spec.name: WorkloadRecord(w) for w in sc.workloads}
+        flavors = {f.name: f for f in sc.flavors}
+        for record in self.ws.values():  # MIG slices count as their GPU-equivalents
+            record.gpus += sum(
+                ps.count * amount * gpu_equivalent(flavors.get(ps.flavors[0]), res)
+                for ps in record.sim.spec.pod_sets if ps.resources and ps.flavors
+                for res, amount in ps.resources)
         self.heap: list[tuple[float, int, int, str, int]] = []
         self.seq = 0
         self.now = 0.0

@@ -13,7 +13,7 @@ from scheduling.replay.scenario import SimWorkload
 WORKLOAD_KEYS = {"name", "queue", "submit_at", "duration_s", "priority_class", "preemptible",
                  "checkpoint", "termination_grace_s", "strategy", "dataset", "topology",
                  "start_delay_s", "cancel_at", "labels", "pods"}
-POD_KEYS = {"count", "flavors", "gpus", "cpu", "memory_gib", "gpu_memory_gib"}
+POD_KEYS = {"count", "flavors", "gpus", "cpu", "memory_gib", "gpu_memory_gib", "resources"}
 
 
 def parse_workloads(c: Checker, raw: list[Any], flavors: set[str],
@@ -91,12 +91,13 @@ def _pod_sets(c: Checker, w: Mapping[str, Any], ww: str, flavors: set[str]) -> l
                 c.problems.append(f"{pw}: unknown flavor {f!r}")
         count = c.num(ps, "count", pw, 1.0, lo=1.0, integer=True) or 1.0
         gpus = c.num(ps, "gpus", pw, 0.0) or 0.0
-        gpu_mem = c.num(ps, "gpu_memory_gib", pw, None)
+        gpu_mem = c.qty(ps, "gpu_memory_gib", pw, None, "memory")
         c.problems.extend(f"{pw}: {m}" for m in gpus_problems(gpus, gpu_mem))
         pod_sets.append(PodSetSpec(
             count=int(count), flavors=tuple(str(f) for f in fl),
             gpus=gpus if 0 < gpus < 1 else int(gpus),
-            cpu=c.num(ps, "cpu", pw, 0.0) or 0.0,
-            memory_gib=c.num(ps, "memory_gib", pw, 0.0) or 0.0,
-            gpu_memory_gib=gpu_mem))
+            cpu=c.qty(ps, "cpu", pw, 0.0, "cpu") or 0.0,
+            memory_gib=c.qty(ps, "memory_gib", pw, 0.0, "memory") or 0.0,
+            gpu_memory_gib=gpu_mem,
+            resources=c.resources(ps, pw)))
     return pod_sets

@@ -13,6 +13,7 @@ from typing import Any
 from django.db import connection
 
 from core import changes
+from core.quantity import amounts, equivalents
 from quotas.models import Flavor
 from scheduling import engine
 from scheduling.engine.engine import Engine as EngineCore
@@ -91,7 +92,8 @@ class RequestChecker:
             pod_sets=tuple(
                 engine.PodSetSpec(count=p.count, flavors=tuple(p.flavors), gpus=_f(p.gpus),
                                   cpu=_f(p.cpu), memory_gib=_f(p.memory_gib),
-                                  gpu_memory_gib=p.gpu_memory_gib)
+                                  gpu_memory_gib=p.gpu_memory_gib,
+                                  resources=engine.resources_of(amounts(p.resources)))
                 for p in pod_sets),
             submitted_at=self.now.timestamp(), priority=pc.value, priority_class=pc.name,
             can_preempt=pc.can_preempt, preemptible=workload.preemptible,
@@ -128,7 +130,8 @@ def _static_snapshot(now: datetime) -> tuple[engine.Snapshot, None]:
     for n in Node.objects.select_related("flavor").order_by("cluster_id", "name"):
         by_cluster[n.cluster_id].append(engine.NodeSpec(
             name=n.name, flavor=n.flavor.name, gpus=n.gpus, cpu=_f(n.cpu),
-            memory_gib=_f(n.memory_gib), rack=n.rack, ready=True))
+            memory_gib=_f(n.memory_gib), rack=n.rack, ready=True,
+            resources=engine.resources_of(amounts(n.resources))))
     # Impossible means impossible on the whole fleet at full health: a node or a cluster that
     # is down now may come back, so health and readiness do not reject anything here.
     clusters = tuple(
@@ -138,6 +141,7 @@ def _static_snapshot(now: datetime) -> tuple[engine.Snapshot, None]:
         for c in Cluster.objects.filter(enabled=True).order_by("name"))
     return engine.Snapshot(
         now=now.timestamp(), queues=queues, clusters=clusters,
-        flavors=tuple(engine.FlavorSpec(name=f.name, gpu_memory_gib=f.gpu_memory_gib)
+        flavors=tuple(engine.FlavorSpec(name=f.name, gpu_memory_gib=f.gpu_memory_gib,
+                                        gpu_equivalents=equivalents(f.gpu_equivalents))
                       for f in Flavor.objects.all()),
         settings=engine_settings()), None

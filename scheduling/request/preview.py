@@ -83,7 +83,7 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
     for flavor in pods[0]["flavors"]:
         sets = [PodSet(index=i, count=p["count"], flavors=[flavor], gpus=p["gpus"],
                        cpu=p["cpu"], memory_gib=p["memory_gib"],
-                       gpu_memory_gib=p.get("gpu_memory_gib"))
+                       gpu_memory_gib=p.get("gpu_memory_gib"), resources=p.get("resources") or {})
                 for i, p in enumerate(pods)]
         reasons = request_check(draft, sets, now=now)
         verdicts.append(FlavorVerdict(flavor=flavor, possible=not reasons, reasons=reasons))

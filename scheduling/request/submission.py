@@ -217,7 +217,8 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
             )
             pod_sets = [
                 PodSet(index=p["index"], count=p["count"], flavors=p["flavors"], gpus=p["gpus"],
-                       cpu=p["cpu"], memory_gib=p["memory_gib"], gpu_memory_gib=p["gpu_memory_gib"])
+                       cpu=p["cpu"], memory_gib=p["memory_gib"], gpu_memory_gib=p["gpu_memory_gib"],
+                       resources=p["resources"])
                 for p in clean["pods"]
             ]
             reasons = list(verdict.deny) or checker.check(workload, pod_sets)

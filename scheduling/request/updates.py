@@ -27,6 +27,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core.quantity import QuantityError, resource_quantities, to_base
 from scheduling import enqueue, extensions
 from scheduling.locks import scheduling_lock
 from scheduling.models import (
@@ -82,10 +83,21 @@ def _plain_input(workload: Workload) -> dict[str, Any]:
         "topology": dict(workload.topology or {}), "labels": dict(workload.labels or {}),
         "pods": [
             {"count": p.count, "flavors": list(p.flavors), "gpus": p.gpus, "cpu": p.cpu,
-             "memory_gib": p.memory_gib, "gpu_memory_gib": p.gpu_memory_gib}
+             "memory_gib": p.memory_gib, "gpu_memory_gib": p.gpu_memory_gib,
+             **({"resources": resource_quantities(p.resources)} if p.resources else {})}
             for p in sorted(workload.pod_sets.all(), key=lambda p: p.index)
         ],
     }
+
+
+def _plain_resources(raw: Any) -> Any:
+    """Extended resources compared by value (base units), as written otherwise."""
+    if not isinstance(raw, Mapping):
+        return raw or ()
+    try:
+        return tuple(sorted((str(k), to_base(str(k), v)) for k, v in raw.items()))
+    except QuantityError:
+        return tuple(sorted((str(k), str(v)) for k, v in raw.items()))
 
 
 def _plain_pods(pods: Any) -> Any:
@@ -99,7 +111,8 @@ def _plain_pods(pods: Any) -> Any:
         try:
             out.append((int(p.get("count", 1)), tuple(p.get("flavors") or ()),
                         Decimal(str(p.get("gpus", 0) or 0)), Decimal(str(p.get("cpu", 0) or 0)),
-                        Decimal(str(p.get("memory_gib", 0) or 0)), p.get("gpu_memory_gib")))
+                        Decimal(str(p.get("memory_gib", 0) or 0)), p.get("gpu_memory_gib"),
+                        _plain_resources(p.get("resources"))))
         except (TypeError, ValueError, ArithmeticError):
             return pods
     return out
@@ -234,7 +247,7 @@ def workload_update(
         pod_sets = [
             PodSet(workload=w, index=p["index"], count=p["count"], flavors=p["flavors"],
                    gpus=p["gpus"], cpu=p["cpu"], memory_gib=p["memory_gib"],
-                   gpu_memory_gib=p["gpu_memory_gib"])
+                   gpu_memory_gib=p["gpu_memory_gib"], resources=p["resources"])
             for p in clean["pods"]
         ]
         refused = list(verdict.deny) or RequestChecker(now).check(w, pod_sets)

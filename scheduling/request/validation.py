@@ -12,6 +12,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from core.labels import labels_problems
+from core.quantity import QuantityError, read_amount, resource_name_problem, to_base
 from scheduling.request.lookups import SubmitLookups
 from scheduling.request.manifests import manifest_name, validate_manifest
 
@@ -41,10 +42,16 @@ DEFAULT_GRACE_S = 30
 
 
 def _decimal(value: Any, field: str, errors: dict[str, list[str]], *,
-             maximum: Decimal) -> Decimal | None:
+             maximum: Decimal, resource: str = "") -> Decimal | None:
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         errors.setdefault(field, []).append(f"{value!r} is not a number")
         return None
+    if resource and isinstance(value, str) and value.strip() and value.strip()[-1].isalpha():
+        try:  # a Kubernetes quantity: `500m` cores, `4G` of memory (in GiB)
+            value = read_amount(resource, value)
+        except QuantityError as exc:
+            errors.setdefault(field, []).append(str(exc))
+            return None
     try:
         number = Decimal(str(value))
     except (InvalidOperation, ValueError):
@@ -121,6 +128,44 @@ def _int(value: Any, field: str, errors: dict[str, list[str]], *, minimum: int =
         errors.setdefault(field, []).append(f"{number} > {maximum}: must be at most {maximum}")
         return None
     return number
+
+
+# Resources with fields of their own: a pod asks for them there, not in `resources`.
+OWN_RESOURCES = frozenset({"gpu", "cpu", "memory", "nvidia.com/gpu"})
+MAX_RESOURCES = 16  # extended resources per pod set
+
+
+def _resources(raw: Any, field: str, errors: dict[str, list[str]]) -> dict[str, int]:
+    """A pod's extended resources (`{"nvidia.com/mig-1g.10gb": 1}`; Kubernetes quantities
+    such as `"500m"` or `"10Gi"` too), as exact integers of each one's base unit."""
+    if raw is None or raw == {}:
+        return {}
+    if not isinstance(raw, Mapping):
+        errors.setdefault(field, []).append(
+            "must be an object of resource names and quantities, e.g. "
+            '{"nvidia.com/mig-1g.10gb": 1}')
+        return {}
+    if len(raw) > MAX_RESOURCES:
+        errors.setdefault(field, []).append(f"{len(raw)} resources > {MAX_RESOURCES}")
+        return {}
+    out: dict[str, int] = {}
+    for name, value in raw.items():
+        problem = resource_name_problem(name)
+        if problem:
+            errors.setdefault(field, []).append(problem)
+            continue
+        if name in OWN_RESOURCES:
+            errors.setdefault(field, []).append(
+                f"{name}: has a field of its own (gpus, cpu, memory_gib)")
+            continue
+        try:
+            base = to_base(name, value)
+        except QuantityError as exc:
+            errors.setdefault(f"{field}[{name}]", []).append(str(exc))
+            continue
+        if base:
+            out[name] = base
+    return out
 
 
 def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str, Any]:
@@ -238,9 +283,10 @@ def _validate_pods(pods: Any, known_flavors: Mapping[str, Any],
             count = _int(pod.get("count", 1), f"{where}.count", errors, minimum=1,
                          maximum=MAX_PODS)
             gpus = parse_gpus(pod.get("gpus", 0), f"{where}.gpus", errors, maximum=MAX_GPUS)
-            cpu = _decimal(pod.get("cpu", 0), f"{where}.cpu", errors, maximum=MAX_CPU)
+            cpu = _decimal(pod.get("cpu", 0), f"{where}.cpu", errors, maximum=MAX_CPU,
+                           resource="cpu")
             mem = _decimal(pod.get("memory_gib", 0), f"{where}.memory_gib", errors,
-                           maximum=MAX_MEMORY_GIB)
+                           maximum=MAX_MEMORY_GIB, resource="memory")
             for label, value in ((f"{where}.cpu", cpu), (f"{where}.memory_gib", mem)):
                 if value is not None and value < 0:
                     errors.setdefault(label, []).append(f"{value} < 0: must not be negative")
@@ -248,9 +294,11 @@ def _validate_pods(pods: Any, known_flavors: Mapping[str, Any],
             if pod.get("gpu_memory_gib") is not None:
                 gmem = _int(pod["gpu_memory_gib"], f"{where}.gpu_memory_gib", errors, minimum=1,
                             maximum=MAX_GPU_MEMORY_GIB)
-            if gpus == 0 and cpu is not None and mem is not None and cpu <= 0 and mem <= 0:
+            extended = _resources(pod.get("resources"), f"{where}.resources", errors)
+            if (gpus == 0 and cpu is not None and mem is not None and cpu <= 0 and mem <= 0
+                    and not extended and f"{where}.resources" not in errors):
                 errors.setdefault(where, []).append(
-                    "asks for nothing: set gpus, cpu or memory_gib above 0")
+                    "asks for nothing: set gpus, cpu, memory_gib or resources above 0")
             flavors = pod.get("flavors")
             if not isinstance(flavors, list) or not flavors or not all(
                 isinstance(f, str) for f in flavors
@@ -271,5 +319,6 @@ def _validate_pods(pods: Any, known_flavors: Mapping[str, Any],
                         f"{flavors} differs from pods[0].flavors {clean_pods[0]['flavors']}: "
                         "a workload runs on one flavor, so every pod set lists the same ones")
             clean_pods.append({"index": i, "count": count, "flavors": flavors, "gpus": gpus,
-                               "cpu": cpu, "memory_gib": mem, "gpu_memory_gib": gmem})
+                               "cpu": cpu, "memory_gib": mem, "gpu_memory_gib": gmem,
+                               "resources": extended})
     return clean_pods

@@ -88,7 +88,7 @@ MODEL_FIELDS = tuple(f for f in ROW_FIELDS if "__" not in f)
 
 
 POD_SET_FIELDS = ("id", "workload_id", "index", "count", "flavors", "gpus", "cpu", "memory_gib",
-                  "gpu_memory_gib")
+                  "gpu_memory_gib", "resources")
 
 
 class _StaticCache:

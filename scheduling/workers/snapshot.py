@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
+from core.quantity import amounts, equivalents
 from quotas.models import Flavor, Queue
 from scheduling import engine, extensions
 from scheduling.backends.naming import LABEL_PINNED_CLUSTER
@@ -145,7 +146,8 @@ def build_snapshot(now: datetime, *, pending_limit: int | None = None, record: b
     held, unreleased = _held({c.pk: c.name for c in clusters})
     snapshot = engine.Snapshot(
         now=now.timestamp(), queues=tuple(queues), clusters=cluster_specs,
-        flavors=tuple(engine.FlavorSpec(name=f["name"], gpu_memory_gib=f["gpu_memory_gib"])
+        flavors=tuple(engine.FlavorSpec(name=f["name"], gpu_memory_gib=f["gpu_memory_gib"],
+                                        gpu_equivalents=equivalents(f["gpu_equivalents"]))
                       for f in flavor_rows),
         pending=tuple(pending), admitted=tuple(admitted), settings=eng_settings,
         repayment=_repayment(now, eng_settings), cooldowns=_cooldowns(now, eng_settings),
@@ -163,6 +165,16 @@ def nomination_json(nom: engine.Nomination) -> dict[str, Any]:
          "pods": [list(p) for p in v.pods]} for v in nom.victims]}
 
 
+def _victim_pod(p: list[Any]) -> tuple[Any, ...]:
+    """A nominated victim's pod from JSON: GPUs (whole cards as int), CPU, memory, then for a
+    fraction its slice and card, and its extended resources as (name, amount) pairs."""
+    g = int(p[0]) if float(p[0]) >= 1 or float(p[0]) == 0 else float(p[0])
+    numbers = tuple(float(x) for x in p[1:5])
+    if len(p) > 5:
+        return (g, *numbers, tuple((str(r[0]), float(r[1])) for r in p[5]))
+    return (g, *numbers)
+
+
 def nomination_from_json(data: dict[str, Any]) -> engine.Nomination:
     """The stored nomination as the engine takes it."""
     return engine.Nomination(
@@ -170,8 +182,7 @@ def nomination_from_json(data: dict[str, Any]) -> engine.Nomination:
             engine.NominatedVictim(
                 name=str(v["name"]), queue=str(v["queue"]), cluster=str(v["cluster"]),
                 nodes=tuple(str(n) for n in v["nodes"]),
-                pods=tuple((int(p[0]) if float(p[0]) >= 1 or float(p[0]) == 0 else float(p[0]),
-                            *(float(x) for x in p[1:])) for p in v["pods"]))
+                pods=tuple(_victim_pod(p) for p in v["pods"]))
             for v in data["victims"]))
 
 
@@ -196,19 +207,21 @@ def _fleet(parts: SnapshotParts) -> tuple[list[Cluster], list[dict[str, Any]],
     clusters = list(Cluster.objects.filter(enabled=True).order_by("name"))
     parts.clusters = {c.name: c for c in clusters}
     flavor_rows: list[dict[str, Any]] = [
-        dict(f) for f in Flavor.objects.values("id", "name", "gpu_memory_gib", "node_selector")]
+        dict(f) for f in Flavor.objects.values("id", "name", "gpu_memory_gib", "node_selector",
+                                               "gpu_equivalents")]
     parts.flavors = {f["name"]: f["id"] for f in flavor_rows}
     parts.node_selectors = {f["name"]: dict(f["node_selector"] or {}) for f in flavor_rows}
     parts.card_memory = {f["name"]: f["gpu_memory_gib"] for f in flavor_rows}
     flavor_name = {f["id"]: f["name"] for f in flavor_rows}
     nodes_by_cluster: dict[int, list[engine.NodeSpec]] = defaultdict(list)
     for n in Node.objects.filter(cluster__in=clusters).order_by("cluster_id", "name").values(
-        "cluster_id", "name", "flavor_id", "gpus", "cpu", "memory_gib", "rack", "ready"
+        "cluster_id", "name", "flavor_id", "gpus", "cpu", "memory_gib", "rack", "ready",
+        "resources"
     ):
         nodes_by_cluster[n["cluster_id"]].append(engine.NodeSpec(
             name=n["name"], flavor=flavor_name[n["flavor_id"]], gpus=n["gpus"],
             cpu=_f(n["cpu"]), memory_gib=_f(n["memory_gib"]), rack=n["rack"],
-            ready=n["ready"]))
+            ready=n["ready"], resources=engine.resources_of(amounts(n["resources"]))))
     return clusters, flavor_rows, nodes_by_cluster
 
 
@@ -264,7 +277,8 @@ def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
         pod_sets=tuple(
             engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=_f(p["gpus"]),
                               cpu=_f(p["cpu"]), memory_gib=_f(p["memory_gib"]),
-                              gpu_memory_gib=p["gpu_memory_gib"])
+                              gpu_memory_gib=p["gpu_memory_gib"],
+                              resources=engine.resources_of(amounts(p["resources"])))
             for p in parts.pod_sets.get(r["id"], [])
         ),
         submitted_at=r["submitted_at"].timestamp(), priority=pc.value,

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from core.quantity import format_base
 from scheduling.backends.base import PodSetSpec, WorkloadSpec
 from scheduling.backends.k8s.nodes import GPU_RESOURCE
 from scheduling.backends.naming import job_labels
@@ -134,6 +135,9 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
         pod_annotations.update(shared_annotations)
     elif pod_set.gpus:
         limits[GPU_RESOURCE] = str(int(pod_set.gpus))
+    for res, base in sorted(pod_set.resources.items()):
+        # Extended resources are not overcommitted: the limit is also the request.
+        limits[res] = format_base(res, base)
     container: dict[str, Any] = {
         "name": "main",
         "image": spec.image or default_image,

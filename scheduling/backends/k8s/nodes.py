@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from core.quantity import GIB, parse_quantity
+from core.quantity import GIB, QuantityError, parse_quantity, resource_name_problem, to_base
 from scheduling.backends.base import (
     DispatchRefused,
     FlavorMatch,
@@ -32,6 +32,8 @@ REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 COUNT_LABEL = "nvidia.com/gpu.count"
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 MILLI = Decimal("0.001")
+# Allocatable resources with fields of their own (or none in Allot): the rest are extended.
+OWN_FIELDS = frozenset({GPU_RESOURCE, "cpu", "memory", "pods"})
 
 
 def hami_card_uuids(annotations: Mapping[str, str] | None) -> list[str]:
@@ -95,6 +97,16 @@ class NodesMixin(KubeClient):
             rack = labels.get(flavor.interconnect_label, "")
         rack = rack or labels.get(ZONE_LABEL, "")
         memory = parse_quantity(allocatable.get("memory", "0")) / GIB
+        extended: dict[str, int] = {}
+        for res, value in sorted(allocatable.items()):
+            if res in OWN_FIELDS or resource_name_problem(res):
+                continue
+            try:
+                base = to_base(res, value)
+            except QuantityError:
+                continue  # not a quantity Allot can keep exactly: not offered
+            if base:
+                extended[res] = base
         return NodeInfo(
             name=node.metadata.name,
             flavor=flavor.name if flavor is not None else None,
@@ -105,6 +117,7 @@ class NodesMixin(KubeClient):
             ready=ready,
             rack=rack,
             labels=labels,
+            resources=extended,
         )
 
     def _check_nodes(self, spec: WorkloadSpec) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from policies.submission import policy_submission_check
 from quotas.models import QuotaEntry
 from scheduling.extensions import SubmissionContext
 from scheduling.models import Cluster, Node
+from tests.factories import quota_update
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
                                  reason="the change log is PostgreSQL's")
@@ -55,7 +56,7 @@ def test_every_committed_change_is_seen_by_the_next_submission(torg):
     org = torg
     policy_create(user=org.admin, data=SHOW)
     assert seen(org) == ["40 used 0 cap 64 ok  in east,north cc  0"]
-    QuotaEntry.objects.filter(queue=org.team_a).update(max=Decimal(24))
+    quota_update(QuotaEntry.objects.filter(queue=org.team_a), max=Decimal(24))
     assert seen(org) == ["24 used 0 cap 64 ok  in east,north cc  0"]
     org.admit(org.team_a, 16)
     assert seen(org) == ["24 used 16 cap 64 ok  in east,north cc  0"]
@@ -96,7 +97,7 @@ def test_a_write_of_the_checking_transaction_is_seen_and_never_cached(torg):
         pass
 
     with pytest.raises(Undo), transaction.atomic():
-        QuotaEntry.objects.filter(queue=org.team_a).update(max=Decimal(8))
+        quota_update(QuotaEntry.objects.filter(queue=org.team_a), max=Decimal(8))
         assert seen(org)[0].startswith("8 ")
         assert seen(org)[0].startswith("8 ")
         raise Undo
@@ -125,7 +126,8 @@ def test_changes_made_by_another_process_are_seen(torg):
         from decimal import Decimal
         from quotas.models import QuotaEntry, Team
         from policies.models import TeamApproval
-        QuotaEntry.objects.filter(queue__path="rd/team-a").update(max=Decimal(32))
+        from tests.factories import quota_update
+        quota_update(QuotaEntry.objects.filter(queue__path="rd/team-a"), max=Decimal(32))
         TeamApproval.objects.create(team=Team.objects.get(name="team-a"), name="h100")
     """)
     assert seen(org) == ["32 used 0 cap 64 ok h100 in east,north cc  0"]

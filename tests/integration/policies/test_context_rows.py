@@ -11,7 +11,7 @@ from policies import context
 from policies.context import submission_variables
 from policies.models import TeamApproval
 from scheduling.models import Node
-from tests.factories import QuotaEntryFactory
+from tests.factories import QuotaEntryFactory, quota_update
 
 from .conftest import NOW
 
@@ -62,7 +62,7 @@ def test_a_write_is_seen_by_the_next_submission(org):
     assert first["team"]["approvals"] == []
     TeamApproval.objects.create(team=team, name="h100")
     Node.objects.filter(flavor=org.h100).update(ready=False)
-    org.team_a.quotas.filter(flavor=org.a100).update(max=24)
+    quota_update(org.team_a.quotas.filter(flavor=org.a100), max=24)
     org.admit(org.team_a, 8)
     second = submission_variables(data={}, queue=org.team_a, team=team, user=org.alice,
                                   now=NOW, needs=NEEDS)

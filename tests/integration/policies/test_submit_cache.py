@@ -16,6 +16,7 @@ from django.utils import timezone
 from quotas.models import QuotaEntry, TeamMembership
 from scheduling.models import Node, PriorityClass
 from scheduling.services import workload_submit
+from tests.factories import quota_update
 
 from .test_cache import _other_process
 
@@ -50,11 +51,11 @@ def test_a_warm_submission_reads_only_the_change_log(torg):
 def test_quota_and_fleet_changes_are_seen_by_the_next_submission(torg):
     org = torg
     assert submit(org, 8, count=4).state == "pending"
-    QuotaEntry.objects.filter(queue=org.team_a).update(max=Decimal(24))
+    quota_update(QuotaEntry.objects.filter(queue=org.team_a), max=Decimal(24))
     rejected = submit(org, 8, count=4)
     assert rejected.state == "rejected" and rejected.reason_code == "QUOTA_MAX"
     assert "24" in rejected.reason_message
-    QuotaEntry.objects.filter(queue=org.team_a).update(max=Decimal(64))
+    quota_update(QuotaEntry.objects.filter(queue=org.team_a), max=Decimal(64))
     assert submit(org, 8, count=4).state == "pending"
     Node.objects.filter(name__startswith="sh-1-a100").update(gpus=4)
     Node.objects.filter(name__startswith="bj-1-a100").update(gpus=4)
@@ -132,7 +133,8 @@ def test_changes_made_by_another_process_are_seen_by_the_next_submission(torg):
         from django.contrib.auth import get_user_model
         TeamMembership.objects.create(team=Team.objects.get(name="team-a"),
                                       user=get_user_model().objects.get(username="alice"))
-        QuotaEntry.objects.filter(queue__path="rd/team-a").update(max=Decimal(16))
+        from tests.factories import quota_update
+        quota_update(QuotaEntry.objects.filter(queue__path="rd/team-a"), max=Decimal(16))
     """)
     rejected = submit(org, 8, count=3)
     assert rejected.state == "rejected" and rejected.reason_code == "QUOTA_MAX"

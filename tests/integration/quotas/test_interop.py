@@ -326,10 +326,10 @@ def test_invalid_tree_changes_nothing():
      "spec: {cohort: [1, 2]}",
      "x.yaml: ClusterQueue/q: spec.cohort: must be a str, not list"),
     ("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: q}\n"
-     "spec: {resourceGroups: [{coveredResources: [pods], flavors: [{name: a100-80g, "
-     "resources: [{name: pods, nominalQuota: 5}]}]}]}",
-     "x.yaml: ClusterQueue/q: spec.resourceGroups[0].flavors[0].resources[0].name: unknown "
-     "resource 'pods' (known: nvidia.com/gpu, amd.com/gpu, cpu, memory)"),
+     "spec: {resourceGroups: [{coveredResources: [pods!], flavors: [{name: a100-80g, "
+     "resources: [{name: pods!, nominalQuota: 5}]}]}]}",
+     "x.yaml: ClusterQueue/q: spec.resourceGroups[0].flavors[0].resources[0].name: resource "
+     "name 'pods!' is not a Kubernetes resource name"),
     ("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: q}\n"
      "spec: {resourceGroups: [{coveredResources: [nvidia.com/gpu], flavors: [{name: t4, "
      "resources: [{name: nvidia.com/gpu, nominalQuota: 5}]}]}]}",
@@ -400,7 +400,8 @@ def test_quantities_exact():
     assert to_amount("cpu", "1e3") == 1000
     assert to_amount("gpu", 64) == 64
     assert to_amount("memory", str(2**30)) == 1
-    for resource, value in [("memory", "100Mi"), ("gpu", "1.5"), ("cpu", "10u"),
+    assert to_amount("memory", "100Mi") == Decimal("0.09765625")
+    for resource, value in [("memory", "0.5"), ("gpu", "1.5"), ("cpu", "10u"),
                             ("cpu", "ten"), ("cpu", True)]:
         with pytest.raises(QuantityError):
             to_amount(resource, value)

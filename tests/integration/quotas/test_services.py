@@ -205,8 +205,13 @@ def test_w3_fleet_capacity(tree):
 def test_unknown_flavor_and_resource(tree):
     msgs = error_of(queue_create, name="x", quota={("t4", "gpu"): q(1)})
     assert msgs == ["x: unknown flavor 't4'"]
-    msgs = error_of(queue_create, name="x", quota={("a100-80g", "disk"): q(1)})
-    assert msgs == ["x: unknown resource 'disk' (one of gpu, cpu, memory)"]
+    msgs = error_of(queue_create, name="x", quota={("a100-80g", "disk space"): q(1)})
+    assert msgs == ["x: resource name 'disk space' is not a Kubernetes resource name (like cpu, "
+                    "nvidia.com/mig-1g.10gb, example.com/foo)"]
+    # Any extended resource name is a key (QUOTA-SEMANTICS.md §10), in its own unit.
+    queue_create(name="x", quota={("a100-80g", "nvidia.com/mig-1g.10gb"): q(14)})
+    entry = QuotaEntry.objects.get(resource="nvidia.com/mig-1g.10gb")
+    assert (entry.min, entry.min_base) == (14, 14_000)
 
 
 def test_duplicate_name_under_one_parent(tree):

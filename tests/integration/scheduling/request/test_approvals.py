@@ -60,12 +60,12 @@ def big_org(org):
     from decimal import Decimal
 
     from quotas.models import QuotaEntry
-    from tests.factories import NodeFactory
+    from tests.factories import NodeFactory, quota_update
 
     for i in range(4, 6):
         NodeFactory(cluster=org.cluster, name=f"bj-a100-{i}", flavor=org.a100, gpus=8)
-    QuotaEntry.objects.filter(queue=org.rd).update(max=Decimal(64))
-    QuotaEntry.objects.filter(pk=org.vision_q.pk).update(max=Decimal(48))
+    quota_update(QuotaEntry.objects.filter(queue=org.rd), max=Decimal(64))
+    quota_update(QuotaEntry.objects.filter(pk=org.vision_q.pk), max=Decimal(48))
     return org
 
 

@@ -30,6 +30,7 @@ from scheduling.models import (
 from scheduling.selectors import queue_usage
 from scheduling.services import workload_cancel
 from scheduling.workers.cycle import cycle_run
+from tests.factories import quota_update
 from tests.integration.scheduling.fakes import FakeBackend
 from tests.integration.scheduling.world import make_world, running_workload, submit
 
@@ -145,8 +146,8 @@ def test_freed_node_goes_to_its_preemptor_in_a_later_cycle(db, backends):
     order: without the nomination it took r2's node and p7 reclaimed big too."""
     world = make_world(cluster_names=("bj",), nodes_per_cluster=4)
     rd = world.vision.parent
-    QuotaEntry.objects.filter(queue=rd).update(min=24)
-    QuotaEntry.objects.filter(queue=world.nlp).update(max=32)
+    quota_update(QuotaEntry.objects.filter(queue=rd), min=24)
+    quota_update(QuotaEntry.objects.filter(queue=world.nlp), max=32)
     ml = Queue.objects.create(name="ml", parent=rd, namespace="rd-ml")
     QuotaEntry.objects.create(queue=ml, flavor=Flavor.objects.get(name="a100-80g"),
                               resource="gpu", min=8, max=24)

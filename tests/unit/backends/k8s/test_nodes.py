@@ -73,3 +73,14 @@ def test_shared_cards_are_counted_once():
     # Nothing shared: the allocatable count.
     assert physical_cards({"nvidia.com/gpu.count": "8"}, {}, 8) == 8
     assert physical_cards({"nvidia.com/gpu.replicas": "x"}, None, 8) == 8
+
+
+def test_node_info_reads_every_extended_resource_exactly():
+    info = NodesMixin._node_info(node({
+        "nvidia.com/gpu": "0", "cpu": "64", "memory": "512Gi", "pods": "110",
+        "nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-3g.40gb": "0",
+        "ephemeral-storage": "100G", "hugepages-2Mi": "0", "example.com/foo": "500m",
+    }, labels=dict(A100.node_selector)), [A100])
+    # Integers of the base unit: thousandths of a count, bytes for storage; zero is left out.
+    assert info.resources == {"nvidia.com/mig-1g.10gb": 7000, "ephemeral-storage": 10**11,
+                              "example.com/foo": 500}
