@@ -205,6 +205,22 @@ def resource_quantities(bases: object) -> dict[str, str]:
         (bases if isinstance(bases, dict) else {}).items())}
 
 
+_MIG = re.compile(r"(?:^|/)mig-(\d+)g\.")
+
+
+def card_equivalent(resource: str, equivalents: object = None) -> Decimal:
+    """What one unit of `resource` is worth in cards: the flavor's `gpu_equivalents` entry,
+    else N/7 for a MIG slice `mig-Ng.*`, else 0 (`gpu`: 1)."""
+    if resource == "gpu":
+        return Decimal(1)
+    if isinstance(equivalents, dict) and resource in equivalents:
+        value = equivalents[resource]
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    match = _MIG.search(resource)
+    return Decimal(int(match.group(1))) / 7 if match else Decimal(0)
+
+
 def format_base(resource: str, base: int) -> str:
     """An integer of the base unit as the shortest exact Kubernetes quantity: `2048Gi`, `4G`,
     `100Mi`, `500m`, `8`. Binary suffixes stop at Gi for memory (people write `2048Gi`)."""

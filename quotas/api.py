@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -97,6 +97,10 @@ class QuotaCellOutput(serializers.Serializer):
     borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
     lent = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
     pending = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
+    unit = serializers.CharField(help_text="GiB, cores, GPUs, or empty for a count.")
+    quantities = serializers.DictField(
+        child=serializers.CharField(allow_null=True),
+        help_text="min, max and lendable exactly, as Kubernetes quantities (4G, 500m).")
 
 
 class QueueOutput(serializers.Serializer):
@@ -156,6 +160,9 @@ def queue_output_data(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     **{f: _cell_number(cell[f]) for f in _CELL_DECIMALS},
                     "set": bool(cell["set"]),
                     **{f: _cell_number(cell[f]) for f in _CELL_USAGE},
+                    "unit": str(cell["unit"]),
+                    "quantities": {f: None if v is None else str(v)
+                                   for f, v in cell["quantities"].items()},
                 }
                 for resource, cell in resources.items()
             }
@@ -183,16 +190,26 @@ class DeleteOutput(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.CharField())
 
 
+@extend_schema_field({"oneOf": [{"type": "number"}, {"type": "string"}],
+                      "example": "4G"})
+class QuantityField(serializers.Field):
+    """A number in Allot's unit (GiB, cores, cards, a count) or a Kubernetes quantity string
+    (`"4G"`, `"500m"`, `"2048Gi"`); read exactly for its resource by `_quota`."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool) or not isinstance(data, int | float | str):
+            raise serializers.ValidationError(
+                f"{data!r} is not a number or a Kubernetes quantity (like 64, 500m, 2048Gi)")
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class QuotaCellInput(serializers.Serializer):
-    min = serializers.DecimalField(
-        max_digits=14, decimal_places=3, required=False, default=Decimal(0)
-    )
-    max = serializers.DecimalField(
-        max_digits=14, decimal_places=3, required=False, allow_null=True, default=None
-    )
-    lendable = serializers.DecimalField(
-        max_digits=14, decimal_places=3, required=False, allow_null=True, default=None
-    )
+    min = QuantityField(required=False, default=0)
+    max = QuantityField(required=False, allow_null=True, default=None)
+    lendable = QuantityField(required=False, allow_null=True, default=None)
 
 
 STRATEGIES = ["", *Strategy.values]
@@ -227,13 +244,27 @@ class QueueUpdateInput(serializers.Serializer):
 
 
 def _quota(data: dict[str, dict[str, Any]]) -> dict[tuple[str, str], QuotaSpec | None]:
-    return {
-        (flavor, resource): None if cell is None else QuotaSpec(
-            min=cell.get("min") or 0, max=cell.get("max"), lendable=cell.get("lendable")
-        )
-        for flavor, cells in data.items()
-        for resource, cell in cells.items()
-    }
+    """The cells as exact amounts; a bad quantity is a 400 naming the cell."""
+    out: dict[tuple[str, str], QuotaSpec | None] = {}
+    errors: dict[str, list[str]] = {}
+    for flavor, cells in data.items():
+        for resource, cell in cells.items():
+            if cell is None:
+                out[(flavor, resource)] = None
+                continue
+            numbers: dict[str, Decimal | None] = {}
+            for name in ("min", "max", "lendable"):
+                where = f"quota.{flavor}.{resource}.{name}"
+                try:
+                    numbers[name] = services.to_decimal(cell.get(name), where, resource)
+                except ValidationError as exc:
+                    errors.setdefault(where, []).extend(exc.messages)
+            out[(flavor, resource)] = QuotaSpec(
+                min=numbers.get("min") or 0, max=numbers.get("max"),
+                lendable=numbers.get("lendable"))
+    if errors:
+        raise serializers.ValidationError(errors)
+    return out
 
 
 def _queue_or_404(path: str) -> Queue:

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core.quantity import unit
 from portal.pages import charts
 from portal.pages import selectors as page_selectors
 from portal.pages.access import user_scope
@@ -96,7 +97,9 @@ def _tree_context(request: HttpRequest, state: Any = None, post: Any = None) -> 
     keys = editor_keys(specs)
     rows = editor_rows(specs, keys, post, editable=scope.is_admin,
                        visible=None if scope.is_admin else scope.can_see_queue)
-    return {"rows": rows, "keys": keys, "state": state, "can_edit": scope.is_admin,
+    headers = [(f"{k[0]}/{k[1]}", unit(k[1])) for k in keys]
+    return {"rows": rows, "keys": keys, "headers": headers, "state": state,
+            "can_edit": scope.is_admin,
             "parents": Queue.objects.order_by("path").only("id", "path"), "scope": scope}
 
 
