@@ -13,10 +13,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.quantity import QuantityError, read_amount
 from portal.pages.access import Scope, user_scope
 from portal.permissions import IsAdminOrReadOnly
 from quotas import selectors, services
-from quotas.models import Flavor, Queue, Strategy
+from quotas.models import MAX_GPU_EQUIVALENT, Flavor, Queue, Strategy
 from quotas.tree_rules import QuotaSpec
 
 # --- flavors -----------------------------------------------------------------------------
@@ -26,7 +27,7 @@ class FlavorOutput(serializers.ModelSerializer):
     class Meta:
         model = Flavor
         fields = ["name", "node_selector", "gpu_memory_gib", "interconnect_label",
-                  "mig_profiles", "notes"]
+                  "mig_profiles", "gpu_equivalents", "notes"]
 
 
 class FlavorInput(serializers.Serializer):
@@ -35,6 +36,10 @@ class FlavorInput(serializers.Serializer):
     gpu_memory_gib = serializers.IntegerField(min_value=1, allow_null=True, required=False)
     interconnect_label = serializers.CharField(max_length=253, allow_blank=True, required=False)
     mig_profiles = serializers.ListField(child=serializers.CharField(), required=False)
+    gpu_equivalents = serializers.DictField(
+        child=serializers.FloatField(min_value=0, max_value=MAX_GPU_EQUIVALENT), required=False,
+        help_text="Cards one unit of an extended resource is worth, e.g. "
+        '{"nvidia.com/mig-3g.40gb": 0.5}; a MIG slice mig-Ng.* not listed is worth N/7.')
     notes = serializers.CharField(allow_blank=True, required=False)
 
 
@@ -255,10 +260,11 @@ def _quota(data: dict[str, dict[str, Any]]) -> dict[tuple[str, str], QuotaSpec |
             numbers: dict[str, Decimal | None] = {}
             for name in ("min", "max", "lendable"):
                 where = f"quota.{flavor}.{resource}.{name}"
+                value = cell.get(name)
                 try:
-                    numbers[name] = services.to_decimal(cell.get(name), where, resource)
-                except ValidationError as exc:
-                    errors.setdefault(where, []).extend(exc.messages)
+                    numbers[name] = None if value is None else read_amount(resource, value)
+                except QuantityError as exc:
+                    errors.setdefault(where, []).append(str(exc))
             out[(flavor, resource)] = QuotaSpec(
                 min=numbers.get("min") or 0, max=numbers.get("max"),
                 lendable=numbers.get("lendable"))
