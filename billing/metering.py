@@ -53,6 +53,9 @@ class AdmissionSpan:
     reserved_at: datetime
     running_at: datetime | None
     ended_at: datetime | None
+    # MIG slices (extended resources with a GPU-equivalent) as cards, over all pods: billed as
+    # GPU-hours at the flavor's GPU rate.
+    gpu_equivalents: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def segment_quantities(span: AdmissionSpan, segment: Segment) -> SegmentQuantiti
     """GPU-hours, core-hours and memory GiB-hours a segment reserved."""
     hours = segment.hours
     return SegmentQuantities(
-        gpu_hours=round_quantity(span.gpus * hours),
+        gpu_hours=round_quantity((span.gpus + span.gpu_equivalents) * hours),
         core_hours=round_quantity(Decimal(span.cpu) * hours),
         memory_gib_hours=round_quantity(Decimal(span.memory_gib) * hours),
     )
@@ -161,7 +164,7 @@ def meter_running(
     gaps = 0
     used: set[int] = set()
     steps = minute_steps(segment.start, segment.end)
-    gpus = Decimal(span.gpus)
+    gpus = Decimal(span.gpus) + span.gpu_equivalents
     for step, m_start, m_end in steps:
         hours = exact_hours(overlap(m_start, m_end, segment.start, segment.end))
         value = telemetry.active.get(step) if telemetry is not None else None

@@ -44,6 +44,7 @@ class UsageInput:
     memory_gib: Decimal
     active_gpu_hours: Decimal | None
     gap_gpu_hours: Decimal
+    gpu_equivalents: Decimal = Decimal(0)  # MIG slices as cards, priced at the GPU rate
 
 
 @dataclass(frozen=True)
@@ -95,10 +96,11 @@ def price_usage(
     lines: list[ChargeLine] = []
     total_hours = exact_hours(usage.end - usage.start)
     frozen = usage.phase == "frozen"
-    if usage.gpus:
+    cards = usage.gpus + usage.gpu_equivalents
+    if cards:
         for s, e, v in pieces(usage.start, usage.end, rates.get("gpu", ())):
             hours = exact_hours(e - s)
-            reserved = usage.gpus * hours
+            reserved = cards * hours
             if frozen:
                 lines.append(_line("gpu_frozen", reserved, v, v.frozen_rate))
                 continue

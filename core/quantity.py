@@ -30,6 +30,7 @@ _QUANTITY = re.compile(
 GIB = Decimal(2**30)
 MILLI = 1000
 MAX_TEXT = 64
+MAX_BYTES = 2**62
 LIMIT = Decimal("1e11")  # in Allot's unit (GiB, cores, cards, count)
 # Kubernetes resource names: an optional DNS-subdomain prefix and a name of at most 63 chars.
 _NAME = re.compile(r"^(?:(?P<prefix>[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -111,8 +112,12 @@ def _checked(resource: str, base: Decimal, text: str) -> int:
     shown = unit(resource) or resource
     if base < 0:
         raise QuantityError(f"{text} is negative")
-    if base >= LIMIT * _base_per_amount(resource):
-        raise QuantityError(f"{text} is too large (at most {LIMIT} {shown})")
+    per = _base_per_amount(resource)
+    # The database keeps a 64-bit integer: bytes stop at 4 EiB (4,294,967,296 GiB).
+    ceiling = Decimal(MAX_BYTES) if is_bytes(resource) else LIMIT * per
+    if base >= ceiling:
+        raise QuantityError(f"{text} is too large (below {(ceiling / per).normalize():f} "
+                            f"{shown})")
     if base != base.to_integral_value():
         if is_bytes(resource):
             raise QuantityError(f"{text} is not a whole number of bytes")
@@ -203,6 +208,22 @@ def resource_quantities(bases: object) -> dict[str, str]:
     """A stored mapping of resource -> base-unit integer as Kubernetes quantities."""
     return {name: format_base(name, int(base)) for name, base in sorted(
         (bases if isinstance(bases, dict) else {}).items())}
+
+
+_MIG = re.compile(r"(?:^|/)mig-(\d+)g\.")
+
+
+def card_equivalent(resource: str, equivalents: object = None) -> Decimal:
+    """What one unit of `resource` is worth in cards: the flavor's `gpu_equivalents` entry,
+    else N/7 for a MIG slice `mig-Ng.*`, else 0 (`gpu`: 1)."""
+    if resource == "gpu":
+        return Decimal(1)
+    if isinstance(equivalents, dict) and resource in equivalents:
+        value = equivalents[resource]
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    match = _MIG.search(resource)
+    return Decimal(int(match.group(1))) / 7 if match else Decimal(0)
 
 
 def format_base(resource: str, base: int) -> str:

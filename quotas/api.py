@@ -7,16 +7,17 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.quantity import QuantityError, read_amount
 from portal.pages.access import user_scope
 from portal.permissions import IsAdminOrReadOnly
 from quotas import selectors, services
-from quotas.models import Flavor, Queue, Strategy
+from quotas.models import MAX_GPU_EQUIVALENT, Flavor, Queue, Strategy
 from quotas.tree_rules import QuotaSpec
 
 # --- flavors -----------------------------------------------------------------------------
@@ -26,7 +27,7 @@ class FlavorOutput(serializers.ModelSerializer):
     class Meta:
         model = Flavor
         fields = ["name", "node_selector", "gpu_memory_gib", "interconnect_label",
-                  "mig_profiles", "notes"]
+                  "mig_profiles", "gpu_equivalents", "notes"]
 
 
 class FlavorInput(serializers.Serializer):
@@ -35,6 +36,10 @@ class FlavorInput(serializers.Serializer):
     gpu_memory_gib = serializers.IntegerField(min_value=1, allow_null=True, required=False)
     interconnect_label = serializers.CharField(max_length=253, allow_blank=True, required=False)
     mig_profiles = serializers.ListField(child=serializers.CharField(), required=False)
+    gpu_equivalents = serializers.DictField(
+        child=serializers.FloatField(min_value=0, max_value=MAX_GPU_EQUIVALENT), required=False,
+        help_text="Cards one unit of an extended resource is worth, e.g. "
+        '{"nvidia.com/mig-3g.40gb": 0.5}; a MIG slice mig-Ng.* not listed is worth N/7.')
     notes = serializers.CharField(allow_blank=True, required=False)
 
 
@@ -97,6 +102,10 @@ class QuotaCellOutput(serializers.Serializer):
     borrowed = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
     lent = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
     pending = serializers.DecimalField(max_digits=14, decimal_places=3, coerce_to_string=False)
+    unit = serializers.CharField(help_text="GiB, cores, GPUs, or empty for a count.")
+    quantities = serializers.DictField(
+        child=serializers.CharField(allow_null=True),
+        help_text="min, max and lendable exactly, as Kubernetes quantities (4G, 500m).")
 
 
 class QueueOutput(serializers.Serializer):
@@ -156,6 +165,9 @@ def queue_output_data(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     **{f: _cell_number(cell[f]) for f in _CELL_DECIMALS},
                     "set": bool(cell["set"]),
                     **{f: _cell_number(cell[f]) for f in _CELL_USAGE},
+                    "unit": str(cell["unit"]),
+                    "quantities": {f: None if v is None else str(v)
+                                   for f, v in cell["quantities"].items()},
                 }
                 for resource, cell in resources.items()
             }
@@ -183,16 +195,26 @@ class DeleteOutput(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.CharField())
 
 
+@extend_schema_field({"oneOf": [{"type": "number"}, {"type": "string"}],
+                      "example": "4G"})
+class QuantityField(serializers.Field):
+    """A number in Allot's unit (GiB, cores, cards, a count) or a Kubernetes quantity string
+    (`"4G"`, `"500m"`, `"2048Gi"`); read exactly for its resource by `_quota`."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool) or not isinstance(data, int | float | str):
+            raise serializers.ValidationError(
+                f"{data!r} is not a number or a Kubernetes quantity (like 64, 500m, 2048Gi)")
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class QuotaCellInput(serializers.Serializer):
-    min = serializers.DecimalField(
-        max_digits=14, decimal_places=3, required=False, default=Decimal(0)
-    )
-    max = serializers.DecimalField(
-        max_digits=14, decimal_places=3, required=False, allow_null=True, default=None
-    )
-    lendable = serializers.DecimalField(
-        max_digits=14, decimal_places=3, required=False, allow_null=True, default=None
-    )
+    min = QuantityField(required=False, default=0)
+    max = QuantityField(required=False, allow_null=True, default=None)
+    lendable = QuantityField(required=False, allow_null=True, default=None)
 
 
 STRATEGIES = ["", *Strategy.values]
@@ -227,13 +249,28 @@ class QueueUpdateInput(serializers.Serializer):
 
 
 def _quota(data: dict[str, dict[str, Any]]) -> dict[tuple[str, str], QuotaSpec | None]:
-    return {
-        (flavor, resource): None if cell is None else QuotaSpec(
-            min=cell.get("min") or 0, max=cell.get("max"), lendable=cell.get("lendable")
-        )
-        for flavor, cells in data.items()
-        for resource, cell in cells.items()
-    }
+    """The cells as exact amounts; a bad quantity is a 400 naming the cell."""
+    out: dict[tuple[str, str], QuotaSpec | None] = {}
+    errors: dict[str, list[str]] = {}
+    for flavor, cells in data.items():
+        for resource, cell in cells.items():
+            if cell is None:
+                out[(flavor, resource)] = None
+                continue
+            numbers: dict[str, Decimal | None] = {}
+            for name in ("min", "max", "lendable"):
+                where = f"quota.{flavor}.{resource}.{name}"
+                value = cell.get(name)
+                try:
+                    numbers[name] = None if value is None else read_amount(resource, value)
+                except QuantityError as exc:
+                    errors.setdefault(where, []).append(str(exc))
+            out[(flavor, resource)] = QuotaSpec(
+                min=numbers.get("min") or 0, max=numbers.get("max"),
+                lendable=numbers.get("lendable"))
+    if errors:
+        raise serializers.ValidationError(errors)
+    return out
 
 
 def _queue_or_404(path: str) -> Queue:

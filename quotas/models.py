@@ -9,7 +9,7 @@ from django.db import models
 
 from core.history import SourcedHistoricalRecords
 from core.labels import label_key_problem, labels_problems
-from core.quantity import amount_to_base, base_to_amount, nearest_base
+from core.quantity import amount_to_base, base_to_amount, nearest_base, resource_name_problem
 
 
 class Resource(models.TextChoices):
@@ -22,6 +22,7 @@ class Resource(models.TextChoices):
 
 
 RESOURCE_NAME_LENGTH = 253
+MAX_GPU_EQUIVALENT = 64  # cards one unit of an extended resource may be worth
 
 
 class Strategy(models.TextChoices):
@@ -67,8 +68,27 @@ class Flavor(models.Model):
         problem = label_key_problem(self.interconnect_label) if self.interconnect_label else None
         if problem:
             errors["interconnect_label"] = [problem]
+        problems = _equivalents_problems(self.gpu_equivalents)
+        if problems:
+            errors["gpu_equivalents"] = problems
         if errors:
             raise ValidationError(errors)
+
+
+def _equivalents_problems(value: object) -> list[str]:
+    """What is wrong with a flavor's `gpu_equivalents` (resource name -> cards per unit)."""
+    if not isinstance(value, dict):
+        return ["must be an object of resource names and numbers of cards"]
+    out = []
+    for name, cards in value.items():
+        problem = resource_name_problem(name)
+        if problem:
+            out.append(problem)
+        elif isinstance(cards, bool) or not isinstance(cards, int | float) or not (
+                0 <= cards <= MAX_GPU_EQUIVALENT):
+            out.append(f"{name}: {cards!r} is not a number of cards from 0 to "
+                       f"{MAX_GPU_EQUIVALENT}")
+    return out
 
 
 class Queue(models.Model):

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, Sum
 
-from core.quantity import base_to_amount
+from core.quantity import QuantityError, base_to_amount, format_quantity, unit
 from portal.pages.access import Scope
 from quotas.models import Flavor, Queue, QuotaEntry, Team
 from quotas.tree_rules import QueueSpec, QuotaSpec, validate_tree
@@ -40,15 +40,30 @@ def _quota_specs() -> dict[int, dict[Key, QuotaSpec]]:
     """What each queue sets, by queue id, in entry order."""
     quotas: dict[int, dict[Key, QuotaSpec]] = defaultdict(dict)
     rows = QuotaEntry.objects.order_by("pk").values_list(
-        "queue_id", "flavor__name", "resource", "min_base", "max_base", "lendable_base"
+        "queue_id", "flavor__name", "resource", "min_base", "max_base", "lendable_base",
+        "min", "max", "lendable",
     )
-    for queue_id, flavor, resource, qmin, qmax, lendable in rows:
-        # Exact amounts, from the integers of the base unit.
+    for queue_id, flavor, resource, bmin, bmax, blend, qmin, qmax, lend in rows:
         quotas[queue_id][(flavor, resource)] = QuotaSpec(
-            min=base_to_amount(resource, qmin),
-            max=None if qmax is None else base_to_amount(resource, qmax),
-            lendable=None if lendable is None else base_to_amount(resource, lendable))
+            min=_exact(resource, bmin, qmin), max=_exact(resource, bmax, qmax),
+            lendable=_exact(resource, blend, lend))
     return quotas
+
+
+def _exact(resource: str, base: int | None, shown: Decimal | None) -> Decimal | None:
+    """The exact amount from the base-unit integer, unless the rounded column was changed
+    without it (a bulk `update()` skips `QuotaEntry.save`): then the rounded one."""
+    if shown is None:
+        return None
+    if base is None:
+        return Decimal(shown)
+    amount = base_to_amount(resource, base)
+    if amount == shown or amount.quantize(_PLACE) == shown:
+        return amount
+    return Decimal(shown)
+
+
+_PLACE = Decimal("0.001")
 
 
 def _specs_from(
@@ -145,7 +160,9 @@ def queue_tree(
 ) -> list[dict[str, Any]]:
     """The tree as nested dicts, each with resolved quotas and usage per flavor and resource.
 
-    `quota` is `{flavor: {resource: {min, max, lendable, set, used, borrowed, lent, pending}}}`
+    `quota` is `{flavor: {resource: {min, max, lendable, set, used, borrowed, lent, pending,
+    unit, quantities}}}` (`unit`: GiB, cores, GPUs or "" for a count; `quantities`: min, max
+    and lendable exactly, as Kubernetes quantities)
     over every quota-accounted key (`set` says whether the queue sets the key itself; `max`
     None means unlimited). `can_submit` is true on leaves the user's teams may use.
     With `root`, only that queue's subtree (a one-element list; empty if unknown).
@@ -173,6 +190,21 @@ def queue_tree(
             out = numbers[value] = _number(value)
         return out
 
+    written: dict[tuple[str, Decimal], str | None] = {}
+
+    def quantity(resource: str, value: Decimal | None) -> str | None:
+        # The exact amount as a Kubernetes quantity (`4G`, `500m`), memoised likewise.
+        if value is None:
+            return None
+        out = written.get((resource, value), "")
+        if out == "":
+            try:
+                out = format_quantity(resource, value)
+            except QuantityError:
+                out = None
+            written[(resource, value)] = out
+        return out
+
     no_usage: dict[Key, Mapping[str, Decimal]] = {}
     nodes: dict[str, dict[str, Any]] = {}
     for q in queues:
@@ -192,6 +224,9 @@ def queue_tree(
                 "lendable": number(res.lendable),
                 "set": spec is not None and key in spec.quota,
                 **{f: number(use.get(f, ZERO)) for f in USAGE_FIELDS},
+                "unit": unit(key[1]),
+                "quantities": {f: quantity(key[1], getattr(res, f))
+                               for f in ("min", "max", "lendable")},
             }
         is_leaf = q["id"] not in parents
         nodes[path] = {

@@ -32,6 +32,10 @@ class UsageRecord(models.Model):
         "quotas.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     gpus = models.DecimalField(max_digits=12, decimal_places=3)
+    gpu_equivalents = models.DecimalField(
+        max_digits=12, decimal_places=6, default=Decimal(0),
+        help_text="MIG slices held, in cards (each slice its GPU-equivalent): billed as GPUs.",
+    )
     cpu = models.DecimalField(max_digits=12, decimal_places=3)
     memory_gib = models.DecimalField(max_digits=14, decimal_places=3)
     gpu_hours = models.DecimalField(max_digits=16, decimal_places=4)

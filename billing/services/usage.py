@@ -37,12 +37,13 @@ from billing.models import (
 from billing.pricing import RateVersion, UsageInput, price_usage
 from billing.prometheus import PrometheusClient, TelemetryUnavailable, default_client, fetch_hour
 from billing.services.ledger import EntryDraft, ledger_append, ledger_lock
+from core.quantity import amounts, card_equivalent
 
 logger = logging.getLogger(__name__)
 
 _RECORD_FIELDS = (
     "workload_id", "workload_name", "start", "end", "cluster", "flavor", "queue", "team_id",
-    "gpus", "cpu", "memory_gib", "gpu_hours", "core_hours", "memory_gib_hours",
+    "gpus", "gpu_equivalents", "cpu", "memory_gib", "gpu_hours", "core_hours", "memory_gib_hours",
     "active_gpu_hours", "gap_gpu_hours", "gpu_memory_gib_hours", "expected_minutes",
     "telemetry_minutes", "gap_minutes", "telemetry_source",
 )
@@ -75,21 +76,47 @@ def admission_spans(hour: datetime) -> list[AdmissionSpan]:
     """The admissions that held anything during [hour, hour + 1 h)."""
     from scheduling.models import Admission
 
-    rows = (
+    rows = list(
         Admission.objects.filter(reserved_at__lt=hour + HOUR)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=hour))
         .select_related("workload__queue", "cluster", "flavor")
         .order_by("pk")
     )
+    slices = _slice_cards(rows)
     return [
         AdmissionSpan(
             admission_id=a.pk, workload_id=a.workload_id, workload_name=a.workload.name,
             cluster=a.cluster.name, flavor=a.flavor.name, queue=a.workload.queue.path,
             team_id=a.workload.team_id, gpus=a.gpus, cpu=a.cpu, memory_gib=a.memory_gib,
             reserved_at=a.reserved_at, running_at=a.running_at, ended_at=a.ended_at,
+            gpu_equivalents=slices.get(a.pk, Decimal(0)),
         )
         for a in rows
     ]
+
+
+def _slice_cards(admissions: list[Any]) -> dict[int, Decimal]:
+    """Per admission: the cards its pods' MIG slices are worth (the flavor's
+    `gpu_equivalents`, else N/7 for `mig-Ng.*`); admissions without any are left out."""
+    from scheduling.models import PodSet
+
+    by_workload: dict[int, list[tuple[int, Any]]] = defaultdict(list)
+    for workload_id, count, resources in PodSet.objects.filter(
+        workload_id__in={a.workload_id for a in admissions}
+    ).exclude(resources={}).values_list("workload_id", "count", "resources"):
+        by_workload[workload_id].append((count, resources))
+    out: dict[int, Decimal] = {}
+    for a in admissions:
+        total = Decimal(0)
+        for count, resources in by_workload.get(a.workload_id, ()):
+            for name, amount in amounts(resources).items():
+                total += count * amount * card_equivalent(name, a.flavor.gpu_equivalents)
+        if total:
+            out[a.pk] = total.quantize(EQUIVALENT_PLACES)  # as the usage record keeps it
+    return out
+
+
+EQUIVALENT_PLACES = Decimal("0.000001")
 
 
 def _same(a: object, b: object) -> bool:
@@ -134,7 +161,8 @@ def usage_rollup_hour(
                 "workload_id": span.workload_id, "workload_name": span.workload_name[:63],
                 "start": segment.start, "end": segment.end, "cluster": span.cluster,
                 "flavor": span.flavor, "queue": span.queue, "team_id": span.team_id,
-                "gpus": span.gpus, "cpu": span.cpu, "memory_gib": span.memory_gib,
+                "gpus": span.gpus, "gpu_equivalents": span.gpu_equivalents,
+                "cpu": span.cpu, "memory_gib": span.memory_gib,
                 "gpu_hours": quantities.gpu_hours, "core_hours": quantities.core_hours,
                 "memory_gib_hours": quantities.memory_gib_hours,
                 "active_gpu_hours": None, "gap_gpu_hours": Decimal("0.0000"),
@@ -142,7 +170,7 @@ def usage_rollup_hour(
                 "telemetry_minutes": 0, "gap_minutes": 0, "telemetry_source": "",
             }
             tel = telemetry.get(span.workload_id)
-            if segment.phase == "running" and span.gpus:
+            if segment.phase == "running" and (span.gpus or span.gpu_equivalents):
                 metered = meter_running(span, segment, tel)
                 used[span.workload_id] |= metered.used_steps
                 values.update(
@@ -269,6 +297,7 @@ def charges_post_hour(*, hour: datetime, now: datetime | None = None) -> PostRes
             continue
         usage = UsageInput(
             phase=record.phase, start=record.start, end=record.end, gpus=record.gpus,
+            gpu_equivalents=record.gpu_equivalents,
             cpu=record.cpu, memory_gib=record.memory_gib,
             active_gpu_hours=record.active_gpu_hours, gap_gpu_hours=record.gap_gpu_hours,
         )

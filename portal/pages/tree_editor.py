@@ -135,12 +135,12 @@ def editor_keys(specs: Mapping[str, QueueSpec]) -> list[Key]:
     return sorted(keys, key=lambda k: (k[0], order.get(k[1], 9)))
 
 
-def _number(raw: str, where: str, errors: list[str]) -> Decimal | None:
+def _number(raw: str, where: str, errors: list[str], resource: str) -> Decimal | None:
     raw = raw.strip()
     if not raw:
         return None
-    try:  # the tree service's own check: a finite number the quota column can hold
-        return to_decimal(raw, where)
+    try:  # the tree service's own check: a number in the resource's unit, or a quantity
+        return to_decimal(raw, where, resource)
     except ValidationError as exc:
         errors.extend(exc.messages)
         return None
@@ -166,7 +166,8 @@ def editor_apply(post: Mapping[str, str]) -> EditorState:
         problems: list[str] = []
         for key, values in keys.items():
             where = f"{path}: {key[0]}/{key[1]}"
-            nums = {f: _number(values.get(f, ""), f"{where}: {f}", problems) for f in FIELDS}
+            nums = {f: _number(values.get(f, ""), f"{where}: {f}", problems, key[1])
+                    for f in FIELDS}
             if all(v is None for v in nums.values()) and all(
                 not values.get(f, "").strip() for f in FIELDS
             ):

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core.quantity import unit
 from portal.pages import charts
 from portal.pages import selectors as page_selectors
 from portal.pages.access import user_scope
@@ -102,8 +103,9 @@ def _tree_context(request: HttpRequest, state: Any = None, post: Any = None) -> 
         for row in rows:
             row["problems"] = state.problems_for(row["path"])
         unplaced = state.unplaced({row["path"] for row in rows})
-    return {"rows": rows, "keys": keys, "state": state, "can_edit": scope.is_admin,
-            "unplaced": unplaced,
+    headers = [(f"{k[0]}/{k[1]}", unit(k[1])) for k in keys]
+    return {"rows": rows, "keys": keys, "headers": headers, "state": state,
+            "can_edit": scope.is_admin, "unplaced": unplaced,
             "parents": Queue.objects.order_by("path").only("id", "path"), "scope": scope}
 
 

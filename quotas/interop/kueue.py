@@ -22,6 +22,7 @@ pads missing ones with `nominalQuota: 0` and no limits; the importer reads such 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -49,6 +50,7 @@ NS_LABEL = "kubernetes.io/metadata.name"
 MAX_GPU_MEM = 2**31 - 1  # GiB per card: what the column holds
 ROOT_COHORT = "allot-root"
 ANNOTATION_ROOT = "allot.io/root"
+ANNOTATION_GPU_EQUIVALENTS = "allot.io/gpu-equivalents"
 
 
 def _resource_groups(obj: Obj, node: Node) -> None:
@@ -105,6 +107,25 @@ def _resource_groups(obj: Obj, node: Node) -> None:
                 node.quota[key] = QuotaSpec(min=nominal, lendable=lend)
 
 
+def _equivalents(obj: Obj) -> dict[str, float]:
+    """A ResourceFlavor's `allot.io/gpu-equivalents` annotation (JSON: resource -> cards)."""
+    raw = obj.annotations().get(ANNOTATION_GPU_EQUIVALENTS)
+    if raw is None:
+        return {}
+    path = f"metadata.annotations[{ANNOTATION_GPU_EQUIVALENTS}]"
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+        for v in data.values()
+    ):
+        obj.fail(path, "must be a JSON object of resource names and numbers of cards, e.g. "
+                 '{"nvidia.com/mig-3g.40gb": 0.5}')
+    return {str(k): float(v) for k, v in (data or {}).items()}
+
+
 def read(objs: list[Obj]) -> tuple[list[Node], list[FlavorDef], list[str]]:
     """Nodes and flavors from Kueue objects; warnings for what is ignored."""
     nodes: list[Node] = []
@@ -128,7 +149,8 @@ def read(objs: list[Obj]) -> tuple[list[Node], list[FlavorDef], list[str]]:
                              f"{mem!r} is not a whole number from 1 to {MAX_GPU_MEM}")
                 gpu_mem = int(str(mem))
             flavors.append(FlavorDef(name=obj.name, node_selector=dict(labels),
-                                     gpu_memory_gib=gpu_mem))
+                                     gpu_memory_gib=gpu_mem,
+                                     gpu_equivalents=_equivalents(obj)))
         elif obj.kind == "Cohort" and obj.annotations().get(ANNOTATION_ROOT) == "true":
             roots.add(obj.name)
         elif obj.kind in ("Cohort", "ClusterQueue"):
@@ -224,6 +246,9 @@ def write(tree: list[ExportQueue], flavors: list[Any], *, version: str = "v1beta
         meta: dict[str, Any] = {"name": flavor.name}
         if flavor.gpu_memory_gib:
             meta["annotations"] = {ANNOTATION_GPU_MEMORY: str(flavor.gpu_memory_gib)}
+        if flavor.gpu_equivalents:
+            meta.setdefault("annotations", {})[ANNOTATION_GPU_EQUIVALENTS] = json.dumps(
+                flavor.gpu_equivalents, sort_keys=True)
         doc: dict[str, Any] = {"apiVersion": api, "kind": "ResourceFlavor", "metadata": meta}
         doc["spec"] = {"nodeLabels": dict(flavor.node_selector)} if flavor.node_selector else {}
         docs.append(doc)

@@ -50,6 +50,7 @@ class FlavorDef:
     name: str
     node_selector: Mapping[str, str] = field(default_factory=dict)
     gpu_memory_gib: int | None = None
+    gpu_equivalents: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -121,15 +122,25 @@ def _tree_replace(
     for fd in flavor_defs:
         flavor = known.get(fd.name)
         if flavor is None:
-            flavor = Flavor.objects.create(
+            flavor = Flavor(
                 name=fd.name, node_selector=dict(fd.node_selector),
-                gpu_memory_gib=fd.gpu_memory_gib,
+                gpu_memory_gib=fd.gpu_memory_gib, gpu_equivalents=dict(fd.gpu_equivalents),
             )
+            flavor.full_clean()
+            flavor.save()
             known[fd.name] = flavor
             result.flavors_created.append(fd.name)
-        elif fd.node_selector and dict(fd.node_selector) != flavor.node_selector:
-            flavor.node_selector = dict(fd.node_selector)
-            flavor.save(update_fields=["node_selector"])
+        else:
+            changed = []
+            if fd.node_selector and dict(fd.node_selector) != flavor.node_selector:
+                flavor.node_selector = dict(fd.node_selector)
+                changed.append("node_selector")
+            if fd.gpu_equivalents and dict(fd.gpu_equivalents) != flavor.gpu_equivalents:
+                flavor.gpu_equivalents = dict(fd.gpu_equivalents)
+                flavor.full_clean()
+                changed.append("gpu_equivalents")
+            if changed:
+                flavor.save(update_fields=changed)
 
     for path in result.deleted:
         doomed = Queue.objects.get(path=path)

@@ -219,7 +219,8 @@ def _namespaces_after(specs: Mapping[str, QueueSpec], overrides: Mapping[str, st
     return {p: (current.get(p) or default_namespace(p)) for p in leaves}
 
 
-FLAVOR_FIELDS = ("node_selector", "gpu_memory_gib", "interconnect_label", "mig_profiles", "notes")
+FLAVOR_FIELDS = ("node_selector", "gpu_memory_gib", "interconnect_label", "mig_profiles",
+                 "gpu_equivalents", "notes")
 
 
 def resources() -> tuple[str, ...]:

@@ -23,6 +23,7 @@ def test_tree_nested_with_quota_and_usage(clients):
     assert rd["quota"]["a100-80g"]["gpu"] == {
         "min": 16.0, "max": 32.0, "lendable": 8.0, "set": True,
         "used": 0.0, "borrowed": 0.0, "lent": 0.0, "pending": 0.0,
+        "unit": "GPUs", "quantities": {"min": "16", "max": "32", "lendable": "8"},
     }
     # Researchers see their teams' queues (and the ancestors), not other teams'.
     [vision] = rd["children"]
@@ -232,6 +233,7 @@ def test_malformed_quota_body(clients):
     }, format="json")
     assert response.status_code == 400
     assert response.json() == {
-        "quota": {"a100-80g": {"gpu": {"min": ["A valid number is required."]}}}
+        "quota.a100-80g.gpu.min": ["'lots' is not a Kubernetes quantity (like 64, 500m, "
+                                   "2048Gi)"]
     }
     assert not Queue.objects.filter(path="x").exists()

@@ -232,7 +232,8 @@ def test_tree_editor_checks_before_saving_and_saves(client, org):
     assert r.status_code == 400
     assert QuotaEntry.objects.get(queue=org.vision).min == Decimal(8)
     r = admin.post("/queues/check/", {name: "x"})
-    assert "rd/vision: a100-80g/gpu: min: &#x27;x&#x27; is not a number" in r.content.decode()
+    assert ("rd/vision: a100-80g/gpu: min: &#x27;x&#x27; is not a Kubernetes quantity"
+            in r.content.decode())
     r = admin.post("/queues/", {name: "12", f"c|{vid}|a100-80g|gpu|max": "32"})
     assert r.status_code == 302
     assert QuotaEntry.objects.get(queue=org.vision).min == Decimal(12)
@@ -247,10 +248,11 @@ def test_tree_editor_checks_before_saving_and_saves(client, org):
 def test_tree_editor_refuses_numbers_the_column_cannot_hold(client, org):
     admin = login(client, org.admin)
     cell = f"c|{org.vision.pk}|a100-80g|gpu|max"
-    for value, says in (("1e309", "1e309 is larger than 99999999999.999"),
+    for value, says in (("1e309", "&#x27;1e309&#x27;: exponent out of range"),
                         ("99999999999999999999999",
-                         "99999999999999999999999 is larger than 99999999999.999"),
-                        ("1.0001", "1.0001 has more than 3 decimal places")):
+                         "99999999999999999999999 is too large (below 100000000000 GPUs)"),
+                        ("1.0001", "1.0001: GPUs are whole cards"),
+                        ("4Q", "&#x27;4Q&#x27; is not a Kubernetes quantity")):
         r = admin.post("/queues/", {cell: value})
         assert r.status_code == 400
         assert f"rd/vision: a100-80g/gpu: max: {says}" in r.content.decode()

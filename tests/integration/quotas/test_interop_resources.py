@@ -132,3 +132,21 @@ def test_bad_resource_name_refused() -> None:
     with pytest.raises(ValidationError) as exc:
         quotas_import([("q.yaml", text)])
     assert "'bad name!' is not a Kubernetes resource name" in exc.value.messages[0]
+
+
+def test_flavor_gpu_equivalents_travel_in_a_kueue_annotation() -> None:
+    text = (FIXTURES / "kueue-mig-lending.yaml").read_text().replace(
+        "metadata: {name: a100-mig}",
+        "metadata: {name: a100-mig, annotations: "
+        "{allot.io/gpu-equivalents: '{\"nvidia.com/mig-1g.10gb\": 0.125}'}}")
+    quotas_import([("mig.yaml", text)])
+    assert Flavor.objects.get(name="a100-mig").gpu_equivalents == {
+        "nvidia.com/mig-1g.10gb": 0.125}
+    flavor = next(d for d in yaml.safe_load_all(quotas_export("kueue"))
+                  if d["kind"] == "ResourceFlavor" and d["metadata"]["name"] == "a100-mig")
+    assert flavor["metadata"]["annotations"]["allot.io/gpu-equivalents"] == (
+        '{"nvidia.com/mig-1g.10gb": 0.125}')
+    bad = text.replace("0.125", '\\"half\\"')
+    with pytest.raises(ValidationError) as exc:
+        quotas_import([("bad.yaml", bad)])
+    assert "allot.io/gpu-equivalents" in exc.value.messages[0]

@@ -100,3 +100,11 @@ def test_activity_above_reservation_is_capped_and_unused_minutes_are_orphans():
     assert result.active_gpu_hours == Decimal("0.0333")
     orphans = orphan_minutes({7: tel}, {7: set(result.used_steps)})
     assert orphans == {7: (1, Decimal("0.0250"), "")}
+
+
+def test_mig_slices_are_gpu_hours_by_their_gpu_equivalents():
+    # Three 1g slices (1/7 each) and nothing else, running a full hour: 3/7 GPU-hour.
+    s = span(gpus=0, gpu_equivalents=Decimal(3) / 7, reserved_at=H, running_at=H,
+             ended_at=H + timedelta(hours=1))
+    (seg,) = phase_segments(s, H, LATER)
+    assert segment_quantities(s, seg).gpu_hours == Decimal("0.4286")

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0013_fractional_gpus'),
+        ('scheduling', '0017_what_if'),
     ]
 
     operations = [
