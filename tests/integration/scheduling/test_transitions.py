@@ -3,6 +3,8 @@ workload table refuses a state change the table does not allow, whatever writes 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from django.db import IntegrityError, connection, transaction
 
@@ -17,11 +19,15 @@ S = WorkloadState
 TABLE = Workload._meta.db_table
 
 
+_copies = itertools.count()
+
+
 def _in_state(workload: Workload, state: str) -> Workload:
-    """A copy of `workload` inserted in `state` (the trigger checks updates only)."""
+    """A copy of `workload` inserted in `state` (the trigger checks updates only), under a
+    name of its own (names are unique among a queue's open workloads)."""
     copy = Workload.objects.get(pk=workload.pk)
     copy.pk, copy.state = None, state
-    copy.name = f"{workload.name}-{state}"
+    copy.name = f"{workload.name}-{state}-{next(_copies)}"
     copy.save()
     return copy
 
