@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from core.quantity import QuantityError, resource_name_problem, to_base
 from scheduling import kinds
 from scheduling.kinds import DerivedPodSet, ManifestError
 
@@ -96,9 +97,26 @@ def validate_manifest(data: Mapping[str, Any], known_flavors: Mapping[str, Any],
     out["pods"] = [
         {"index": i, "count": s.count, "flavors": list(flavors), "gpus": s.gpus, "cpu": s.cpu,
          "memory_gib": s.memory_gib, "gpu_memory_gib": None,
-         # Resources other than cpu, memory and whole GPUs, by their Kubernetes names.
-         "other": {k: v for k, v in s.other.items()}}
+         # Resources other than cpu, memory and whole GPUs (MIG slices, ...), by their
+         # Kubernetes names, as exact integers of each one's base unit (as `pods[i].resources`).
+         "resources": _extended(kind.kind, i, s.other, errors)}
         for i, s in enumerate(sets)]
+    return out
+
+
+def _extended(kind: str, index: int, other: Mapping[str, Any],
+              errors: dict[str, list[str]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, value in sorted(other.items()):
+        problem = resource_name_problem(name)
+        try:
+            base = 0 if problem else to_base(name, format(value, "f"))
+        except QuantityError as exc:
+            problem = str(exc)
+        if problem:
+            errors.setdefault(f"manifest.pods[{index}].{name}", []).append(f"{kind}: {problem}")
+        elif base:
+            out[name] = base
     return out
 
 

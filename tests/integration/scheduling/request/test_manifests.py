@@ -4,8 +4,6 @@ naming the kind, the path and the problem with nothing saved."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import pytest
 from rest_framework.test import APIClient
 
@@ -68,7 +66,7 @@ def test_other_resources_are_kept_beside_the_pod_set(world):
                             limits={"pod_sets": 8, "pods": 10, "gpus": 8, "cpu": 64,
                                     "memory_gib": 512})
     assert errors == {}
-    assert out["pods"][0]["other"] == {"rdma/ib": Decimal(1)}
+    assert out["pods"][0]["resources"] == {"rdma/ib": 1000}  # thousandths of a count
 
 
 @pytest.mark.parametrize(("mutate", "key", "words"), [
