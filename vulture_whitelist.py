@@ -304,3 +304,4 @@ _.as_of  # a serializer field (WorkloadCostOut)
 _.derived_pods  # serializer field (workloads API)
 _.manifest_text  # form field
 _.manifest_file  # form field
+_.field_order  # Django Form option (the request forms: their own fields first)

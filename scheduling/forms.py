@@ -20,8 +20,42 @@ from scheduling.request import validation as limits
 GPU_FLAVORS = Flavor.objects.filter(gpu_memory_gib__isnull=False)
 
 
-class WorkloadRequestForm(forms.Form):
+class SchedulingFields(forms.Form):
+    """How a request runs, the same on both tabs of the request page (fields, manifest):
+    priority, preemption, checkpointing, placement, expected duration, dataset."""
+
+    priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.all(),
+                                            to_field_name="name", empty_label=None,
+                                            initial="training")
+    preemptible = forms.BooleanField(required=False, initial=True,
+                                     help_text="May run on borrowed capacity and be preempted.")
+    checkpoint = forms.BooleanField(required=False, initial=True,
+                                    help_text="Saves progress when preempted.")
+    strategy = forms.ChoiceField(choices=[("", "queue default"), ("binpack", "binpack"),
+                                          ("spread", "spread")], required=False,
+                                 label="Placement strategy")
+    duration_h = forms.DecimalField(min_value=0, max_value=limits.MAX_DURATION_S // 3600,
+                                    required=False, decimal_places=2,
+                                    label="Expected duration (hours)")
+    dataset = forms.CharField(max_length=limits.MAX_DATASET, required=False)
+
+    def scheduling_submission(self) -> dict[str, Any]:
+        """These fields as the submission's keys (the API's JSON shape)."""
+        d = self.cleaned_data
+        hours = d.get("duration_h")
+        return {
+            "priority_class": d["priority_class"].name,
+            "preemptible": bool(d.get("preemptible")), "checkpoint": bool(d.get("checkpoint")),
+            "strategy": d.get("strategy") or "", "dataset": d.get("dataset") or "",
+            "duration_hint_s": int(hours * 3600) if hours else None,
+        }
+
+
+class WorkloadRequestForm(SchedulingFields):
     """What a researcher fills in to run a job; `as_submission()` is the API's JSON shape."""
+
+    # The request's own fields first (errors are listed in this order), then the scheduling ones.
+    field_order = ["queue", "name", "flavor_1", "flavor_2", "flavor_3"]
 
     queue = forms.ModelChoiceField(queryset=Queue.objects.none(), to_field_name="path",
                                    empty_label=None, help_text="A leaf queue of your team.")
@@ -39,21 +73,7 @@ class WorkloadRequestForm(forms.Form):
                                       empty_label="(none)")
     flavor_3 = forms.ModelChoiceField(queryset=GPU_FLAVORS, to_field_name="name",
                                       label="Third choice", required=False, empty_label="(none)")
-    priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.all(),
-                                            to_field_name="name", empty_label=None,
-                                            initial="training")
-    preemptible = forms.BooleanField(required=False, initial=True,
-                                     help_text="May run on borrowed capacity and be preempted.")
-    checkpoint = forms.BooleanField(required=False, initial=True,
-                                    help_text="Saves progress when preempted.")
-    strategy = forms.ChoiceField(choices=[("", "queue default"), ("binpack", "binpack"),
-                                          ("spread", "spread")], required=False,
-                                 label="Placement strategy")
     same_rack = forms.BooleanField(required=False, label="All pods in one rack")
-    dataset = forms.CharField(max_length=limits.MAX_DATASET, required=False)
-    duration_h = forms.DecimalField(min_value=0, max_value=limits.MAX_DURATION_S // 3600,
-                                    required=False, decimal_places=2,
-                                    label="Expected duration (hours)")
     image = forms.CharField(max_length=limits.MAX_IMAGE, required=False)
     command = forms.CharField(max_length=2000, required=False,
                               help_text="As in a shell: python train.py --epochs 10")
@@ -81,14 +101,9 @@ class WorkloadRequestForm(forms.Form):
         """The cleaned form and pod sets as the submission dict `workload_submit` and the API
         take (every pod set lists the same GPU models: a workload runs on one flavor)."""
         d = self.cleaned_data
-        hours = d.get("duration_h")
         return {
-            "name": d["name"], "queue": d["queue"].path,
-            "priority_class": d["priority_class"].name,
-            "preemptible": bool(d.get("preemptible")), "checkpoint": bool(d.get("checkpoint")),
-            "strategy": d.get("strategy") or "", "dataset": d.get("dataset") or "",
+            "name": d["name"], "queue": d["queue"].path, **self.scheduling_submission(),
             "image": d.get("image") or "", "command": d.get("command") or [],
-            "duration_hint_s": int(hours * 3600) if hours else None,
             "topology": {"same": "rack"} if d.get("same_rack") else {},
             "pods": [{
                 "count": p["count"], "flavors": self.flavors(), "gpus": p["gpus"],

@@ -11,13 +11,15 @@ from django import forms
 
 from quotas.models import Flavor, Queue
 from scheduling import kinds
-from scheduling.models import PriorityClass
+from scheduling.forms import SchedulingFields
 from scheduling.request import validation as limits
 from scheduling.request.manifests import derived_pods_data, validate_manifest
 
 
-class ManifestRequestForm(forms.Form):
+class ManifestRequestForm(SchedulingFields):
     """A manifest and where and how it runs; `derived` holds its pod sets once valid."""
+
+    field_order = ["queue", "name", "manifest_text", "manifest_file", "flavor_1"]
 
     queue = forms.ModelChoiceField(queryset=Queue.objects.none(), to_field_name="path",
                                    empty_label=None, help_text="A leaf queue of your team.")
@@ -35,21 +37,6 @@ class ManifestRequestForm(forms.Form):
     flavor_1 = forms.ModelChoiceField(queryset=Flavor.objects.all(), to_field_name="name",
                                       label="GPU model", required=False,
                                       empty_label="any its nodeSelector allows")
-    priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.all(),
-                                            to_field_name="name", empty_label=None,
-                                            initial="training")
-    preemptible = forms.BooleanField(required=False, initial=True,
-                                     help_text="May run on borrowed capacity and be preempted.")
-    checkpoint = forms.BooleanField(required=False, initial=True,
-                                    help_text="Saves progress when preempted.")
-    strategy = forms.ChoiceField(choices=[("", "queue default"), ("binpack", "binpack"),
-                                          ("spread", "spread")], required=False,
-                                 label="Placement strategy")
-    duration_h = forms.DecimalField(min_value=0, max_value=limits.MAX_DURATION_S // 3600,
-                                    required=False, decimal_places=2,
-                                    label="Expected duration (hours)")
-    dataset = forms.CharField(max_length=limits.MAX_DATASET, required=False)
-
     def __init__(self, *args: Any, queues: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if queues is not None:
@@ -102,14 +89,8 @@ class ManifestRequestForm(forms.Form):
     def as_submission(self) -> dict[str, Any]:
         """The cleaned form as the submission dict `workload_submit` and the API take."""
         d = self.cleaned_data
-        hours = d.get("duration_h")
-        submission: dict[str, Any] = {
-            "queue": d["queue"].path, "manifest": d["manifest"],
-            "priority_class": d["priority_class"].name,
-            "preemptible": bool(d.get("preemptible")), "checkpoint": bool(d.get("checkpoint")),
-            "strategy": d.get("strategy") or "", "dataset": d.get("dataset") or "",
-            "duration_hint_s": int(hours * 3600) if hours else None,
-        }
+        submission: dict[str, Any] = {"queue": d["queue"].path, "manifest": d["manifest"],
+                                      **self.scheduling_submission()}
         if d.get("name"):
             submission["name"] = d["name"]
         if d.get("flavor_1") is not None:
