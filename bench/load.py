@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import resource
+import secrets
 import signal
 import subprocess
 import sys
@@ -138,7 +139,8 @@ def _admitted(pg: str, db: str) -> int:
     return int(row[0]) if row else 0
 
 
-# The wrk script: each request a new workload (a name unique per wrk thread and request) of the
+# The wrk script: each request a new workload (a name unique per run, wrk thread and request:
+# open workloads' names are unique in their queue, and the warm-up run comes first) of the
 # next (token, queue) pair; answers other than 201 counted; the figures printed as one JSON
 # line by `done`. Latencies are wrk's (microseconds, from the request written to the answer
 # read), on completed requests (timeouts are counted as errors, and set to 60 s).
@@ -151,14 +153,15 @@ function setup(thread)
   table.insert(threads, thread)
 end
 function init(args)
+  run = args[1]
   pairs_ = {}
-  for i = 1, #args, 2 do table.insert(pairs_, {args[i], args[i + 1]}) end
+  for i = 2, #args, 2 do table.insert(pairs_, {args[i], args[i + 1]}) end
   n, bad, shown = 0, 0, 0
 end
 function request()
   n = n + 1
   local p = pairs_[(n % #pairs_) + 1]
-  local body = '{"name": "wrk-' .. tid .. '-' .. n .. '", "queue": "' .. p[2] ..
+  local body = '{"name": "load-' .. run .. '-' .. tid .. '-' .. n .. '", "queue": "' .. p[2] ..
     '", "priority_class": "training", "duration_hint_s": 3600, "pods": [{"count": 1, ' ..
     '"flavors": ["a100-80g"], "gpus": 1, "cpu": 4, "memory_gib": 16}]}'
   return wrk.format("POST", "/api/v1/workloads", {["Authorization"] = "Token " .. p[1],
@@ -190,7 +193,7 @@ def _wrk(*, tokens: list[tuple[str, str]], clients: int, seconds: float, port: i
     """One wrk run (2 threads, `clients` keep-alive connections): its figures."""
     script = Path(tempfile.mkdtemp(prefix="allot-bench-wrk-")) / "post.lua"
     script.write_text(_WRK_LUA)
-    args = [a for pair in tokens for a in pair]
+    args = [secrets.token_hex(4)] + [a for pair in tokens for a in pair]
     proc = subprocess.Popen(
         ["wrk", "-t2", f"-c{clients}", f"-d{seconds:g}s", "--timeout", "60s", "-s",
          str(script), f"http://127.0.0.1:{port}", "--", *args],
