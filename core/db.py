@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -252,6 +253,39 @@ def insert_rows(model: Any, objs: Sequence[Any]) -> None:
 _PreparingCursor: Any = None
 
 
+def _fixed_query_class() -> Any:
+    """psycopg's query class, but keeping the conversion of every statement it sees (`%s`
+    placeholders to `$n`, split and encoded): psycopg keeps it only for statements under 4 KB,
+    and the submission's insert (one statement for the workload, its pod sets, its events and
+    its queue position) is longer, so it was split again on every request (a millisecond of
+    the request's CPU). Hot statements are a few fixed texts, so the cache stays small.
+    Falls back to psycopg's own class if its internals differ (the test of hot_cursor says
+    so)."""
+    try:
+        from psycopg import _queries
+        from psycopg.sql import Template
+    except ImportError:  # psycopg 2, or another layout
+        return None
+    base = _queries.PostgresQuery
+    convert_nocache = getattr(_queries, "_query2pg_nocache", None)
+    if convert_nocache is None:
+        return base
+    convert = functools.lru_cache(maxsize=64)(convert_nocache)
+
+    class FixedQuery(base):  # type: ignore[misc, valid-type]
+        def convert(self, query: Any, vars: Any) -> None:
+            if vars is None or isinstance(query, Template):
+                super().convert(query, vars)
+                return
+            query = self._ensure_bytes(query)
+            self.query, self._want_formats, self._order, self._parts = convert(
+                query, self._tx.encoding)
+            self.dump(vars)
+
+    FixedQuery.cache = convert  # for the test
+    return FixedQuery
+
+
 def hot_cursor() -> Any:
     """A cursor for the fixed plain-SQL statements of hot paths (submission, queue position).
 
@@ -271,6 +305,8 @@ def hot_cursor() -> Any:
             return db.cursor()
 
         class Preparing(ServerBindingCursor):  # type: ignore[misc, valid-type]
+            _query_cls = _fixed_query_class() or ServerBindingCursor._query_cls  # type: ignore[attr-defined]
+
             # Prepared at the first run, not the fifth (psycopg keeps the latest 100 per
             # connection; with DATABASES' prepare_threshold unset, psycopg prepares nothing).
             def execute(self, query: Any, params: Any = None, *, prepare: bool | None = True,

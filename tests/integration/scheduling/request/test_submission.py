@@ -68,6 +68,19 @@ def test_the_submission_insert_is_planned_once(alice, org):
     assert custom == 0 and generic >= 3
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="psycopg's query conversion")
+@pytest.mark.django_db(transaction=True)
+def test_the_long_submission_insert_is_converted_once(alice, org):
+    """The insert is longer than the statements psycopg keeps the conversion of (4 KB): the
+    hot cursor keeps it, so a POST does not split and encode it again."""
+    cache = db.hot_cursor().cursor._query_cls.cache
+    cache.cache_clear()
+    for i in range(6):
+        assert alice.post("/api/v1/workloads", body(f"c{i}"), format="json").status_code == 201
+    info = cache.cache_info()
+    assert info.hits >= 5 and info.currsize <= 4, info
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql",
                     reason="the one-statement insert is PostgreSQL's")
 def test_queue_position_read_by_the_insert_equals_a_later_read(org, classes):
