@@ -123,7 +123,7 @@ def test_workload_page_polls_while_live_and_stops_when_ended(client, org, priori
     w = submit(org.alice, name="job")
     c = login(client, org.alice)
     html = c.get(f"/workloads/{w.pk}/").content.decode()
-    assert f'hx-get="/workloads/{w.pk}/live/" hx-trigger="every 3s"' in html
+    assert f'hx-get="/workloads/{w.pk}/live/" hx-trigger="every 10s"' in html
     assert "Place in rd/vision: <strong>1</strong>" in html
     assert "Submitted" in html
     r = c.post(f"/workloads/{w.pk}/cancel/")
