@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -175,7 +176,7 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
                                                                events=True))
 
 
-def _names_for(context: dict[str, Any], workloads: list[Workload], *, events: bool = False
+def _names_for(context: Mapping[str, Any], workloads: list[Workload], *, events: bool = False
                ) -> dict[int, tuple[str, bool]]:
     """The names of the workloads the reasons of `workloads` (and their reason events, with
     `events`) mention, as the requesting user may see them: one query."""

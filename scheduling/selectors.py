@@ -214,7 +214,8 @@ def cluster_gpus() -> dict[tuple[str, str], dict[str, Any]]:
     from scheduling.models import Cluster, Node
 
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    clusters = {c["name"]: c for c in Cluster.objects.values("name", "health", "enabled")}
+    clusters: dict[str, dict[str, Any]] = {
+        c["name"]: dict(c) for c in Cluster.objects.values("name", "health", "enabled")}
     rows = Node.objects.values("cluster__name", "flavor__name", "gpus", "ready")
     for n in rows:
         cell = out.setdefault((n["cluster__name"], n["flavor__name"]), {
