@@ -171,6 +171,7 @@ _.default_detail  # APIException: the detail when none is given
 _.default_code  # APIException: the error code
 _.get_reason  # SerializerMethodField: get_<field>
 _.get_gpus  # SerializerMethodField
+_.get_reason_text  # SerializerMethodField
 _.get_queue_position  # SerializerMethodField
 _.get_reasons  # SerializerMethodField
 _.get_admission  # SerializerMethodField
@@ -300,6 +301,7 @@ _.set_shares  # bench.fragmentation fixes the FGD baseline's mix to the whole tr
 _.clean_gpus  # Django form hook (PodSetForm)
 _.error_count  # the tree editor template reads it
 _.approvals_badge  # a context processor named in settings.TEMPLATES
+_.live_poll  # a context processor named in settings.TEMPLATES
 _.as_of  # a serializer field (WorkloadCostOut)
 _.derived_pods  # serializer field (workloads API)
 _.manifest_text  # form field

@@ -81,7 +81,12 @@ class UsageRow(serializers.Serializer):
     gap_gpu_hours = serializers.DecimalField(**QTY)
     core_hours = serializers.DecimalField(**QTY)
     efficiency = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True)
-    cost = serializers.DecimalField(**MONEY)
+    cost = serializers.DecimalField(
+        **MONEY, help_text="billed + provisional: the dashboard's and the budgets' figure")
+    billed = serializers.DecimalField(**MONEY, help_text="priced by the hourly rollup")
+    provisional = serializers.DecimalField(
+        **MONEY, help_text="metered from admissions, not rolled up yet (replaced by billed "
+                           "hours once the rollup runs)")
     currency = serializers.CharField()
 
 

@@ -1,5 +1,7 @@
-"""`approvals_badge` for base.html: how many requests wait for the user's decision."""
+"""For every template: `approvals_badge` (how many requests wait for the user's decision) and
+`live_poll` (the one refresh rate of live pages)."""
 
+from django.conf import settings
 from django.utils.functional import SimpleLazyObject
 
 from portal.pages.approvers import inbox_count
@@ -11,3 +13,9 @@ def approvals_badge(request):
     if user is None or not user.is_authenticated:
         return {}
     return {"approvals_waiting": SimpleLazyObject(lambda: inbox_count(user))}
+
+
+def live_poll(request):
+    """Adds `live_poll_s`: the rate (seconds, setting ALLOT_LIVE_POLL_SECONDS) at which every
+    live page and widget polls; the one place templates get it from."""
+    return {"live_poll_s": settings.ALLOT_LIVE_POLL_SECONDS}

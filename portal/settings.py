@@ -144,6 +144,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "billing.context_processors.budget_banner",
                 "portal.context_processors.approvals_badge",
+                "portal.context_processors.live_poll",
             ],
         },
     },
@@ -435,6 +436,12 @@ ALLOT_ENGINE = {
     "cpu_per_gpu_reserved": env.float("ALLOT_CPU_PER_GPU_RESERVED", default=4.0),
     "strategy": env.str("ALLOT_STRATEGY", default="binpack"),
 }
+# Live pages and widgets (the dashboard, the tree, workload lists and pages) refresh at one
+# rate, in seconds; a page stops polling once nothing on it can change.
+ALLOT_LIVE_POLL_SECONDS = env.int("ALLOT_LIVE_POLL_SECONDS", default=10)
+if ALLOT_LIVE_POLL_SECONDS < 1:
+    raise ImproperlyConfigured(
+        f"ALLOT_LIVE_POLL_SECONDS must be at least 1 (got {ALLOT_LIVE_POLL_SECONDS})")
 # The hard depth limit of the queue tree (quotas.selectors.max_tree_depth).
 ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
 # Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.

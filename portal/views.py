@@ -10,6 +10,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.forms import TokenForm
@@ -25,12 +26,13 @@ from quotas import selectors
 
 def _tree_context(request: HttpRequest) -> dict:
     # The API's rule (GET /api/v1/queues): the user's part of the tree only.
+    as_of = timezone.now()  # the time of the data: read before the rows
     rows = selectors.queue_rows(user=request.user, scope=user_scope(request.user))
     columns = [(f, r) for f, resources in selectors.tree_flavors(rows) for r in resources]
     for row in rows:
         row["cells"] = [row["quota"].get(f, {}).get(r) for f, r in columns]
         row["indent"] = (row["depth"] - 1) * 1.25
-    return {"rows": rows, "columns": columns}
+    return {"rows": rows, "columns": columns, "as_of": as_of}
 
 
 @login_required

@@ -128,6 +128,13 @@ def fleet_usage() -> Mapping[tuple[str, str], Mapping[str, Decimal]]:
     return scheduling_fleet_usage()
 
 
+def gpus_free(ready: int, used: int) -> int:
+    """Free GPUs of one cluster and GPU model (`scheduling.selectors.gpus_free`, the rule)."""
+    from scheduling.selectors import gpus_free as scheduling_gpus_free
+
+    return scheduling_gpus_free(ready, used)
+
+
 def submittable_queue_ids(user: Any) -> set[int]:
     """Ids of the leaves the user's teams may submit to (a team's queue covers its subtree)."""
     if user is None or not user.is_authenticated:
@@ -337,6 +344,9 @@ def cluster_list(*, name: str | None = None) -> list[dict[str, Any]]:
             use = usage.get((cluster.name, flavor), {})
             f["used"] = {r: _number(use.get(r, ZERO)) for r in ("gpu", "cpu", "memory")}
             f["used"]["gpu"] = int(f["used"]["gpu"] or 0)
+            # Free GPUs by the one rule the dashboard and the wait gap read too
+            # (`scheduling.selectors.cluster_gpus` applies it to the same rows).
+            f["free"] = gpus_free(f["allocatable"]["gpu"], f["used"]["gpu"])
             for part in ("capacity", "allocatable"):
                 f[part]["cpu"] = _number(f[part]["cpu"])
                 f[part]["memory"] = _number(f[part]["memory"])

@@ -27,6 +27,8 @@ class ClusterFlavorOutput(serializers.Serializer):
     capacity = AmountsOutput(help_text="Installed on all nodes of this flavor.")
     allocatable = AmountsOutput(help_text="On ready nodes.")
     used = AmountsOutput(help_text="Taken by admitted workloads.")
+    free = serializers.IntegerField(help_text="GPUs on ready nodes not taken (never below 0): "
+                                    "the same number as the fleet page and the dashboard.")
     nodes = serializers.IntegerField()
     ready_nodes = serializers.IntegerField()
     health = serializers.FloatField(help_text="Cluster health x share of ready nodes.")

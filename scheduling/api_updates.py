@@ -60,7 +60,8 @@ def _changes(request: Request, allowed: frozenset[str]) -> dict[str, Any]:
 
 
 def _detail(request: Any, pk: int) -> dict[str, Any]:
-    return WorkloadDetailSerializer(_visible(request, pk)).data  # type: ignore[no-any-return]
+    return WorkloadDetailSerializer(  # type: ignore[no-any-return]
+        _visible(request, pk), context={"request": request}).data
 
 
 class WorkloadResubmitApi(APIView):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +15,7 @@ from rest_framework.views import APIView
 
 from core import changes
 from core.quantity import resource_quantities
-from scheduling import kinds, selectors, services
+from scheduling import kinds, reasons, selectors, services
 from scheduling.filters import WorkloadFilter
 from scheduling.models import EventType, Workload
 from scheduling.request import validation as limits
@@ -103,7 +104,12 @@ class WorkloadListSerializer(serializers.Serializer):
     checkpoint = serializers.BooleanField()
     submitted_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
-    reason = serializers.SerializerMethodField()
+    reason = serializers.SerializerMethodField(
+        help_text="{code, message}: the engine's reason code and its exact text (times as "
+                  "POSIX seconds, workloads by id), or null.")
+    reason_text = serializers.SerializerMethodField(
+        help_text="The same reason in plain words, as the pages say it: numbers kept, "
+                  "workloads by name, times in ISO 8601 (UTC); null without a reason.")
     gpus = serializers.SerializerMethodField()
     pod_sets = PodSetOutputSerializer(many=True)
 
@@ -112,11 +118,15 @@ class WorkloadListSerializer(serializers.Serializer):
             return None
         return {"code": obj.reason_code, "message": obj.reason_message}
 
+    def get_reason_text(self, obj: Workload) -> str | None:
+        return reasons.reason_text(obj.reason_code, obj.reason_message,
+                                   names=_names_for(self.context, [obj]))
+
     def get_gpus(self, obj: Workload) -> int | float:
         return gpus_shown(sum((ps.count * ps.gpus for ps in obj.pod_sets.all()), Decimal(0)))
 
     def to_representation(self, instance: Workload) -> dict[str, Any]:
-        return workload_list_data(instance)
+        return workload_list_data(instance, names=_names_for(self.context, [instance]))
 
 
 class WorkloadDetailSerializer(WorkloadListSerializer):
@@ -132,7 +142,10 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
     backoff_count = serializers.IntegerField()
     not_before = serializers.DateTimeField(allow_null=True)
     queue_position = serializers.DictField(allow_null=True, read_only=True)
-    reasons = serializers.ListField(child=serializers.DictField(), read_only=True)
+    reasons = serializers.ListField(
+        child=serializers.DictField(), read_only=True,
+        help_text="Every reason given, oldest first: {code, message (the engine's text), "
+                  "text (plain words, ISO 8601 times), at}.")
     admission = serializers.DictField(allow_null=True, read_only=True)
     admissions = serializers.ListField(child=serializers.DictField(), read_only=True)
     events = serializers.ListField(
@@ -159,7 +172,20 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
         }
 
     def to_representation(self, instance: Workload) -> dict[str, Any]:
-        return workload_detail_data(instance)
+        return workload_detail_data(instance, names=_names_for(self.context, [instance],
+                                                               events=True))
+
+
+def _names_for(context: Mapping[str, Any], workloads: list[Workload], *, events: bool = False
+               ) -> dict[int, tuple[str, bool]]:
+    """The names of the workloads the reasons of `workloads` (and their reason events, with
+    `events`) mention, as the requesting user may see them: one query."""
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    messages = [w.reason_message for w in workloads]
+    if events:
+        messages += [e.message for w in workloads for e in w.events.all()]
+    return reasons.reason_names(user, messages) if user is not None else {}
 
 
 def _decimal(value: Any) -> Decimal:
@@ -176,7 +202,8 @@ def _pod_set(ps: Any) -> dict[str, Any]:
             "resources": resource_quantities(ps.resources)}
 
 
-def workload_list_data(obj: Workload, *, pod_sets: list[Any] | None = None) -> dict[str, Any]:
+def workload_list_data(obj: Workload, *, pod_sets: list[Any] | None = None,
+                       names: dict[int, tuple[str, bool]] | None = None) -> dict[str, Any]:
     """A workload of the list, as `WorkloadListSerializer` declares it (the serializer returns
     this; a test pins it equal to what its fields make of the workload).
 
@@ -193,6 +220,7 @@ def workload_list_data(obj: Workload, *, pod_sets: list[Any] | None = None) -> d
         "finished_at": obj.finished_at,
         "reason": ({"code": obj.reason_code, "message": obj.reason_message}
                    if obj.reason_code else None),
+        "reason_text": reasons.reason_text(obj.reason_code, obj.reason_message, names=names),
         "gpus": gpus_shown(sum((ps.count * ps.gpus for ps in pod_sets), Decimal(0))),
         "pod_sets": [_pod_set(ps) for ps in pod_sets],
     }
@@ -200,7 +228,8 @@ def workload_list_data(obj: Workload, *, pod_sets: list[Any] | None = None) -> d
 
 def workload_detail_data(obj: Workload, *, pod_sets: list[Any] | None = None,
                          events: list[Any] | None = None,
-                         admissions: list[Any] | None = None) -> dict[str, Any]:
+                         admissions: list[Any] | None = None,
+                         names: dict[int, tuple[str, bool]] | None = None) -> dict[str, Any]:
     """A workload's detail, as `WorkloadDetailSerializer` declares it (the serializer returns
     this; its fields describe it for the schema, and a test pins the keys equal).
 
@@ -213,7 +242,7 @@ def workload_detail_data(obj: Workload, *, pod_sets: list[Any] | None = None,
     events = list(obj.events.all()) if events is None else events
     current = selectors.workload_current_admission(obj, admissions)
     return {
-        **workload_list_data(obj, pod_sets=pod_sets),
+        **workload_list_data(obj, pod_sets=pod_sets, names=names),
         "strategy": str(obj.strategy), "image": str(obj.image),
         "command": [str(c) for c in obj.command], "dataset": str(obj.dataset),
         "duration_hint_s": None if obj.duration_hint_s is None else int(obj.duration_hint_s),
@@ -223,7 +252,8 @@ def workload_detail_data(obj: Workload, *, pod_sets: list[Any] | None = None,
         "progress_s": float(obj.progress_s), "backoff_count": int(obj.backoff_count),
         "not_before": obj.not_before,
         "queue_position": selectors.workload_queue_position(obj, pod_sets=pod_sets),
-        "reasons": selectors.workload_reasons(obj, events),
+        "reasons": [{**r, "text": reasons.reason_text(r["code"], r["message"], names=names)}
+                    for r in selectors.workload_reasons(obj, events)],
         "admission": WorkloadDetailSerializer._admission(current) if current is not None
         else None,
         "admissions": [WorkloadDetailSerializer._admission(a) for a in admissions],
@@ -269,6 +299,16 @@ class WorkloadListCreateApi(generics.ListAPIView):
             return Workload.objects.none()
         return selectors.workload_list(user=self.request.user)
 
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """A page of workloads; the workloads their reasons name are looked up once for the
+        page (`reason_text`), not per row."""
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        rows = list(queryset) if page is None else page
+        names = _names_for({"request": request}, rows)
+        data = [workload_list_data(w, names=names) for w in rows]
+        return Response(data) if page is None else self.get_paginated_response(data)
+
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         """A submission checks the change log once, before its token is looked up: the token
         lookup and the submission's lookups and checks (which only read) use that one view, as
@@ -284,8 +324,9 @@ class WorkloadListCreateApi(generics.ListAPIView):
         # back what it wrote, so the answer needs no read-back.
         payload: Any = request.data  # not a JSON object: a 400 from the service
         done = services.workload_submit_detailed(user=request.user, data=payload)
+        # A rejection's reasons name no other workload: no names to look up.
         return Response(workload_detail_data(done.workload, pod_sets=done.pod_sets,
-                                             events=done.events, admissions=[]),
+                                             events=done.events, admissions=[], names={}),
                         status=status.HTTP_201_CREATED)
 
 
@@ -294,7 +335,8 @@ class WorkloadDetailApi(APIView):
 
     @extend_schema(responses=WorkloadDetailSerializer)
     def get(self, request: Request, pk: int) -> Response:
-        return Response(WorkloadDetailSerializer(_detail(request, pk)).data)
+        return Response(WorkloadDetailSerializer(_detail(request, pk),
+                                                 context={"request": request}).data)
 
 
 class WorkloadCancelApi(APIView):
@@ -304,4 +346,5 @@ class WorkloadCancelApi(APIView):
     def post(self, request: Request, pk: int) -> Response:
         workload = _detail(request, pk)
         services.workload_cancel(user=request.user, workload=workload)
-        return Response(WorkloadDetailSerializer(_detail(request, pk)).data)
+        return Response(WorkloadDetailSerializer(_detail(request, pk),
+                                                 context={"request": request}).data)

@@ -163,9 +163,18 @@ Render = Callable[[re.Match[str], "_Ctx"], SafeString]
 class _Ctx:
     now: datetime
     names: _Names
+    iso: bool = False
 
     def time(self, text: str) -> str:
+        if self.iso:
+            return iso_time(float(text))
         return time_words(float(text), self.now)
+
+
+def iso_time(epoch: float) -> str:
+    """A POSIX time as the API writes times: ISO 8601 in UTC, to the second (`...Z`)."""
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds").replace(
+        "+00:00", "Z")
 
 
 def _quota_max(m: re.Match[str], c: _Ctx) -> SafeString:
@@ -448,10 +457,12 @@ def _readable(message: str, ctx: _Ctx) -> SafeString:
 
 
 def reason_plain(code: str, message: str, *, now: datetime | None = None,
-                 names: Mapping[int, tuple[str, bool]] | None = None) -> PlainReason:
+                 names: Mapping[int, tuple[str, bool]] | None = None,
+                 iso_times: bool = False) -> PlainReason:
     """One reason in plain words (see the module's docstring). `names`: `workload_names` of
-    the ids the message names (unresolved ids read "a workload of another team")."""
-    ctx = _Ctx(now=now or timezone.now(), names=_Names(names or {}))
+    the ids the message names (unresolved ids read "a workload of another team");
+    `iso_times`: times as ISO 8601 (the API) rather than local words (the pages)."""
+    ctx = _Ctx(now=now or timezone.now(), names=_Names(names or {}), iso=iso_times)
     message = message or ""
     head, _, also = message.partition("; capacity also held for starving workload ")
     parts: list[SafeString] = []
@@ -473,3 +484,18 @@ def reason_plain(code: str, message: str, *, now: datetime | None = None,
                                  ctx.names.many(also.strip())))
     return PlainReason(code=code, html=mark_safe(" ".join(parts)), details=message)
 
+
+
+def reason_text(code: str | None, message: str | None, *,
+                names: Mapping[int, tuple[str, bool]] | None = None) -> str | None:
+    """The API's `reason_text`: the same plain sentence as the pages' `{% reason %}` tag,
+    without links, times in ISO 8601 (UTC) so a client shows them in its own zone; None
+    without a reason."""
+    if not code:
+        return None
+    return reason_plain(str(code), message or "", names=names, iso_times=True).text
+
+
+def reason_names(user: Any, messages: Iterable[str | None]) -> dict[int, tuple[str, bool]]:
+    """`workload_names` for every id a batch of messages names: one query (none without)."""
+    return workload_names(user, ids_in(m or "" for m in messages))

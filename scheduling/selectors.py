@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import DecimalField, F, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, DecimalField, F, Prefetch, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 
 from core import db
@@ -200,6 +200,73 @@ def fleet_usage() -> dict[tuple[str, str], dict[str, Decimal]]:
     }
 
 
+def gpus_free(ready: int, used: int) -> int:
+    """The rule for free GPUs of one cluster and GPU model: GPUs on its ready nodes less those
+    open admissions hold there, never below 0 (used may exceed ready while a node is down)."""
+    return max(0, int(ready) - int(used))
+
+
+def cluster_gpus() -> dict[tuple[str, str], dict[str, Any]]:
+    """GPUs per (cluster, flavor): `installed` (every node), `ready` (ready nodes), `used`
+    (open admissions), `free` (ready - used, never below 0), and the cluster's `health` and
+    `enabled`. The one place "free GPUs" is computed: the fleet page, the clusters API, the
+    dashboard's headroom and a pending workload's wait gap all read it."""
+    from scheduling.models import Cluster, Node
+
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    clusters: dict[str, dict[str, Any]] = {
+        c["name"]: dict(c) for c in Cluster.objects.values("name", "health", "enabled")}
+    rows = Node.objects.values("cluster__name", "flavor__name", "gpus", "ready")
+    for n in rows:
+        cell = out.setdefault((n["cluster__name"], n["flavor__name"]), {
+            "installed": 0, "ready": 0, "used": 0, "free": 0,
+            "health": clusters[n["cluster__name"]]["health"],
+            "enabled": clusters[n["cluster__name"]]["enabled"]})
+        cell["installed"] += n["gpus"]
+        if n["ready"]:
+            cell["ready"] += n["gpus"]
+    for (cluster, flavor), amounts in fleet_usage().items():
+        cell = out.setdefault((cluster, flavor), {
+            "installed": 0, "ready": 0, "used": 0, "free": 0,
+            "health": clusters.get(cluster, {}).get("health", 0.0),
+            "enabled": clusters.get(cluster, {}).get("enabled", False)})
+        cell["used"] = int(amounts["gpu"])
+    for cell in out.values():
+        cell["free"] = gpus_free(cell["ready"], cell["used"])
+    return out
+
+
+def gpu_headroom(*, min_health: float | None = None) -> dict[str, dict[str, int]]:
+    """Per GPU model: `installed`, `usable` (ready GPUs of enabled clusters at or above
+    `min_health`, default the engine's `min_cluster_health`), `used` (on those clusters) and
+    `free` (the sum of their per-cluster free GPUs, `cluster_gpus`)."""
+    from django.conf import settings
+
+    if min_health is None:
+        min_health = float(settings.ALLOT_ENGINE.get("min_cluster_health", 0.5))
+    out: dict[str, dict[str, int]] = {}
+    for (_cluster, flavor), cell in sorted(cluster_gpus().items()):
+        if not cell["installed"]:
+            continue
+        row = out.setdefault(flavor, {"installed": 0, "usable": 0, "used": 0, "free": 0})
+        row["installed"] += cell["installed"]
+        if cell["enabled"] and cell["health"] >= min_health:
+            row["usable"] += cell["ready"]
+            row["used"] += cell["used"]
+            row["free"] += cell["free"]
+    return out
+
+
+def pending_counts(queue_ids: list[int] | None = None) -> dict[int, int]:
+    """Pending workloads per queue id (every queue, or those of `queue_ids`): the one count
+    the dashboard's cards and the fleet page's waits show."""
+    qs = Workload.objects.filter(state=WorkloadState.PENDING)
+    if queue_ids is not None:
+        qs = qs.filter(queue_id__in=queue_ids)
+    return {row["queue_id"]: row["n"]
+            for row in qs.values("queue_id").annotate(n=Count("id")).order_by()}
+
+
 # --- queue position ---------------------------------------------------------------------------
 
 def _gpus(workload: Workload, pod_sets: list[PodSet] | None = None) -> Decimal:
@@ -347,9 +414,8 @@ def workload_wait_gap(workload: Workload, pod_sets: list[PodSet] | None = None
     """For a pending workload: free GPUs of its first GPU model on ready nodes (of enabled
     clusters), what it asks for, and which kind of reason makes it wait anyway (`kind`:
     guarantee, limit, cooldown, shape, freeing, approval; "" when the reason names none).
-    None unless pending or when it asks for no GPU. The reason itself says the numbers."""
-    from scheduling.models import Node
-
+    None unless pending or when it asks for no GPU. The reason itself says the numbers.
+    The free GPUs are the dashboard's headroom (`gpu_headroom`)."""
     if workload.state != WorkloadState.PENDING:
         return None
     sets = list(workload.pod_sets.all()) if pod_sets is None else pod_sets
@@ -358,11 +424,8 @@ def workload_wait_gap(workload: Workload, pod_sets: list[PodSet] | None = None
     if asks == 0 or not flavors:
         return None
     flavor = flavors[0]
-    capacity = Node.objects.filter(flavor__name=flavor, ready=True,
-                                   cluster__enabled=True).aggregate(g=Sum("gpus"))["g"] or 0
-    used = Admission.objects.filter(ended_at__isnull=True, flavor__name=flavor,
-                                    cluster__enabled=True).aggregate(g=Sum("gpus"))["g"] or 0
-    free = max(0, int(capacity) - int(used))
+    room = gpu_headroom().get(flavor, {"usable": 0, "free": 0})
+    capacity, free = room["usable"], room["free"]
     kind = ("approval" if workload.needs_approval
             else _GAP_WORDS.get(str(workload.reason_code), ""))
     if kind == "shape" and "capacity held for starving" in (workload.reason_message or ""):

@@ -27,8 +27,9 @@ from scheduling.models import OPEN_STATES, TERMINAL_STATES, WorkloadState
 from scheduling.reasons import reason_plain
 from scheduling.request.preview import workload_preview
 
-LIVE_POLL_S = 3
-LIST_POLL_S = 10  # the dashboard's rate
+# htmx stops polling on this status (the content is still swapped in): sent once a live
+# page or table has nothing left that can change.
+STOP_POLLING = 286
 
 
 class WorkloadPageFilter(WorkloadFilter):
@@ -58,16 +59,19 @@ class WorkloadPageFilter(WorkloadFilter):
 @login_required
 def workload_list(request: HttpRequest) -> HttpResponse:
     """The workloads the user may see, filterable and sortable."""
+    as_of = timezone.now()  # the time of the data: read before the rows
     qs = selectors.workload_list(user=request.user)
     filterset = WorkloadPageFilter(request.GET, queryset=qs, request=request)
     page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
     # Polled while a listed workload can still change (pending or holding capacity); the poll
     # stops once every row has ended. htmx gets the table only.
     live = any(w.state in OPEN_STATES for w in page)
-    template = ("scheduling/partials/workload_table.html" if getattr(request, "htmx", False)
+    htmx = bool(getattr(request, "htmx", False))
+    template = ("scheduling/partials/workload_table.html" if htmx
                 else "scheduling/workload_list.html")
     return render(request, template, {"filter": filterset, "page": page, "live": live,
-                                      "poll_s": LIST_POLL_S, "as_of": timezone.now()})
+                                      "as_of": as_of},
+                  status=STOP_POLLING if htmx and not live else 200)
 
 
 def _form(request: HttpRequest, data: Any = None,
@@ -155,6 +159,7 @@ def _name_free(form: WorkloadRequestForm) -> bool:
 
 
 def _live_context(request: HttpRequest, pk: int) -> dict[str, Any]:
+    as_of = timezone.now()  # the time of the data: read before the workload
     workload = selectors.workload_get(user=request.user, pk=pk)
     if workload is None:
         raise Http404("no such workload")
@@ -162,7 +167,7 @@ def _live_context(request: HttpRequest, pk: int) -> dict[str, Any]:
     reasons = selectors.workload_reasons(workload)
     live = workload.state not in TERMINAL_STATES
     return {
-        "w": workload, "admission": admission, "live": live, "poll_s": LIVE_POLL_S,
+        "w": workload, "admission": admission, "live": live, "as_of": as_of,
         "position": selectors.workload_queue_position(workload),
         "current_reason": ({"code": workload.reason_code, "message": workload.reason_message}
                            if workload.reason_code else None),
@@ -184,8 +189,11 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def workload_live(request: HttpRequest, pk: int) -> HttpResponse:
-    """htmx: the live part of the workload page; without the poll trigger once it ended."""
-    return render(request, "scheduling/partials/workload_live.html", _live_context(request, pk))
+    """htmx: the live part of the workload page; once it ended, without the poll trigger and
+    with status 286, so htmx stops polling (nothing on it can change any more)."""
+    context = _live_context(request, pk)
+    return render(request, "scheduling/partials/workload_live.html", context,
+                  status=200 if context["live"] else STOP_POLLING)
 
 
 @login_required

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -173,6 +174,18 @@ def _distinct_newest(reasons: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out[::-1]
 
 
+_ISO = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
+
+
+def _words(code: str, message: str, text: str | None, now: datetime) -> str:
+    """A reason as people read it: the server's plain words (`reason_text` / a reason's
+    `text`) with their ISO 8601 times as dates ("2026-05-01 12:10 UTC (in 10m)") and the code
+    after it; from a server without plain words, the code and the engine's text."""
+    if not text:
+        return f"{code}: {message}"
+    return f"{_ISO.sub(lambda m: when(m.group(0), now), text)} [{code}]"
+
+
 def why_text(w: dict[str, Any], reasons: list[dict[str, Any]], now: datetime) -> str:
     """`allot why` for people: where the workload stands and why, `reasons` newest first."""
     head = f"{w['name']} (#{w['id']})"
@@ -180,11 +193,13 @@ def why_text(w: dict[str, Any], reasons: list[dict[str, Any]], now: datetime) ->
     earlier = reasons
     if state == "rejected":
         return "\n".join([f"{head} was rejected at submission:"]
-                         + [f"  {r['code']}: {r['message']}" for r in reasons[::-1]])
+                         + [f"  {_words(r['code'], r['message'], r.get('text'), now)}"
+                            for r in reasons[::-1]])
     if state == "pending":
         lines = [f"{head} is pending in {w['queue']}.", *_position(w, now)]
         if current:
-            lines.append(f"It waits: {current['code']}: {current['message']}")
+            lines.append("It waits: " + _words(current["code"], current["message"],
+                                               w.get("reason_text"), now))
             if reasons and (reasons[0]["code"], reasons[0]["message"]) == (
                     current["code"], current["message"]):
                 earlier = reasons[1:]  # said just above
@@ -202,7 +217,8 @@ def why_text(w: dict[str, Any], reasons: list[dict[str, Any]], now: datetime) ->
     if earlier:
         lines.append("Earlier reasons, newest first:" if earlier is not reasons
                      else "Reasons, newest first:")
-        lines += [f"  {when(r['at'], now)}  {r['code']}: {r['message']}" for r in earlier[:10]]
+        lines += [f"  {when(r['at'], now)}  {_words(r['code'], r['message'], r.get('text'), now)}"
+                  for r in earlier[:10]]
         if len(earlier) > 10:
             lines.append(f"  ... {len(earlier) - 10} earlier (allot status {w['id']} -o json "
                          "for all)")
@@ -215,7 +231,7 @@ def run_why(ctx: Context) -> int:
     w = _detail(ctx, ctx.args.id)
     reasons = _distinct_newest(w.get("reasons", []))
     data = {k: w.get(k) for k in ("id", "name", "state", "queue", "gpus", "queue_position",
-                                  "reason", "admission")}
+                                  "reason", "reason_text", "admission")}
     data["reasons"] = reasons
     emit(data, ctx.output, lambda: why_text(w, reasons, datetime.now(UTC)))
     return Exit.OK

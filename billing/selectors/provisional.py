@@ -13,6 +13,7 @@ before its first record, nothing of it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -56,29 +57,43 @@ def _priced(adm: Any, start: datetime, end: datetime, rates: dict, now: datetime
     return cost, Decimal(adm.gpus) * running_h, currency
 
 
-def provisional_of(admissions: Any, *, now: datetime, since: datetime | None = None
-                   ) -> Provisional:
-    """The not-yet-rolled-up cost of `admissions` (a queryset of `scheduling.Admission`),
-    from `since` (e.g. the month's start) to now; one query for the admissions and their
-    covered hours."""
+def provisional_by(admissions: Any, *, now: datetime, since: datetime | None = None,
+                   until: datetime | None = None, key: Callable[[Any], str] | None = None
+                   ) -> dict[str, Provisional]:
+    """The not-yet-rolled-up cost of `admissions` (a queryset of `scheduling.Admission`) over
+    [since, min(until, now)), per `key(admission)` ("" for all): one query for the
+    admissions, their workloads and their covered hours. The one computation of provisional
+    cost: a workload's, a team's month to date and the usage rows per team, queue or flavor
+    all come from it."""
     last = (UsageRecord.objects.filter(admission_id=OuterRef("pk")).values("admission_id")
             .annotate(h=Max("hour")).values("h"))
-    rows = admissions.select_related("flavor").annotate(covered=Subquery(last[:1]))
+    rows = admissions.select_related("flavor", "workload__team", "workload__queue").annotate(
+        covered=Subquery(last[:1]))
     rates = rate_versions()
-    cost, hours, currency = ZERO, ZERO, None
+    stop = now if until is None else min(now, until)
+    sums: dict[str, list[Any]] = {}
     for adm in rows:
         start = adm.reserved_at
         if adm.covered is not None:
             start = max(start, adm.covered + HOUR)
         if since is not None:
             start = max(start, since)
-        end = min(adm.ended_at or now, now)
+        end = min(adm.ended_at or stop, stop)
         c, h, cur = _priced(adm, start, end, rates, now)
-        cost += c
-        hours += h
-        currency = cur or currency
-    return Provisional(cost=round_money(cost), gpu_hours=hours,
-                       currency=currency or default_currency())
+        group = sums.setdefault("" if key is None else key(adm), [ZERO, ZERO, None])
+        group[0] += c
+        group[1] += h
+        group[2] = cur or group[2]
+    return {k: Provisional(cost=round_money(c), gpu_hours=h, currency=cur or default_currency())
+            for k, (c, h, cur) in sums.items()}
+
+
+def provisional_of(admissions: Any, *, now: datetime, since: datetime | None = None
+                   ) -> Provisional:
+    """The not-yet-rolled-up cost of `admissions` from `since` (e.g. the month's start) to
+    now, all together (`provisional_by`)."""
+    return provisional_by(admissions, now=now, since=since).get("") or Provisional(
+        cost=round_money(ZERO), gpu_hours=ZERO, currency=default_currency())
 
 
 def workload_provisional(workload: Any, *, now: datetime) -> Provisional:

@@ -11,13 +11,13 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Min, Q
+from django.db.models import Min, Q
 
 from core.db import postgres
 from portal.pages.access import Scope
 from quotas.selectors import queue_rows
 from scheduling.models import ACTIVE_STATES, Admission, Cluster, Node, Workload, WorkloadState
-from scheduling.selectors import fleet_usage
+from scheduling.selectors import gpu_headroom, pending_counts
 
 ZERO = Decimal(0)
 
@@ -66,15 +66,6 @@ def dashboard_queues(*, user: Any, scope: Scope) -> list[dict[str, Any]]:
     return rows
 
 
-def pending_counts(queue_ids: list[int]) -> dict[int, int]:
-    """Pending workloads per leaf queue id."""
-    counts: dict[int, int] = defaultdict(int)
-    rows = Workload.objects.filter(queue_id__in=queue_ids, state=WorkloadState.PENDING)
-    for qid in rows.values_list("queue_id", flat=True):
-        counts[qid] += 1
-    return dict(counts)
-
-
 def workloads_to_decide(scope: Scope, *, user: Any = None) -> Any:
     """Pending workloads held for approval that the user may decide, oldest first; with
     `user`, not their own nor those they already approved (four eyes)."""
@@ -102,26 +93,11 @@ def my_live_workloads(*, user: Any, limit: int = 20) -> list[Workload]:
     )
 
 
-def fleet_headroom(*, min_health: float = 0.5) -> list[dict[str, Any]]:
-    """Per GPU model: GPUs on ready nodes of healthy enabled clusters, used, free."""
-    capacity: dict[str, int] = defaultdict(int)
-    installed: dict[str, int] = defaultdict(int)
-    nodes = Node.objects.filter(gpus__gt=0).values(
-        "flavor__name", "gpus", "ready", "cluster__enabled", "cluster__health")
-    for n in nodes:
-        installed[n["flavor__name"]] += n["gpus"]
-        if n["ready"] and n["cluster__enabled"] and n["cluster__health"] >= min_health:
-            capacity[n["flavor__name"]] += n["gpus"]
-    used: dict[str, Decimal] = defaultdict(Decimal)
-    for (_cluster, flavor), amounts in fleet_usage().items():
-        used[flavor] += amounts["gpu"]
-    out = []
-    for flavor in sorted(installed):
-        u = int(used.get(flavor, ZERO))
-        out.append({"flavor": flavor, "installed": installed[flavor],
-                    "usable": capacity[flavor], "used": u,
-                    "free": max(0, capacity[flavor] - u)})
-    return out
+def fleet_headroom(*, min_health: float | None = None) -> list[dict[str, Any]]:
+    """Per GPU model: installed, usable, used, free (`scheduling.selectors.gpu_headroom`, the
+    one source of free GPUs), as rows for the dashboard."""
+    return [{"flavor": flavor, **row}
+            for flavor, row in sorted(gpu_headroom(min_health=min_health).items())]
 
 
 # --- time series ------------------------------------------------------------------------------
@@ -244,12 +220,13 @@ def queue_waits(*, start: datetime, now: datetime, queue_ids: frozenset[int] | N
     waits: dict[str, list[float]] = defaultdict(list)
     for path, minutes in _admitted_waits(start, queue_ids, admitted):
         waits[path].append(max(0.0, minutes))
-    # Pending work: its count and the oldest submission per queue are all the chart needs.
+    # Pending work: its count (`pending_counts`, the dashboard's) and the oldest submission
+    # per queue are all the chart needs.
+    counts = pending_counts(None if queue_ids is None else sorted(queue_ids))
     pending: dict[str, tuple[int, float]] = {
-        path: (n, max(0.0, (now - oldest).total_seconds() / 60))
-        for path, n, oldest in pend.values("queue__path").annotate(
-            n=Count("id"), oldest=Min("submitted_at")).values_list(
-            "queue__path", "n", "oldest")}
+        path: (counts.get(qid, 0), max(0.0, (now - oldest).total_seconds() / 60))
+        for qid, path, oldest in pend.values("queue_id", "queue__path").annotate(
+            oldest=Min("submitted_at")).values_list("queue_id", "queue__path", "oldest")}
     out = []
     for path in sorted(set(waits) | set(pending)):
         w = sorted(waits.get(path, []))

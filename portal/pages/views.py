@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -34,11 +33,11 @@ INBOX_ROWS = 50  # oldest first: decide these, the next ones follow
 def dashboard(request: HttpRequest) -> HttpResponse:
     """A researcher's start page: their queues' standing, their work, fleet headroom."""
     scope = user_scope(request.user)
+    as_of = timezone.now()  # the time of the data: read before the figures
     queues = page_selectors.dashboard_queues(user=request.user, scope=scope)
     counts = page_selectors.pending_counts([q["id"] for q in queues])
     for q in queues:
         q["pending_count"] = counts.get(q["id"], 0)
-    min_health = float(settings.ALLOT_ENGINE.get("min_cluster_health", 0.5))
     # htmx refreshes the standing every few seconds: it gets the body only.
     htmx = bool(getattr(request, "htmx", False))  # django-htmx's middleware sets it
     template = "portal/partials/dashboard_body.html" if htmx else "portal/dashboard.html"
@@ -50,8 +49,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "queues": queues,
         "own_queues": any(q["can_submit"] for q in queues),
         "workloads": page_selectors.my_live_workloads(user=request.user),
-        "headroom": page_selectors.fleet_headroom(min_health=min_health),
-        "scope": scope,
+        "headroom": page_selectors.fleet_headroom(),
+        "scope": scope, "as_of": as_of,
     })
 
 
@@ -252,8 +251,6 @@ def fleet(request: HttpRequest) -> HttpResponse:
         queue_ids=None if scope.is_admin else scope.visible_queue_ids)
     clusters = tree_selectors.cluster_list()
     for cluster in clusters:
-        for f in cluster["flavors"].values():
-            f["free"] = max(0, f["allocatable"]["gpu"] - f["used"]["gpu"])
         cluster["kind_names"] = kind_names(cluster["workload_kinds"])
     return render(request, "portal/fleet.html", {
         "clusters": clusters,

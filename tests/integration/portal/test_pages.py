@@ -56,7 +56,7 @@ def test_dashboard_shows_queue_standing_and_headroom(client, org, priority_class
     assert "1 pending workload" in html
     assert ">big</a>" in html and ">waiting</a>" in html
     # fleet headroom: 32 a100 GPUs on 4 ready nodes, 12 used
-    assert '<td data-label="Free" class="num"><strong>20</strong>' in html
+    assert '<td data-label="Free" class="num gpus-free"><strong>20</strong>' in html
     live = client.get("/dashboard/", HTTP_HX_REQUEST="true").content.decode()
     assert live.startswith('<div id="dashboard-live"') and "<html" not in live
     assert 'hx-trigger="every 10s"' in live and "rd/vision" in live
@@ -123,7 +123,7 @@ def test_workload_page_polls_while_live_and_stops_when_ended(client, org, priori
     w = submit(org.alice, name="job")
     c = login(client, org.alice)
     html = c.get(f"/workloads/{w.pk}/").content.decode()
-    assert f'hx-get="/workloads/{w.pk}/live/" hx-trigger="every 3s"' in html
+    assert f'hx-get="/workloads/{w.pk}/live/" hx-trigger="every 10s"' in html
     assert "Place in rd/vision: <strong>1</strong>" in html
     assert "Submitted" in html
     r = c.post(f"/workloads/{w.pk}/cancel/")

@@ -62,3 +62,29 @@ def test_running_rejected_and_ended():
                              finished_at="2026-05-01T11:30:00Z"), [], NOW) == (
         "resnet (#7) finished 2026-05-01 11:30 UTC (30m ago).\n"
         "Its last admission ended: finished.")
+
+
+def test_why_prints_the_servers_plain_words_with_readable_times():
+    """The API's `reason_text` (and each reason's `text`) is what `allot why` prints, its ISO
+    8601 times as dates; the engine's code follows in brackets. Without them (an older
+    server), the code and the engine's text."""
+    cooldown = {"code": "COOLDOWN", "message": "queue rd: a workload was reclaimed; no borrowing "
+                "admissions until 1777637400.5 (reclaim_cooldown_s 600)"}
+    plain = ("Another queue just took back GPUs that queue rd had borrowed, so rd may not "
+             "borrow again until 2026-05-01T12:10:00Z (a pause of 10 min after every reclaim, "
+             "so the capacity goes to its owner).")
+    reasons = [{**cooldown, "text": plain, "at": "2026-05-01T11:58:00Z"},
+               {**QUOTA, "text": "The queue rd/vision is at its limit.",
+                "at": "2026-05-01T11:00:00Z"}]
+    lines = why_text(workload(reason=cooldown, reason_text=plain), reasons, NOW).splitlines()
+    waits = next(line for line in lines if line.startswith("It waits: "))
+    assert waits == ("It waits: Another queue just took back GPUs that queue rd had borrowed, "
+                     "so rd may not borrow again until 2026-05-01 12:10 UTC (in 10m) (a pause "
+                     "of 10 min after every reclaim, so the capacity goes to its owner). "
+                     "[COOLDOWN]")
+    assert "1777637400" not in "\n".join(lines)
+    assert lines[-1] == ("  2026-05-01 11:00 UTC (1h ago)  The queue rd/vision is at its "
+                         "limit. [QUOTA_MAX]")
+    rejected = why_text(workload(state="rejected"), [{**QUOTA, "text": "Too big.", "at": "x"}],
+                        NOW)
+    assert rejected.splitlines()[1] == "  Too big. [QUOTA_MAX]"
