@@ -20,11 +20,15 @@ def rate_at(rates: dict, flavor: str, resource: str, now: datetime):
     return current
 
 
-def admission_hourly_cost(adm, rates: dict, now: datetime) -> tuple[Decimal, str]:
-    """What an open admission costs per hour at today's rates (frozen rate until it runs)."""
+def admission_hourly_cost(adm, rates: dict, now: datetime,
+                          slices: Decimal = Decimal(0)) -> tuple[Decimal, str]:
+    """What an open admission costs per hour at today's rates (frozen rate until it runs);
+    `slices`: its MIG slices as cards (`slice_cards`), priced at the GPU rate as metering
+    prices them."""
     per_hour = Decimal(0)
     currency = default_currency()
-    for resource, amount in (("gpu", adm.gpus), ("cpu", adm.cpu), ("memory", adm.memory_gib)):
+    for resource, amount in (("gpu", Decimal(adm.gpus) + slices), ("cpu", adm.cpu),
+                             ("memory", adm.memory_gib)):
         version = rate_at(rates, adm.flavor.name, resource, now)
         if version is not None and amount:
             rate = version.rate if adm.running_at else version.frozen_rate
