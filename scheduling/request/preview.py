@@ -15,6 +15,7 @@ from core.quantity import amounts, display, to_base
 from quotas.models import Queue
 from quotas.tree_rules import fmt, validate_tree
 from scheduling import engine
+from scheduling.extensions import estimate_cost
 from scheduling.models import Node, PodSet, PriorityClass, Workload
 from scheduling.models import WorkloadState as S
 from scheduling.request.validation import gpus_shown
@@ -69,6 +70,8 @@ class Preview:
     estimate_known: bool = False
     estimate_note: str = ""
     resources: list[ResourceOffer] = field(default_factory=list)  # on `flavor`
+    cost: Any = None  # extensions.CostEstimate on `flavor`, once running (None: no rate)
+    cost_total: Decimal | None = None  # over the expected duration, when given
 
     @property
     def impossible(self) -> bool:
@@ -155,6 +158,11 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
         ResourceOffer(name=o.name, per_node=o.per_node, installed=o.installed, free=o.free,
                       asked=asked.get(o.name, ZERO))
         for o in advertised_resources([flavor]).get(flavor, [])]
+    preview.cost = estimate_cost(flavor, [{**p, "resources": _bases(p)} for p in pods], now)
+    hint = submission.get("duration_hint_s")
+    if preview.cost is not None and hint:
+        preview.cost_total = (preview.cost.per_hour * Decimal(hint) / 3600).quantize(
+            Decimal("0.01"))
 
     report = validate_tree(tree_specs().values())
     usage = queue_usage()

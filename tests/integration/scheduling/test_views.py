@@ -193,3 +193,26 @@ def test_a_resource_no_node_advertises_can_never_run(alice, mig_nodes):
     r = alice.post("/workloads/new/", {**BASE, **pod_rows(row)})
     assert r.status_code == 400 and not Workload.objects.exists()
     assert "nvidia.com/mig-3g.40gb" in r.content.decode()
+
+
+def test_the_cost_estimate_counts_fractions_and_slices(alice, mig_nodes):
+    """2 pods of a quarter card and 7 x 1g slices each: 2 x (0.25 + 1) = 2.5 cards billed at
+    the GPU rate (2.00/h): 5.00/h, 15.00 over the 3 h expected."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing.services import rate_card_create
+
+    row = {**LAUNCHER, "count": 2, "gpus": "0.25", "resources": f"{MIG}=7"}
+    # Without a rate for the flavor there is no estimate (not a zero one).
+    html = alice.post("/workloads/new/check/", {**BASE, **pod_rows(row)}).content.decode()
+    assert 'id="request-cost"' not in html and "Can it ever fit?" in html
+    rate_card_create(flavor=mig_nodes.a100, resource="gpu", rate=Decimal("2.00"),
+                     effective_from=timezone.now() - timedelta(days=1))
+    html = alice.post("/workloads/new/check/",
+                      {**BASE, "duration_h": "3", **pod_rows(row)}).content.decode()
+    line = html.split('id="request-cost"')[1].split("</li>")[0]
+    assert "<strong>5.00 EUR/h</strong> (2.5 GPUs billed, MIG slices as their" in line
+    assert "<strong>15.00 EUR</strong> over the expected duration" in line
