@@ -256,7 +256,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
             f["free"] = max(0, f["allocatable"]["gpu"] - f["used"]["gpu"])
         cluster["kind_names"] = kind_names(cluster["workload_kinds"])
     return render(request, "portal/fleet.html", {
-        "clusters": clusters,
+        "clusters": clusters, "shared": page_selectors.shared_cards(),
         "figures": [
             {"id": "chart-allocation", "data_id": "chart-allocation-data",
              "title": "Allocation over the last 24 h",
