@@ -307,3 +307,9 @@ _.derived_pods  # serializer field (workloads API)
 _.manifest_text  # form field
 _.manifest_file  # form field
 _.field_order  # Django Form option (the request forms: their own fields first)
+
+# --- every GPU shape: the request form's resources and cost estimate
+_.clean_resources  # Django form hook (PodSetForm)
+_.cost_total  # templates/scheduling/partials/feedback.html
+_.cost_per_hour  # serializer field (workload preview API)
+_.gpus_billed  # serializer field (workload preview API)

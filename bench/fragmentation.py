@@ -3,6 +3,7 @@
     python -m bench.fragmentation                 # 10 seeds, every policy
     python -m bench.fragmentation --seeds 3       # fewer seeds
     python -m bench.fragmentation --policy allot  # one policy
+    python -m bench.fragmentation --workload gpushare100  # the trace's all-sharing variant
 
 The experiment of Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
 Fragmentation Gradient Descent" (USENIX ATC '23), on their artifact's data
@@ -44,23 +45,26 @@ from bench.engine import traces_dir
 from scheduling.engine.fragmentation import MILLI, Shape
 from scheduling.engine.pool import Pod, Pool, pod_of
 
-POD_FILE = "alibaba_openb_pod_list_default.csv"
+POD_FILE = "alibaba_openb_pod_list_{workload}.csv"
+WORKLOADS = ("default", "gpushare100")
 NODE_FILE = "alibaba_openb_node_list_gpu_node.csv"
 POLICIES = ("round-up", "best-fit", "fgd", "allot")
 MARKS = (50, 60, 70, 80, 90, 100, 110, 120, 130)
-PUBLISHED = {"fgd": (95.2, 95.4), "best-fit": (92.9, 93.1)}
+PUBLISHED = {"default": {"fgd": (95.2, 95.4), "best-fit": (92.9, 93.1)},
+             "gpushare100": {"fgd": (86.6, 86.9), "best-fit": (84.6, 85.0)}}
 
 # One trace pod: milli-GPU asked in all, GPUs per pod (a fraction or whole cards), cpu, memory.
 TracePod = tuple[int, float, float, float]
 
 
-def load(folder: Path) -> tuple[list[tuple[str, int, float, float]], list[TracePod]]:
-    """The nodes (name, cards, cores, GiB) and the pods of the openb trace."""
+def load(folder: Path, workload: str = "default"
+         ) -> tuple[list[tuple[str, int, float, float]], list[TracePod]]:
+    """The nodes (name, cards, cores, GiB) and the pods of one openb workload."""
     with (folder / NODE_FILE).open(newline="") as fh:
         nodes = [(r["sn"], int(r["gpu"]), int(r["cpu_milli"]) / 1000,
                   int(r["memory_mib"]) / 1024) for r in csv.DictReader(fh)]
     pods: list[TracePod] = []
-    with (folder / POD_FILE).open(newline="") as fh:
+    with (folder / POD_FILE.format(workload=workload)).open(newline="") as fh:
         for r in csv.DictReader(fh):
             n, milli = int(r["num_gpu"]), int(r["gpu_milli"])
             gpus: float = 0.0 if n == 0 else (milli / MILLI if milli < MILLI else float(n))
@@ -122,22 +126,35 @@ def replay(nodes: list[tuple[str, int, float, float]], pods: list[TracePod],
     return out, time.perf_counter() - started
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """Mean, min, max and sample standard deviation, rounded to 2 places."""
+    mean = sum(values) / len(values)
+    sd = (math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+          if len(values) > 1 else 0.0)
+    return {"mean": round(mean, 2), "min": round(min(values), 2), "max": round(max(values), 2),
+            "sd": round(sd, 2)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--policy", choices=POLICIES, action="append")
+    parser.add_argument("--workload", choices=WORKLOADS, default="default")
     args = parser.parse_args(argv)
     folder = traces_dir()
-    if not (folder / POD_FILE).exists():
-        print(f"[fragmentation] skipped: {folder / POD_FILE} not found (set ALLOT_TRACES_DIR)")
+    pod_file = folder / POD_FILE.format(workload=args.workload)
+    if not pod_file.exists():
+        print(f"[fragmentation] skipped: {pod_file} not found (set ALLOT_TRACES_DIR)")
         return 0
-    nodes, pods = load(folder)
+    nodes, pods = load(folder, args.workload)
     installed = sum(n[1] for n in nodes) * MILLI
     policies = args.policy or list(POLICIES)
-    print(f"openb default: {len(pods)} pods, {len(nodes)} nodes, {installed // MILLI} GPUs; "
+    print(f"openb {args.workload}: {len(pods)} pods, {len(nodes)} nodes, "
+          f"{installed // MILLI} GPUs; "
           f"{args.seeds} seeds (Weng et al., USENIX ATC '23; alibaba/clusterdata)")
     print(f"{'policy':10} " + " ".join(f"{m:>6}%" for m in MARKS) + "   wall s")
     figures: dict[str, dict[str, object]] = {}
+    per_seed: dict[str, list[list[float]]] = {}
     for policy in policies:
         curves: list[list[float]] = []
         wall = 0.0
@@ -148,12 +165,33 @@ def main(argv: list[str] | None = None) -> int:
         mean = [sum(c[k] for c in curves) / len(curves) for k in range(len(MARKS))]
         print(f"{policy:10} " + " ".join(f"{v:7.2f}" for v in mean)
               + f"   {wall / args.seeds:6.1f}")
+        per_seed[policy] = curves
         figures[policy] = {"ratio": dict(zip((str(m) for m in MARKS), (round(v, 2) for v in mean),
                                              strict=True)),
+                           "spread": {str(m): spread([c[MARKS.index(m)] for c in curves])
+                                      for m in (100, 130)},
                            "wall_s_per_replay": round(wall / args.seeds, 2)}
-    for policy, (at100, at130) in PUBLISHED.items():
+    print("spread over seeds at 100% and 130% (min..max, standard deviation):")
+    for policy in policies:
+        parts = [f"{m}%: {s['min']:.2f}..{s['max']:.2f} (sd {s['sd']:.2f})"
+                 for m, s in ((m, figures[policy]["spread"][str(m)])  # type: ignore[index]
+                              for m in (100, 130))]
+        print(f"  {policy:10} " + "; ".join(parts))
+    if "allot" in per_seed and "fgd" in per_seed:
+        # Same seeds, same arrivals: the paired difference is the fair comparison.
+        for m in (100, 130):
+            k = MARKS.index(m)
+            diffs = [a[k] - f[k] for a, f in zip(per_seed["allot"], per_seed["fgd"],
+                                                  strict=True)]
+            s = spread(diffs)
+            wins = sum(d > 0 for d in diffs)
+            print(f"allot - fgd at {m}%: mean {s['mean']:+.2f} points, "
+                  f"{s['min']:+.2f}..{s['max']:+.2f}, above on {wins} of {len(diffs)} seeds")
+            figures.setdefault("allot_minus_fgd", {})[str(m)] = {**s, "seeds_above": wins}
+    for policy, (at100, at130) in PUBLISHED[args.workload].items():
         print(f"published {policy}: {at100} / {at130}")
-    print(json.dumps({"bench": "fragmentation", "seeds": args.seeds, "figures": figures}))
+    print(json.dumps({"bench": "fragmentation", "workload": args.workload, "seeds": args.seeds,
+                      "figures": figures}))
     return 0
 
 

@@ -9,8 +9,11 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing"
 
     def ready(self) -> None:
+        from billing.selectors.rates import request_cost_estimate
         from billing.services.budgets import budget_submission_check
-        from scheduling.extensions import register_submission_check
+        from scheduling.extensions import register_cost_estimator, register_submission_check
 
         # Budget actions in force (block, lower to batch-low) apply at submit.
         register_submission_check(budget_submission_check)
+        # The request form's cost estimate, counting fractions and MIG slices.
+        register_cost_estimator(request_cost_estimate)

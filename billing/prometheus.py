@@ -4,10 +4,16 @@ Usage is read from node telemetry (dcgm-exporter on each GPU node, scraped by Pr
 from what a container reports about itself. dcgm-exporter labels each GPU's series with the pod
 and namespace using it; when Prometheus' own target labels already hold `pod`/`namespace` it
 renames the exporter's as `exported_pod`/`exported_namespace`, which then win.
+
+On a MIG GPU the exporter reports each MIG instance apart (`GPU_I_ID`, `GPU_I_PROFILE` such as
+`1g.10gb`), its activity a share of that instance, not of the card: a slice is weighed by what
+it is worth in cards (N/7 for an `Ng` profile), so a `1g` instance fully busy is 1/7 of a card
+active, as its slice is billed 1/7 of a card reserved.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -22,7 +28,15 @@ from scheduling.backends.naming import parse_pod_name
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
-_BY = "namespace, pod, exported_namespace, exported_pod"
+_BY = "namespace, pod, exported_namespace, exported_pod, GPU_I_PROFILE"
+_MIG_PROFILE = re.compile(r"^(\d+)g\.")
+
+
+def instance_cards(labels: dict[str, str]) -> Decimal:
+    """What one series' GPU is worth in cards: a MIG instance N/7 by its profile (`3g.40gb`:
+    3/7), a whole GPU 1."""
+    match = _MIG_PROFILE.match(labels.get("GPU_I_PROFILE", ""))
+    return Decimal(int(match.group(1))) / 7 if match else Decimal(1)
 
 
 class TelemetryUnavailable(Exception):
@@ -98,7 +112,10 @@ def _pod_of(labels: dict[str, str]) -> tuple[int | None, str]:
     return (parsed[0] if parsed else None), namespace
 
 
-def _per_workload(series: list[Series], scale: Decimal = Decimal(1)) -> dict[str, Any]:
+def _per_workload(series: list[Series], scale: Decimal = Decimal(1), *,
+                  per_card: bool = True) -> dict[str, Any]:
+    """Per workload, per step: the sum over its series (`per_card`: each weighed by what its GPU
+    is worth in cards, for activity; not for memory)."""
     out: dict[int, dict] = {}
     namespaces: dict[int, str] = {}
     for s in series:
@@ -107,8 +124,9 @@ def _per_workload(series: list[Series], scale: Decimal = Decimal(1)) -> dict[str
             continue
         namespaces[workload_id] = namespace
         steps = out.setdefault(workload_id, {})
+        weight = scale * instance_cards(s.labels) if per_card else scale
         for ts, value in s.values:
-            steps[ts] = steps.get(ts, Decimal(0)) + value * scale
+            steps[ts] = steps.get(ts, Decimal(0)) + value * weight
     return {"steps": out, "namespaces": namespaces}
 
 
@@ -128,7 +146,7 @@ def fetch_hour(client: PrometheusClient, hour: datetime) -> dict[int, WorkloadTe
 
     active = _per_workload(run(ENGINE_ACTIVE))
     util = _per_workload(run(GPU_UTIL), Decimal("0.01"))
-    fb = _per_workload(run(FB_USED))
+    fb = _per_workload(run(FB_USED), per_card=False)
     out: dict[int, WorkloadTelemetry] = {}
     for source_name, source in ((ENGINE_ACTIVE, active), (GPU_UTIL, util)):
         for workload_id, steps in source["steps"].items():

@@ -15,6 +15,14 @@ urlpatterns += [
          name="api-workload-cancel"),
 ]
 
+# A submission's preview: verdicts, cost estimate, forecast (nothing saved).
+from scheduling import api_preview  # noqa: E402
+
+urlpatterns += [
+    path("workloads/preview", api_preview.WorkloadPreviewApi.as_view(),
+         name="api-workload-preview"),
+]
+
 # Clusters (foundation helper).
 from scheduling import api as api_clusters  # noqa: E402
 

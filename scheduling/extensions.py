@@ -10,6 +10,8 @@ imports them:
   Inside `submission_update(replaces=..., previous=...)` (scheduling.request.updates: a
   restart or an update of an existing workload), checks see `is_update` true, the id of the
   workload it replaces and its previous request, so rules can grandfather what does not grow.
+- `register_cost_estimator(fn)`: `fn(flavor: str, pods: list[dict], now) -> CostEstimate |
+  None`, what the request form shows a request would cost per hour on its flavor (billing).
 - `register_cycle_adjuster(fn)`: `fn(ctx: CycleContext) -> None`, called while the scheduling
   cycle builds the engine snapshot. It may lower a queue key's max (naming the policy, so a
   `QUOTA_MAX` reason names it) and restrict the clusters a pending workload may use.
@@ -23,6 +25,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -176,6 +179,37 @@ def run_submission_checks(ctx: SubmissionContext) -> SubmissionVerdict:
         if verdict.priority_class:
             merged.priority_class = verdict.priority_class
     return merged
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """What a request would cost per hour on a flavor, at the rates in force, and the cards it
+    is billed as (fractions as they are, MIG slices as their GPU-equivalents)."""
+
+    per_hour: Decimal
+    currency: str
+    cards: Decimal
+
+
+CostEstimator = Callable[[str, list[dict[str, Any]], datetime], "CostEstimate | None"]
+_cost_estimators: list[CostEstimator] = []
+
+
+def register_cost_estimator(fn: CostEstimator) -> CostEstimator:
+    """Add the request form's cost estimate (idempotent)."""
+    if fn not in _cost_estimators:
+        _cost_estimators.append(fn)
+    return fn
+
+
+def estimate_cost(flavor: str, pods: list[dict[str, Any]], now: datetime
+                  ) -> CostEstimate | None:
+    """The first registered estimator's answer (None: no estimator, or no rate)."""
+    for fn in list(_cost_estimators):
+        estimate = fn(flavor, pods, now)
+        if estimate is not None:
+            return estimate
+    return None
 
 
 def run_cycle_adjusters(ctx: CycleContext) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from decimal import Decimal
 from typing import Any
@@ -108,7 +109,7 @@ class WorkloadRequestForm(SchedulingFields):
             "pods": [{
                 "count": p["count"], "flavors": self.flavors(), "gpus": p["gpus"],
                 "cpu": p["cpu"], "memory_gib": p["memory_gib"],
-                "gpu_memory_gib": p.get("gpu_memory_gib"),
+                "gpu_memory_gib": p.get("gpu_memory_gib"), "resources": p.get("resources") or {},
             } for p in pod_sets],
         }
 
@@ -132,6 +133,25 @@ class PodSetForm(forms.Form):
                                         help_text="Empty: any. For a share of a card: the "
                                                   "memory it needs on that card.")
 
+    resources = forms.CharField(
+        max_length=2000, required=False, label="Other resources per pod",
+        help_text="Any resource the GPU model's nodes advertise, as name=quantity, separated by "
+                  "commas: nvidia.com/mig-1g.10gb=1, ephemeral-storage=100Gi",
+        widget=forms.TextInput(attrs={"list": "advertised-resources", "autocomplete": "off",
+                                      "spellcheck": "false"}))
+
+    def clean_resources(self) -> dict[str, str]:
+        """`name=quantity, ...` as the API's `resources` object, checked by the API's code."""
+        raw = resource_text_parse(self.cleaned_data.get("resources") or "")
+        errors: dict[str, list[str]] = {}
+        limits.parse_resources(raw, "resources", errors)
+        if errors:
+            # Keys such as resources[nvidia.com/mig-1g.10gb] name the resource in the message.
+            raise forms.ValidationError([
+                (f"{key[len('resources['):-1]}: {m}" if key.startswith("resources[") else m)
+                for key, messages in errors.items() for m in messages])
+        return raw
+
     def clean_gpus(self) -> Decimal:
         errors: dict[str, list[str]] = {}
         value = limits.parse_gpus(self.cleaned_data["gpus"], "gpus", errors,
@@ -139,6 +159,32 @@ class PodSetForm(forms.Form):
         if value is None:
             raise forms.ValidationError(errors["gpus"])
         return value
+
+
+_RESOURCE_ITEM = re.compile(r"^\s*([^=:\s]+)\s*[=:]\s*(\S+)\s*$")
+
+
+def resource_text_parse(text: str) -> dict[str, str]:
+    """`nvidia.com/mig-1g.10gb=1, ephemeral-storage=100Gi` (commas or new lines; `:` for `=`
+    too) as {name: quantity as typed}; raises ValidationError naming each bad item."""
+    raw: dict[str, str] = {}
+    problems: list[str] = []
+    for item in re.split(r"[,;\n]", text):
+        if not item.strip():
+            continue
+        match = _RESOURCE_ITEM.match(item)
+        if match is None:
+            problems.append(f"{item.strip()!r} is not name=quantity "
+                            "(like nvidia.com/mig-1g.10gb=1)")
+            continue
+        name, quantity = match.groups()
+        if name in raw:
+            problems.append(f"{name}: listed twice")
+            continue
+        raw[name] = quantity
+    if problems:
+        raise forms.ValidationError(problems)
+    return raw
 
 
 POD_SETS_PREFIX = "pods"
@@ -207,6 +253,8 @@ def submission_errors_to_form(form: forms.Form, errors: dict[str, list[str]],
             index, _, rest = key[5:].partition("]")
             name = rest.lstrip(".") or None
             row = kept[int(index)] if index.isdigit() and int(index) < len(kept) else None
+            if name and name.startswith("resources["):
+                name = "resources"
             if row is not None and name != "flavors":
                 row.add_error(name if name in row.fields else None, messages)
                 continue

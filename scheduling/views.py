@@ -25,7 +25,7 @@ from scheduling.forms import (
 )
 from scheduling.models import OPEN_STATES, TERMINAL_STATES, WorkloadState
 from scheduling.reasons import reason_plain
-from scheduling.request.preview import workload_preview
+from scheduling.request.preview import advertised_resources, workload_preview
 
 # htmx stops polling on this status (the content is still swapped in): sent once a live
 # page or table has nothing left that can change.
@@ -88,6 +88,12 @@ def _valid(form: WorkloadRequestForm, pod_sets: PodSetFormSet) -> bool:
     return pod_sets.is_valid() and form_ok
 
 
+def _advertised() -> dict[str, Any]:
+    advertised = advertised_resources()
+    names = sorted({o.name for offers in advertised.values() for o in offers})
+    return {"advertised": advertised, "advertised_names": names}
+
+
 @login_required
 def workload_new(request: HttpRequest) -> HttpResponse:
     """The request-GPUs form; on submit, the same service as POST /api/v1/workloads.
@@ -99,10 +105,12 @@ def workload_new(request: HttpRequest) -> HttpResponse:
         form = _form(request, initial=form_initial_from(request.POST, WorkloadRequestForm))
         pod_sets = pod_set_formset(request.POST, add=True)
         return render(request, "scheduling/workload_form.html",
-                      {"form": form, "pod_sets": pod_sets})
+                      {"form": form, "pod_sets": pod_sets, **_advertised()})
     form = _form(request, request.POST or None)
     pod_sets = pod_set_formset(request.POST or None)
-    context = {"form": form, "pod_sets": pod_sets}
+    # The extended resources the fleet's nodes advertise, per flavor: the row's field suggests
+    # their names, and the page lists them (the live check says what the chosen model has).
+    context = {"form": form, "pod_sets": pod_sets, **_advertised()}
     if request.method == "POST" and _valid(form, pod_sets):
         submission = form.as_submission(pod_sets.pod_sets())
         # A request that can never run is refused here, with the reasons, and not recorded

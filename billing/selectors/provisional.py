@@ -25,7 +25,7 @@ from billing.metering import HOUR, exact_hours
 from billing.models import UsageRecord, round_money
 from billing.selectors.cost_centers import default_currency
 from billing.selectors.rates import rate_at
-from billing.services.usage import rate_versions
+from billing.services.usage import rate_versions, slice_cards
 
 ZERO = Decimal(0)
 
@@ -39,22 +39,24 @@ class Provisional:
     currency: str
 
 
-def _priced(adm: Any, start: datetime, end: datetime, rates: dict, now: datetime
-            ) -> tuple[Decimal, Decimal, str | None]:
-    """(cost, GPU-hours, currency) of one admission over [start, end)."""
+def _priced(adm: Any, start: datetime, end: datetime, rates: dict, now: datetime,
+            slices: Decimal = ZERO) -> tuple[Decimal, Decimal, str | None]:
+    """(cost, GPU-hours, currency) of one admission over [start, end); `slices`: its MIG
+    slices as cards, counted and priced as GPUs (as the hourly rollup does)."""
     if end <= start:
         return ZERO, ZERO, None
     running_from = adm.running_at if adm.running_at is not None else end
     frozen_h = exact_hours(max(start, min(end, running_from)) - start)
     running_h = exact_hours(end - max(start, min(end, running_from)))
     cost, currency = ZERO, None
-    for resource, amount in (("gpu", adm.gpus), ("cpu", adm.cpu), ("memory", adm.memory_gib)):
+    cards = Decimal(adm.gpus) + slices
+    for resource, amount in (("gpu", cards), ("cpu", adm.cpu), ("memory", adm.memory_gib)):
         version = rate_at(rates, adm.flavor.name, resource, now)
         if version is None or not amount:
             continue
         cost += Decimal(amount) * (version.rate * running_h + version.frozen_rate * frozen_h)
         currency = version.currency
-    return cost, Decimal(adm.gpus) * running_h, currency
+    return cost, cards * running_h, currency
 
 
 def provisional_by(admissions: Any, *, now: datetime, since: datetime | None = None,
@@ -72,6 +74,8 @@ def provisional_by(admissions: Any, *, now: datetime, since: datetime | None = N
     rates = rate_versions()
     stop = now if until is None else min(now, until)
     sums: dict[str, list[Any]] = {}
+    rows = list(rows)
+    slices = slice_cards(rows)
     for adm in rows:
         start = adm.reserved_at
         if adm.covered is not None:
@@ -79,7 +83,7 @@ def provisional_by(admissions: Any, *, now: datetime, since: datetime | None = N
         if since is not None:
             start = max(start, since)
         end = min(adm.ended_at or stop, stop)
-        c, h, cur = _priced(adm, start, end, rates, now)
+        c, h, cur = _priced(adm, start, end, rates, now, slices.get(adm.pk, ZERO))
         group = sums.setdefault("" if key is None else key(adm), [ZERO, ZERO, None])
         group[0] += c
         group[1] += h

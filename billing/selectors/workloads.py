@@ -15,7 +15,7 @@ from billing.selectors.cost_centers import default_currency
 from billing.selectors.provisional import workload_provisional
 from billing.selectors.rates import admission_hourly_cost, rate_at
 from billing.selectors.usage import ZERO
-from billing.services.usage import rate_versions
+from billing.services.usage import rate_versions, slice_cards
 
 
 def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
@@ -47,10 +47,12 @@ def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
     unbilled_from = (last_hour + HOUR) if last_hour else None
     rates = rate_versions()
     open_adm = workload.admissions.filter(ended_at__isnull=True).select_related("flavor").first()
+    # MIG slices as cards, as metering bills them.
+    slices = slice_cards([open_adm]).get(open_adm.pk, Decimal(0)) if open_adm else Decimal(0)
     per_hour, rate_currency = (
-        admission_hourly_cost(open_adm, rates, now) if open_adm else (Decimal(0), currency)
+        admission_hourly_cost(open_adm, rates, now, slices) if open_adm else (Decimal(0), currency)
     )
-    gpus = Decimal(open_adm.gpus) if open_adm else Decimal(0)
+    gpus = Decimal(open_adm.gpus) + slices if open_adm else Decimal(0)
     unbilled_h = Decimal(0)  # held since the last billed hour: counts toward the hint too
     if per_hour and open_adm is not None:
         since = max(unbilled_from or open_adm.reserved_at, open_adm.reserved_at)

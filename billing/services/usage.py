@@ -82,7 +82,7 @@ def admission_spans(hour: datetime) -> list[AdmissionSpan]:
         .select_related("workload__queue", "cluster", "flavor")
         .order_by("pk")
     )
-    slices = _slice_cards(rows)
+    slices = slice_cards(rows)
     return [
         AdmissionSpan(
             admission_id=a.pk, workload_id=a.workload_id, workload_name=a.workload.name,
@@ -95,7 +95,7 @@ def admission_spans(hour: datetime) -> list[AdmissionSpan]:
     ]
 
 
-def _slice_cards(admissions: list[Any]) -> dict[int, Decimal]:
+def slice_cards(admissions: list[Any]) -> dict[int, Decimal]:
     """Per admission: the cards its pods' MIG slices are worth (the flavor's
     `gpu_equivalents`, else N/7 for `mig-Ng.*`); admissions without any are left out."""
     from scheduling.models import PodSet

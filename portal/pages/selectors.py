@@ -238,3 +238,49 @@ def queue_waits(*, start: datetime, now: datetime, queue_ids: frozenset[int] | N
             "pending": n_pending, "pending_max_min": oldest_min,
         })
     return out
+
+
+def shared_cards() -> list[dict[str, Any]]:
+    """The cards that hold fractions now, per node (cluster, node, GPU model, cards): each
+    card's pods, share used and free, and GPU memory free (a fraction's slice: its pod set's
+    `gpu_memory_gib`, else its share of the card's memory). From the open admissions' cards
+    (one per pod, in the order of the pod sets' pods)."""
+    from scheduling.models import PodSet
+
+    admissions = list(Admission.objects.filter(ended_at__isnull=True)
+                      .exclude(cards=[]).values_list("workload_id", "cluster__name",
+                                                     "flavor__name", "flavor__gpu_memory_gib",
+                                                     "nodes", "cards"))
+    if not admissions:
+        return []
+    pods: dict[int, list[tuple[Decimal, Decimal | None]]] = defaultdict(list)
+    sets = PodSet.objects.filter(workload_id__in={a[0] for a in admissions})
+    for wid, count, gpus, gmem in sets.order_by("workload_id", "index").values_list(
+            "workload_id", "count", "gpus", "gpu_memory_gib"):
+        pods[wid] += [(Decimal(gpus), None if gmem is None else Decimal(gmem))] * count
+    cards: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for wid, cluster, flavor, card_mem, nodes, per_pod in admissions:
+        for k, (node, card) in enumerate(zip(nodes, per_pod, strict=False)):
+            if card is None or k >= len(pods[wid]):
+                continue
+            share, slice_gib = pods[wid][k]
+            if not 0 < share < 1:
+                continue
+            memory = Decimal(card_mem or 0)
+            slot = cards[(cluster, node, flavor)].setdefault(
+                int(card), {"card": int(card), "pods": 0, "used": ZERO, "memory": memory,
+                            "memory_used": ZERO})
+            slot["pods"] += 1
+            slot["used"] += share
+            slot["memory_used"] += slice_gib if slice_gib is not None else share * memory
+    out = []
+    for (cluster, node, flavor), by_card in sorted(cards.items()):
+        rows = []
+        for card in sorted(by_card):
+            slot = by_card[card]
+            slot["free"] = max(ZERO, 1 - slot["used"])
+            slot["memory_free"] = max(ZERO, slot["memory"] - slot["memory_used"])
+            rows.append(slot)
+        out.append({"cluster": cluster, "node": node, "flavor": flavor, "cards": rows,
+                    "free": sum((r["free"] for r in rows), ZERO)})
+    return out

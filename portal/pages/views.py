@@ -253,7 +253,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     for cluster in clusters:
         cluster["kind_names"] = kind_names(cluster["workload_kinds"])
     return render(request, "portal/fleet.html", {
-        "clusters": clusters,
+        "clusters": clusters, "shared": page_selectors.shared_cards(),
         "figures": [
             {"id": "chart-allocation", "data_id": "chart-allocation-data",
              "title": "Allocation over the last 24 h",

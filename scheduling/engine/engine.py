@@ -24,7 +24,7 @@ from itertools import chain
 from scheduling.engine.accounting import Demand, QuotaTree
 from scheduling.engine.cycle import CycleMixin
 from scheduling.engine.placement import Fleet
-from scheduling.engine.pool import Pod, Pool, pod_of, with_cards
+from scheduling.engine.pool import Pod, Pool, ext_of, pod_of, with_cards
 from scheduling.engine.state import (
     Admitted,
     Group,
@@ -193,10 +193,22 @@ class Engine(SubmissionMixin, CycleMixin):
             return  # the node is gone
         pool = self.fleet.by_name[held.cluster].pools[loc[1]]
         i = loc[2]
+        ext = tuple((r, min(a, max(0.0, pool.ext[r][i]))) for r, a in held.resources
+                    if r in pool.ext)
         pod = pod_of(max(0, min(int(held.gpus), pool.fg[i])), max(0.0, min(held.cpu, pool.fc[i])),
-                     max(0.0, min(held.memory_gib, pool.fm[i])))
+                     max(0.0, min(held.memory_gib, pool.fm[i])),
+                     resources=tuple((r, a) for r, a in ext if a > 0))
         self.fleet.assign(held.cluster, loc[1], [i], [pod])
-        pool.held += int(pod[0])
+        pool.held += pod[0]
+        for r, a in ext_of(pod):
+            pool.held_ext[r] = pool.held_ext.get(r, 0.0) + a
+        # A fraction holds its share (and memory slice) of its card: the card stays shared,
+        # closed to whole-card pods, with only the rest for other fractions.
+        for share, gmem, card in held.fractions:
+            frac = pod_of(share, 0.0, 0.0, None if gmem < 0 else gmem, card)
+            if pool.fraction_fits(i, frac):
+                self.fleet.assign(held.cluster, loc[1], [i], [frac])
+                pool.held += share
 
     def _index_admitted(self, a: Admitted) -> None:
         self.admitted[a.name] = a

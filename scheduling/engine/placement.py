@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from scheduling.engine.accounting import fmt
 from scheduling.engine.fragmentation import Mix
-from scheduling.engine.pool import Pod, Pool, whole_gpus
+from scheduling.engine.pool import Pod, Pool, ext_of, whole_gpus
 from scheduling.engine.types import ClusterSpec, Reason, ReasonCode
 
 
@@ -291,8 +291,25 @@ class Fleet:
             return Reason(ReasonCode.NO_CAPACITY, (
                 f"flavor {flavor}: no healthy cluster can place {shape} ({fmt(dg)} GPUs) on "
                 f"one card with the memory it asks{card}"))
+        # Extended resources the pods ask: the most of each free on one ready node, and what
+        # ended workloads still hold of it.
+        asked: dict[str, float] = {}
+        for p in pods:
+            for r, a in ext_of(p):
+                asked[r] = max(asked.get(r, 0.0), a)
+        ext = "".join(
+            f"; {r}: {fmt(a)} per pod, at most {fmt(most)} free on a node"
+            for r, a in sorted(asked.items())
+            for most in [max((max(0.0, free[i]) for c in healthy
+                              for free in [c.pools[flavor].ext.get(r)] if free is not None
+                              for i in range(len(free)) if c.pools[flavor].ready[i]),
+                             default=0.0)])
+        held_parts = [f"{fmt(held)} GPUs"] if held else []
+        held_parts += [f"{fmt(v)} {r}" for r in sorted(asked)
+                       for v in [sum(c.pools[flavor].held_ext.get(r, 0.0) for c in healthy)]
+                       if v]
         return Reason(ReasonCode.NO_CAPACITY, (
             f"flavor {flavor}: no healthy cluster can place {shape} ({fmt(dg)} GPUs); most free: "
-            f"{best.name} {bp.free_gpus()} GPUs, largest node {bp.largest_free()} free"
-            + (f"; {held} GPUs still held by ended workloads until their clusters confirm "
-               "the delete" if held else "")))
+            f"{best.name} {bp.free_gpus()} GPUs, largest node {bp.largest_free()} free" + ext
+            + (f"; {', '.join(held_parts)} still held by ended workloads until their clusters "
+               "confirm the delete" if held_parts else "")))

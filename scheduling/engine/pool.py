@@ -127,7 +127,9 @@ class Pool:
         self.buckets: list[list[int]] = []  # free GPUs -> sorted ready node indices
         self.max_gpus = 0
         self.free = 0  # fully free cards on ready nodes
-        self.held = 0  # GPUs taken by ended workloads not confirmed gone (HeldCapacity)
+        # GPUs (fractions too) taken by ended workloads not confirmed gone (HeldCapacity)
+        self.held: float = 0
+        self.held_ext: dict[str, float] = {}  # extended resources they hold
         self.placed: list[Pod] = []  # the pods of the last `place`, with their cards
         self._card = -1  # the card `_pick_fit` chose (-1: whole cards, -2: a fully free one)
         # Memoised per mix version: fragment per node state, score per (state, pod).
@@ -207,6 +209,17 @@ class Pool:
 
     def _slice(self, pod: Pod) -> float:
         return slice_of(to_milli(pod[0]), pod[3], self.card_mem or 0.0)
+
+    def fraction_fits(self, i: int, pod: Pod) -> bool:
+        """Whether fractional `pod` fits node i on its card (-1: on any shared card, or a
+        free one): the card's share and memory left, or a fully free card to open."""
+        milli, need, card = to_milli(pod[0]), self._slice(pod), pod[4]
+        shared = self.shared[i]
+        if card in shared:
+            return shared[card][0] >= milli and shared[card][1] + EPS >= need
+        if card == -1 and any(s[0] >= milli and s[1] + EPS >= need for s in shared.values()):
+            return True
+        return self.fg[i] >= 1 and need <= (self.card_mem or need) + EPS
 
     def take(self, i: int, pod: Pod) -> Pod:
         """Take a pod's resources on node i; returns the pod with its card (a fraction with

@@ -287,9 +287,13 @@ class HeldCapacity:
 
     cluster: str
     node: str
-    gpus: int = 0
+    gpus: int = 0  # whole cards
     cpu: float = 0.0
     memory_gib: float = 0.0
+    # Each fractional pod's share of a card, its GPU memory slice (GiB; -1: its share of the
+    # card's memory) and the card it holds (-1: unknown, the first shared card it fits).
+    fractions: tuple[tuple[float, float, int], ...] = ()
+    resources: Resources = ()  # extended resources, summed over the node's pods
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from typing import Any
 
 from django.conf import settings
 
+from core.quantity import amounts, display, to_base
 from quotas.models import Queue
 from quotas.tree_rules import fmt, validate_tree
 from scheduling import engine
+from scheduling.extensions import estimate_cost
 from scheduling.models import Node, PodSet, PriorityClass, Workload
 from scheduling.models import WorkloadState as S
 from scheduling.request.validation import gpus_shown
@@ -29,6 +31,22 @@ class FlavorVerdict:
     flavor: str
     possible: bool
     reasons: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResourceOffer:
+    """An extended resource of a flavor: what its ready nodes advertise and what is free."""
+
+    name: str
+    per_node: Decimal  # the most one node advertises
+    installed: Decimal  # on every ready node of the flavor
+    free: Decimal  # installed less what open admissions' pods hold
+    asked: Decimal = ZERO  # by the request, every pod counted
+
+    @property
+    def shown(self) -> dict[str, str]:
+        return {k: display(self.name, getattr(self, k))
+                for k in ("per_node", "installed", "free", "asked")}
 
 
 @dataclass
@@ -51,10 +69,48 @@ class Preview:
     estimate_high: datetime | None = None
     estimate_known: bool = False
     estimate_note: str = ""
+    resources: list[ResourceOffer] = field(default_factory=list)  # on `flavor`
+    cost: Any = None  # extensions.CostEstimate on `flavor`, once running (None: no rate)
+    cost_total: Decimal | None = None  # over the expected duration, when given
 
     @property
     def impossible(self) -> bool:
         return not any(f.possible for f in self.flavors)
+
+
+def advertised_resources(flavors: list[str] | None = None) -> dict[str, list[ResourceOffer]]:
+    """Per flavor, the extended resources its ready nodes (of enabled clusters) advertise,
+    by name: the most on one node, the total, and what open admissions leave free."""
+    nodes = Node.objects.filter(ready=True, cluster__enabled=True).exclude(resources={})
+    if flavors is not None:
+        nodes = nodes.filter(flavor__name__in=flavors)
+    per_node: dict[str, dict[str, Decimal]] = {}
+    installed: dict[str, dict[str, Decimal]] = {}
+    for flavor, resources in nodes.values_list("flavor__name", "resources"):
+        for name, amount in amounts(resources).items():
+            most = per_node.setdefault(flavor, {})
+            most[name] = max(most.get(name, ZERO), amount)
+            total = installed.setdefault(flavor, {})
+            total[name] = total.get(name, ZERO) + amount
+    held: dict[tuple[str, str], Decimal] = {}
+    open_sets = (PodSet.objects.filter(workload__admissions__ended_at__isnull=True,
+                                       workload__admissions__flavor__name__in=list(installed))
+                 .exclude(resources={})
+                 .values_list("workload__admissions__flavor__name", "count", "resources"))
+    for flavor, count, resources in open_sets:
+        for name, amount in amounts(resources).items():
+            held[(flavor, name)] = held.get((flavor, name), ZERO) + count * amount
+    return {flavor: [ResourceOffer(name=name, per_node=per_node[flavor][name], installed=total,
+                                   free=max(ZERO, total - held.get((flavor, name), ZERO)))
+                     for name, total in sorted(names.items())]
+            for flavor, names in sorted(installed.items())}
+
+
+def _bases(pod: dict[str, Any]) -> dict[str, int]:
+    """A pod set's extended resources as stored (integers of the base unit): the manifest tab
+    gives them so; the fields tab gives the API's Kubernetes quantity strings."""
+    return {name: value if isinstance(value, int) else to_base(name, value)
+            for name, value in (pod.get("resources") or {}).items()}
 
 
 def _ancestors(path: str) -> list[str]:
@@ -83,7 +139,8 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
     for flavor in pods[0]["flavors"]:
         sets = [PodSet(index=i, count=p["count"], flavors=[flavor], gpus=p["gpus"],
                        cpu=p["cpu"], memory_gib=p["memory_gib"],
-                       gpu_memory_gib=p.get("gpu_memory_gib"), resources=p.get("resources") or {})
+                       gpu_memory_gib=p.get("gpu_memory_gib"),
+                       resources=_bases(p))
                 for i, p in enumerate(pods)]
         reasons = request_check(draft, sets, now=now)
         verdicts.append(FlavorVerdict(flavor=flavor, possible=not reasons, reasons=reasons))
@@ -93,6 +150,19 @@ def workload_preview(*, queue: Queue, submission: dict[str, Any], now: datetime)
         return preview
     flavor = preview.flavor = possible[0]
     key = (flavor, "gpu")
+    asked: dict[str, Decimal] = {}
+    for p in pods:
+        for name, amount in amounts(_bases(p)).items():
+            asked[name] = asked.get(name, ZERO) + int(p["count"]) * amount
+    preview.resources = [
+        ResourceOffer(name=o.name, per_node=o.per_node, installed=o.installed, free=o.free,
+                      asked=asked.get(o.name, ZERO))
+        for o in advertised_resources([flavor]).get(flavor, [])]
+    preview.cost = estimate_cost(flavor, [{**p, "resources": _bases(p)} for p in pods], now)
+    hint = submission.get("duration_hint_s")
+    if preview.cost is not None and hint:
+        preview.cost_total = (preview.cost.per_hour * Decimal(hint) / 3600).quantize(
+            Decimal("0.01"))
 
     report = validate_tree(tree_specs().values())
     usage = queue_usage()
@@ -165,4 +235,6 @@ def _draft_spec(submission: dict[str, Any], path: str, pc: PriorityClass,
             count=int(p["count"]), flavors=tuple(p["flavors"]),
             gpus=float(p["gpus"]) if 0 < p["gpus"] < 1 else int(p["gpus"]),
             cpu=float(p["cpu"] or 0), memory_gib=float(p["memory_gib"] or 0),
-            gpu_memory_gib=p.get("gpu_memory_gib")) for p in pods))
+            gpu_memory_gib=p.get("gpu_memory_gib"),
+            resources=engine.resources_of(amounts(_bases(p))))
+            for p in pods))

@@ -135,7 +135,7 @@ OWN_RESOURCES = frozenset({"gpu", "cpu", "memory", "nvidia.com/gpu"})
 MAX_RESOURCES = 16  # extended resources per pod set
 
 
-def _resources(raw: Any, field: str, errors: dict[str, list[str]]) -> dict[str, int]:
+def parse_resources(raw: Any, field: str, errors: dict[str, list[str]]) -> dict[str, int]:
     """A pod's extended resources (`{"nvidia.com/mig-1g.10gb": 1}`; Kubernetes quantities
     such as `"500m"` or `"10Gi"` too), as exact integers of each one's base unit."""
     if raw is None or raw == {}:
@@ -294,7 +294,7 @@ def _validate_pods(pods: Any, known_flavors: Mapping[str, Any],
             if pod.get("gpu_memory_gib") is not None:
                 gmem = _int(pod["gpu_memory_gib"], f"{where}.gpu_memory_gib", errors, minimum=1,
                             maximum=MAX_GPU_MEMORY_GIB)
-            extended = _resources(pod.get("resources"), f"{where}.resources", errors)
+            extended = parse_resources(pod.get("resources"), f"{where}.resources", errors)
             if (gpus == 0 and cpu is not None and mem is not None and cpu <= 0 and mem <= 0
                     and not extended and f"{where}.resources" not in errors):
                 errors.setdefault(where, []).append(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -302,30 +303,44 @@ def _held(cluster_names: dict[int, str]
     rows = list(Admission.objects.filter(
         ended_at__isnull=False, cleaned_at__isnull=True, dispatched_at__isnull=False,
         end_reason__in=UNCONFIRMED_END_REASONS, cluster_id__in=list(cluster_names))
-        .values_list("workload_id", "cluster_id", "nodes", "gpus", "cpu", "memory_gib"))
+        .values_list("workload_id", "cluster_id", "nodes", "gpus", "cpu", "memory_gib",
+                     "cards"))
     if not rows:
         return (), frozenset()
-    sets: dict[int, list[tuple[int, float, float]]] = defaultdict(list)
-    for wid, count, gpus, cpu, mem in PodSet.objects.filter(
+    # Per pod: whole cards, cpu, memory, then a fraction's share and slice, and its extended
+    # resources (engine amounts).
+    HeldPod = tuple[int, float, float, float, float, dict[str, Decimal]]
+    sets: dict[int, list[HeldPod]] = defaultdict(list)
+    for wid, count, gpus, cpu, mem, gmem, resources in PodSet.objects.filter(
             workload_id__in={r[0] for r in rows}).order_by("workload_id", "index").values_list(
-            "workload_id", "count", "gpus", "cpu", "memory_gib"):
-        # (A fraction holds part of a card the held capacity cannot name: it is left out.)
-        sets[wid] += [(int(gpus) if gpus >= 1 else 0, _f(cpu), _f(mem))] * count
-    held: dict[tuple[str, str], list[float]] = {}
-    for wid, cid, nodes, gpus, cpu, mem in rows:
+            "workload_id", "count", "gpus", "cpu", "memory_gib", "gpu_memory_gib", "resources"):
+        frac = _f(gpus) if 0 < gpus < 1 else 0.0
+        sets[wid] += [(int(gpus) if gpus >= 1 else 0, _f(cpu), _f(mem), frac,
+                       float(gmem) if frac and gmem is not None else -1.0,
+                       amounts(resources))] * count
+    held: dict[tuple[str, str], list[Any]] = {}
+    for wid, cid, nodes, gpus, cpu, mem, cards in rows:
         pods = sets.get(wid, [])
-        if len(pods) != len(nodes) or sum(p[0] for p in pods) != int(gpus):
+        if len(pods) != len(nodes) or abs(sum(p[0] + p[3] for p in pods) - _f(gpus)) > 1e-6:
             # Pod sets changed since (a requeued workload edited): split the interval's own
-            # totals evenly over its pods.
+            # totals evenly over its pods (whole cards; no fraction nor resource to name).
             n = max(1, len(nodes))
-            pods = [(int(gpus) // n, _f(cpu) / n, _f(mem) / n)] * len(nodes)
-        for node, (g, c, m) in zip(nodes, pods, strict=False):
-            acc = held.setdefault((cluster_names[cid], node), [0, 0.0, 0.0])
+            pods = [(int(gpus) // n, _f(cpu) / n, _f(mem) / n, 0.0, -1.0, {})] * len(nodes)
+        cards = cards if isinstance(cards, list) and len(cards) == len(nodes) else []
+        for k, (node, (g, c, m, frac, slice_gib, ext)) in enumerate(zip(nodes, pods, strict=False)):
+            acc = held.setdefault((cluster_names[cid], node), [0, 0.0, 0.0, [], {}])
             acc[0] += g
             acc[1] += c
             acc[2] += m
-    return (tuple(engine.HeldCapacity(cluster=c, node=n, gpus=int(g), cpu=cpu, memory_gib=m)
-                  for (c, n), (g, cpu, m) in sorted(held.items())),
+            if frac:
+                card = cards[k] if k < len(cards) and isinstance(cards[k], int) else -1
+                acc[3].append((frac, slice_gib, card))
+            for name, amount in ext.items():
+                acc[4][name] = acc[4].get(name, Decimal(0)) + amount
+    return (tuple(engine.HeldCapacity(cluster=c, node=n, gpus=int(g), cpu=cpu, memory_gib=m,
+                                      fractions=tuple(fr),
+                                      resources=engine.resources_of(ext))
+                  for (c, n), (g, cpu, m, fr, ext) in sorted(held.items())),
             frozenset(str(r[0]) for r in rows))
 
 

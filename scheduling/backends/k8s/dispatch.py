@@ -8,6 +8,7 @@ others just created, so the gang is all or nothing.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kubernetes import client as k8s
@@ -20,6 +21,8 @@ from scheduling.backends.k8s.nodes import NodesMixin, hami_card_uuids
 from scheduling.backends.k8s.objects import ObjectsMixin
 from scheduling.backends.k8s.priority_classes import PriorityClassesMixin
 from scheduling.backends.naming import LABEL_WORKLOAD_ID
+
+KAI_QUEUE_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin, ObjectsMixin):
@@ -42,6 +45,13 @@ class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin, ObjectsMi
                 RefusalReason.INVALID,
                 f"cluster {self.name}: gpu_sharing {sharing!r} is not one of "
                 f"{', '.join(s for s in SHARING if s)} (or unset)")
+        kai_queue = str(self.connection.get("kai_queue") or "default-queue")
+        if sharing == "kai" and not KAI_QUEUE_NAME.fullmatch(kai_queue):
+            raise DispatchRefused(
+                RefusalReason.INVALID,
+                f"cluster {self.name}: kai_queue {kai_queue!r} is not a label value (at most "
+                "63 letters, digits, '-', '_' or '.', starting and ending with a letter or "
+                "digit)")
         uuids = ({name: hami_card_uuids(node.metadata.annotations if node.metadata else None)
                   for name, node in nodes.items()} if sharing == "hami" else None)
         if spec.kind:
@@ -53,6 +63,7 @@ class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin, ObjectsMi
                 body = job_body(
                     spec, pod_set, default_image=self.connection.get("default_image", ""),
                     sharing=sharing, card_uuids=uuids,
+                    kai_queue=kai_queue,
                 )
                 if self._create_job(spec, body):
                     created.append(body["metadata"]["name"])

@@ -10,9 +10,12 @@ declared in its connection (`"gpu_sharing"`):
   compute, rounded up) and `nvidia.com/gpumem` (the memory slice in MiB; without a known slice,
   `nvidia.com/gpumem-percentage`); when every pod of the set is on one card whose UUID the node
   registers (HAMi's `hami.io/node-nvidia-register` annotation), `nvidia.com/use-gpuuuid` pins
-  the pods to that card;
+  the pods to that card; a pod set spread over several registered cards is pinned to that list
+  of cards;
 - `kai` (NVIDIA KAI Scheduler): the pod annotation `gpu-fraction` (or `gpu-memory` in MiB when
-  the pod asked an explicit memory slice), no `nvidia.com/gpu` limit;
+  the pod asked an explicit memory slice), no `nvidia.com/gpu` limit; every pod of such a
+  cluster names `schedulerName: kai-scheduler` and carries the label `kai.scheduler/queue`
+  (the connection's `kai_queue`, default `default-queue`) on the Job and its pods;
 - `time-slicing` (NVIDIA device plugin replicas): `nvidia.com/gpu: 1`, one replica of a shared
   card (no memory isolation);
 - none: the fraction asks a whole card (`nvidia.com/gpu: 1`), so it still runs.
@@ -38,6 +41,10 @@ HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 HAMI_USE_UUID = "nvidia.com/use-gpuuuid"
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
+# Pods reach the KAI Scheduler by its scheduler name and a queue label (the KAI queue they are
+# admitted in; its `gpu-fraction` annotation is read by KAI only).
+KAI_SCHEDULER = "kai-scheduler"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
 
 
 def is_fraction(gpus: Decimal) -> bool:
@@ -79,14 +86,30 @@ def shared_gpu(pod_set: PodSetSpec, sharing: str,
         else:
             limits[HAMI_MEMORY_PERCENT] = percent
         annotations: dict[str, str] = {}
-        places = set(zip(pod_set.nodes, pod_set.cards, strict=False))
-        if len(places) == 1 and card_uuids:
-            node, card = next(iter(places))
-            uuids = card_uuids.get(node) or ()
-            if card is not None and 0 <= card < len(uuids):
-                annotations[HAMI_USE_UUID] = uuids[card]
+        pinned = hami_pinned_uuids(pod_set, card_uuids)
+        if pinned:
+            annotations[HAMI_USE_UUID] = ",".join(pinned)
         return limits, annotations
     return {GPU_RESOURCE: "1"}, {}
+
+
+def hami_pinned_uuids(pod_set: PodSetSpec,
+                      card_uuids: Mapping[str, Sequence[str]] | None) -> list[str]:
+    """The UUIDs of the cards the engine chose for the pod set's fractions, in node and card
+    order; empty (no pinning) unless every one is registered. The pods of a Job share one
+    template, so a pod set spread over several cards is pinned to that set of cards (HAMi's
+    annotation takes a comma-separated list): each pod lands on one of them, as its share
+    allows, and on no other card."""
+    if not card_uuids:
+        return []
+    out: list[str] = []
+    for node, card in sorted(set(zip(pod_set.nodes, pod_set.cards, strict=False)),
+                             key=lambda p: (p[0], -1 if p[1] is None else p[1])):
+        uuids = card_uuids.get(node) or ()
+        if card is None or not 0 <= card < len(uuids):
+            return []
+        out.append(uuids[card])
+    return out
 
 
 def format_cpu(cores: Decimal) -> str:
@@ -107,7 +130,8 @@ def format_memory(gib: Decimal) -> str:
 
 def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
              sharing: str = "",
-             card_uuids: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+             card_uuids: Mapping[str, Sequence[str]] | None = None,
+             kai_queue: str = "default-queue") -> dict[str, Any]:
     """The Job of one pod set: suspended, gang-sized, pinned to the flavor (and nodes).
 
     `default_image` is the container's image when the workload names none; `sharing` the
@@ -121,6 +145,8 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
             pod_set_index=pod_set.index, flavor=pod_set.flavor,
         ),
     }
+    if sharing == "kai":
+        labels[KAI_QUEUE_LABEL] = kai_queue
     annotations = {"allot.io/workload-name": spec.name, **spec.annotations}
     requests: dict[str, str] = {}
     if pod_set.cpu:
@@ -153,6 +179,8 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
     }
     if spec.priority_class:
         pod_spec["priorityClassName"] = spec.priority_class
+    if sharing == "kai":
+        pod_spec["schedulerName"] = KAI_SCHEDULER
     if pod_set.gpus:
         pod_spec["tolerations"] = [
             {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}

@@ -92,3 +92,50 @@ def test_hour_metered_from_real_prometheus(admit, tmp_path):
     run = reconciliation_run(day=hour.date())
     kinds = sorted((f.kind, f.workload_id, f.minutes) for f in run.findings.all())
     assert kinds == [("gap", a.workload_id, 10), ("orphan", 999999, 5)]
+
+
+def test_mig_instances_are_metered_on_their_own_utilisation(admit, tmp_path):
+    """A pod on a 3g.40gb MIG instance (3/7 of a card) of a card whose 1g.10gb instance runs
+    another pod: each series (`GPU_I_ID`, `GPU_I_PROFILE`) counts for its own pod, weighed by
+    what its instance is worth in cards, so a slice is never more active than it is reserved
+    (0.7 busy on 3/7 of a card for 10 min: 0.05 GPU-hours active of 0.0714 reserved)."""
+    from scheduling.models import PodSet
+
+    hour = hour_floor(timezone.now()) - timedelta(hours=1)
+    mig3 = admit(gpus=0, reserved=hour, running=hour, ended=hour + minutes(10), name="m3")
+    mig1 = admit(gpus=0, reserved=hour, running=hour, ended=hour + minutes(10), name="m1")
+    for adm, profile in ((mig3, "3g.40gb"), (mig1, "1g.10gb")):
+        PodSet.objects.create(workload=adm.workload, index=0, count=1, flavors=["a100"],
+                              gpus=0, resources={f"nvidia.com/mig-{profile}": 1000})
+
+    def at(m):
+        return (hour + minutes(m) + timedelta(seconds=30)).timestamp()
+
+    def labels(adm, instance, profile):
+        return {**gpu_labels(f"allot-w{adm.workload_id}-0-0", "rd-vision", 0),
+                "UUID": "GPU-shared-0", "GPU_I_ID": str(instance), "GPU_I_PROFILE": profile}
+
+    minutes_ = [[("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels(mig3, 1, "3g.40gb"), 0.7, at(m)),
+                 ("DCGM_FI_DEV_FB_USED", labels(mig3, 1, "3g.40gb"), 20480, at(m)),
+                 ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels(mig1, 9, "1g.10gb"), 1.0, at(m))]
+                for m in range(10)]
+    exporter = ReplayExporter({"plain": minutes_})
+    prom = PrometheusProcess(tmp_path, exporter, {})
+    try:
+        deadline = time.monotonic() + 60
+        while not exporter.done() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert exporter.done(), exporter.served
+        time.sleep(1.0)
+        usage_rollup_hour(hour=hour, client=PrometheusClient(prom.url))
+    finally:
+        prom.stop()
+        exporter.close()
+    r3 = UsageRecord.objects.get(admission_id=mig3.pk)
+    assert r3.gpu_hours == Decimal("0.0714")  # 3/7 of a card reserved for 10 min
+    assert r3.active_gpu_hours == Decimal("0.0500")  # 0.7 x 3/7 x 10 min
+    assert r3.gpu_memory_gib_hours == Decimal("3.3333")  # 20 GiB x 10 min, not weighed
+    assert (r3.telemetry_minutes, r3.gap_minutes) == (10, 0)
+    r1 = UsageRecord.objects.get(admission_id=mig1.pk)
+    assert r1.active_gpu_hours == Decimal("0.0238")  # fully busy 1/7 of a card, 10 min
+    assert r1.efficiency == Decimal("1.0000")

@@ -280,6 +280,32 @@ def test_fleet_and_cluster_pages(client, org, priority_classes):
     assert c.get("/fleet/nope/").status_code == 404
 
 
+def test_the_fleet_page_shows_shared_cards(client, org, priority_classes):
+    """Per node, the cards holding fractions: pods, free share and GPU memory free per card
+    (a slice given by the pod set, else the share of the card's 80 GiB)."""
+    from scheduling.models import PodSet
+
+    w = submit(org.alice, name="quarters")
+    PodSet.objects.filter(workload=w).update(count=3, gpus=Decimal("0.25"))
+    adm = admit(w, org.cluster, org.a100)
+    Admission.objects.filter(pk=adm.pk).update(nodes=["bj-a100-0"] * 3, cards=[0, 0, 2],
+                                               gpus=Decimal("0.75"))
+    v = submit(org.alice, name="slice")
+    PodSet.objects.filter(workload=v).update(gpus=Decimal("0.5"), gpu_memory_gib=10)
+    adm = admit(v, org.cluster, org.a100)
+    Admission.objects.filter(pk=adm.pk).update(cards=[2], gpus=Decimal("0.5"))
+    c = login(client, org.alice)
+    html = c.get("/fleet/").content.decode()
+    table = html.split('id="shared-cards"')[1].split("</table>")[0]
+    row = table.split("<td data-label=\"Node\">bj-a100-0</td>")[1].split("</tr>")[0]
+    assert '<td data-label="Cards shared" class="num">2</td>' in row
+    assert '<td data-label="Free share" class="num">0.75</td>' in row  # 0.5 + 0.25
+    assert "card 0: 2 pods, <strong>0.5</strong> free, 40 GiB" in row
+    assert "card 2: 2 pods, <strong>0.25</strong> free, 50 GiB" in row  # 80 - 20 - 10
+    Admission.objects.update(ended_at=timezone.now())
+    assert "No card holds a fraction now." in c.get("/fleet/").content.decode()
+
+
 # Queries per page, independent of how many rows it lists (no N+1); the session and the user
 # are 2 of them.
 # A History section costs its page nothing: its rows load after the page (/history/section/).

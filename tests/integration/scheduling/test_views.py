@@ -125,3 +125,94 @@ def test_add_is_capped_at_the_maximum(alice):
 def test_logged_out_is_sent_to_login():
     r = Client().get("/workloads/new/")
     assert r.status_code == 302 and "/login" in r["Location"]
+
+
+MIG = "nvidia.com/mig-1g.10gb"
+
+
+@pytest.fixture
+def mig_nodes(org):
+    """Two a100-80g nodes advertise MIG slices (stored in thousandths, as the sync writes)."""
+    from scheduling.models import Node
+
+    Node.objects.filter(name__in=["bj-a100-0", "bj-a100-1"]).update(
+        resources={MIG: 7000, "ephemeral-storage": 500 * 2**30})
+    return org
+
+
+def test_the_form_offers_the_advertised_resources(alice, mig_nodes):
+    html = alice.get("/workloads/new/").content.decode()
+    assert 'name="pods-0-resources"' in html and 'list="advertised-resources"' in html
+    advertised = html.split('id="advertised"')[1].split("</div>")[0]
+    assert f"<code>{MIG}</code> (7)" in advertised
+    assert "<code>ephemeral-storage</code> (500 GiB)" in advertised
+    assert f'<option value="{MIG}=1">' in html
+
+
+def test_extended_resources_are_submitted_exactly(alice, mig_nodes):
+    row = {**LAUNCHER, "gpus": 0, "resources": f"{MIG}=2, ephemeral-storage: 100Gi"}
+    r = alice.post("/workloads/new/", {**BASE, **pod_rows(row)})
+    assert r.status_code == 302
+    ps = Workload.objects.get(name="ddp-run").pod_sets.get()
+    assert ps.resources == {MIG: 2000, "ephemeral-storage": 100 * 2**30}
+
+
+def test_the_live_check_shows_what_is_asked_against_what_is_free(alice, mig_nodes):
+    row = {**LAUNCHER, "count": 3, "resources": f"{MIG}=2"}
+    html = alice.post("/workloads/new/check/", {**BASE, **pod_rows(row)}).content.decode()
+    table = html.split('id="request-resources"')[1].split("</table>")[0]
+    mig_row = table.split(f"<code>{MIG}</code>")[1].split("</tr>")[0]
+    # 3 pods x 2 slices asked; 2 nodes x 7 installed, all free; 7 at most on one node.
+    assert re.findall(r'<td class="num">(?:<span class="warn">)?([^<]+)', mig_row) == [
+        "6", "14", "14", "7"]
+
+
+@pytest.mark.parametrize("text, message", [
+    (f"{MIG}=0.0001", f"{MIG}: 0.0001 has more than 3 decimal places"),
+    (f"{MIG}=4Q", f"{MIG}: &#x27;4Q&#x27; is not a Kubernetes quantity"),
+    ("nvidia.com/gpu=1", "nvidia.com/gpu: has a field of its own (gpus, cpu, memory_gib)"),
+    ("slices", "&#x27;slices&#x27; is not name=quantity (like nvidia.com/mig-1g.10gb=1)"),
+    (f"{MIG}=1, {MIG}=2", f"{MIG}: listed twice"),
+])
+def test_bad_resources_name_the_item_and_save_nothing(alice, mig_nodes, text, message):
+    row = {**LAUNCHER, "resources": text}
+    r = alice.post("/workloads/new/", {**BASE, **pod_rows(WORKERS, row)})
+    html = r.content.decode()
+    assert r.status_code == 200 and not Workload.objects.exists()
+    second = html.split('aria-label="Pod set 2"')[1].split("</fieldset>")[0]
+    assert message in second
+    r = alice.post("/workloads/new/check/", {**BASE, **pod_rows(WORKERS, row)})
+    assert f"pod set 2: resources: {message}" in r.content.decode()
+
+
+def test_a_resource_no_node_advertises_can_never_run(alice, mig_nodes):
+    row = {**LAUNCHER, "resources": "nvidia.com/mig-3g.40gb=1"}
+    html = alice.post("/workloads/new/check/", {**BASE, **pod_rows(row)}).content.decode()
+    assert "never" in html and "FLAVOR_UNAVAILABLE" in html
+    assert "no a100-80g node advertises nvidia.com/mig-3g.40gb" in html
+    r = alice.post("/workloads/new/", {**BASE, **pod_rows(row)})
+    assert r.status_code == 400 and not Workload.objects.exists()
+    assert "nvidia.com/mig-3g.40gb" in r.content.decode()
+
+
+def test_the_cost_estimate_counts_fractions_and_slices(alice, mig_nodes):
+    """2 pods of a quarter card and 7 x 1g slices each: 2 x (0.25 + 1) = 2.5 cards billed at
+    the GPU rate (2.00/h): 5.00/h, 15.00 over the 3 h expected."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing.services import rate_card_create
+
+    row = {**LAUNCHER, "count": 2, "gpus": "0.25", "resources": f"{MIG}=7"}
+    # Without a rate for the flavor there is no estimate (not a zero one).
+    html = alice.post("/workloads/new/check/", {**BASE, **pod_rows(row)}).content.decode()
+    assert 'id="request-cost"' not in html and "Can it ever fit?" in html
+    rate_card_create(flavor=mig_nodes.a100, resource="gpu", rate=Decimal("2.00"),
+                     effective_from=timezone.now() - timedelta(days=1))
+    html = alice.post("/workloads/new/check/",
+                      {**BASE, "duration_h": "3", **pod_rows(row)}).content.decode()
+    line = html.split('id="request-cost"')[1].split("</li>")[0]
+    assert "<strong>5.00 EUR/h</strong> (2.5 GPUs billed, MIG slices as their" in line
+    assert "<strong>15.00 EUR</strong> over the expected duration" in line

@@ -65,6 +65,59 @@ def test_kai_writes_the_gpu_fraction_annotation_or_the_memory_slice(kube):
     assert "gpu-fraction" not in sliced["metadata"]["annotations"]
 
 
+def test_hami_pins_a_pod_set_spread_over_cards_to_that_list_of_cards(kube):
+    """Four quarter pods on cards 1 and 0 of one node and card 1 of another: the pods (one
+    template) may use exactly those three cards, listed in node and card order."""
+    for node, prefix in (("bj-a100-0", "GPU-a"), ("bj-a100-1", "GPU-b")):
+        cards = [{"id": f"{prefix}{i}", "index": i, "count": 10, "devmem": 81920,
+                  "type": "A100"} for i in range(2)]
+        kube.state.nodes[node]["metadata"].setdefault("annotations", {})[
+            "hami.io/node-nvidia-register"] = json.dumps(cards)
+    spread = _quarter(nodes=("bj-a100-0", "bj-a100-0", "bj-a100-0", "bj-a100-1"),
+                      cards=(1, 1, 0, 1))
+    _backend(kube, "hami").create_workload(make_spec(pod_sets=(spread,)))
+    assert _pod(kube)["metadata"]["annotations"]["nvidia.com/use-gpuuuid"] == (
+        "GPU-a0,GPU-a1,GPU-b1")
+    # A card the node does not register (index 5): no pinning rather than a wrong one.
+    unknown = _quarter(nodes=("bj-a100-0", "bj-a100-1"), cards=(0, 5))
+    _backend(kube, "hami").create_workload(make_spec(workload_id=8, pod_sets=(unknown,)))
+    annotations = kube.state.jobs[(NS, "allot-w8-0")]["spec"]["template"]["metadata"][
+        "annotations"]
+    assert "nvidia.com/use-gpuuuid" not in annotations
+
+
+def test_kai_pods_name_the_kai_scheduler_and_its_queue(kube):
+    """Every pod of a KAI cluster (fractions and whole cards) goes to the KAI Scheduler
+    (`schedulerName: kai-scheduler`) in the queue the connection names (`kai.scheduler/queue`
+    on the Job and its pods; `default-queue` when unset)."""
+    _backend(kube, "kai").create_workload(make_spec(pod_sets=(_quarter(),)))
+    job = kube.state.jobs[(NS, "allot-w7-0")]
+    assert job["spec"]["template"]["spec"]["schedulerName"] == "kai-scheduler"
+    assert job["metadata"]["labels"]["kai.scheduler/queue"] == "default-queue"
+    assert job["spec"]["template"]["metadata"]["labels"]["kai.scheduler/queue"] == (
+        "default-queue")
+    backend = KubernetesBackend(name="bj", connection={
+        **kube.connection, "timeout_s": 0.5, "gpu_sharing": "kai", "kai_queue": "research"})
+    backend.create_workload(make_spec(workload_id=8))  # whole cards
+    whole = kube.state.jobs[(NS, "allot-w8-0")]["spec"]["template"]
+    assert whole["spec"]["schedulerName"] == "kai-scheduler"
+    assert whole["metadata"]["labels"]["kai.scheduler/queue"] == "research"
+    # Other mechanisms leave the default scheduler.
+    _backend(kube, "hami").create_workload(make_spec(workload_id=9))
+    other = kube.state.jobs[(NS, "allot-w9-0")]["spec"]["template"]
+    assert "schedulerName" not in other["spec"]
+    assert "kai.scheduler/queue" not in other["metadata"]["labels"]
+
+
+def test_a_kai_queue_that_is_no_label_value_is_a_refusal_naming_it(kube):
+    backend = KubernetesBackend(name="bj", connection={
+        **kube.connection, "timeout_s": 0.5, "gpu_sharing": "kai", "kai_queue": "team a/"})
+    with pytest.raises(DispatchRefused) as info:
+        backend.create_workload(make_spec(pod_sets=(_quarter(),)))
+    assert "kai_queue 'team a/' is not a label value" in str(info.value)
+    assert (NS, "allot-w7-0") not in kube.state.jobs
+
+
 def test_time_slicing_asks_one_replica_of_a_shared_card(kube):
     _backend(kube, "time-slicing").create_workload(make_spec(pod_sets=(_quarter(),)))
     template = _pod(kube)

@@ -263,6 +263,39 @@ def test_a_cancelled_workloads_gpus_stay_used_until_its_delete_is_confirmed(db, 
     assert [j.workload_id for j in SimJob.objects.all()] == [second.pk]
 
 
+def test_a_cancelled_workloads_fractions_and_slices_stay_held_until_confirmed(db, settings):
+    """The same for shapes other than whole cards: two 0.5-GPU pods share the node's one card
+    and hold 3 MIG slices each; cancelled, their card and slices stay taken (a whole card and
+    2 slices both wait, naming what is held) until the cluster confirms the delete."""
+    from scheduling.models import Node
+
+    settings.ALLOT_WORKERS = {**settings.ALLOT_WORKERS, "dispatch_in_cycle": True}
+    world = make_world(cluster_names=("bj",), nodes_per_cluster=1)
+    mig = "nvidia.com/mig-1g.10gb"
+    Node.objects.filter(name="bj-a100-0").update(gpus=1, resources={mig: 7000})
+    shared = submit(world, "shared", pods=[{"count": 2, "flavors": ["a100-80g"], "gpus": 0.5,
+                                            "cpu": 8, "memory_gib": 64,
+                                            "resources": {mig: 3}}])
+    assert cycle_run(wait=True).admitted == [shared.pk]
+    assert shared.admissions.get().cards == [0, 0]
+    workload_cancel(user=world.alice, workload=shared)
+    whole = submit(world, "whole", gpus=1)
+    slices = submit(world, "slices", pods=[{"count": 1, "flavors": ["a100-80g"], "gpus": 0,
+                                            "cpu": 1, "memory_gib": 1, "resources": {mig: 2}}])
+
+    assert cycle_run(wait=True).admitted == []
+    whole.refresh_from_db()
+    slices.refresh_from_db()
+    assert whole.reason_code == slices.reason_code == "NO_CAPACITY"
+    assert "1 GPUs still held by ended workloads" in whole.reason_message
+    assert (f"{mig}: 2 per pod, at most 1 free on a node; 1 GPUs, 6 {mig} still held by "
+            "ended workloads") in slices.reason_message
+
+    outbox_deliver()  # the cluster confirms the delete
+    assert shared.admissions.get().cleaned_at is not None
+    assert sorted(cycle_run(wait=True).admitted) == sorted([whole.pk, slices.pk])
+
+
 def test_pods_ready_timeout_releases_with_backoff(world, settings):
     settings.ALLOT_ENGINE = {**settings.ALLOT_ENGINE, "pods_ready_timeout_s": 300.0}
     w = submit(world, "slow")
