@@ -305,3 +305,7 @@ _.derived_pods  # serializer field (workloads API)
 _.manifest_text  # form field
 _.manifest_file  # form field
 _.field_order  # Django Form option (the request forms: their own fields first)
+
+# --- interactive sessions
+_.idle_gpu_util_pct  # model field (Queue), read by values_list in scheduling/sessions.py
+_.idle_timeout_min  # form field (the request forms)

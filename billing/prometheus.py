@@ -143,3 +143,19 @@ def fetch_hour(client: PrometheusClient, hour: datetime) -> dict[int, WorkloadTe
         if workload_id in out:
             out[workload_id].fb_mib = steps
     return out
+
+
+def fetch_session_utilisation(client: PrometheusClient, workload_ids: set[int], at: datetime
+                              ) -> dict[int, Decimal]:
+    """Per workload of `workload_ids`, its busiest GPU's utilisation (percent) over the minute
+    ending at `at`, as dcgm-exporter reports it (scheduling/sessions.py culls idle sessions
+    with it); a workload with no series is left out."""
+    query = f"max by ({_BY}) (avg_over_time({GPU_UTIL}[{MINUTE_S}s]))"
+    out: dict[int, Decimal] = {}
+    for s in client.query_range(query, start=at, end=at):
+        workload_id, _ = _pod_of(s.labels)
+        if workload_id is None or workload_id not in workload_ids or not s.values:
+            continue
+        value = s.values[-1][1]
+        out[workload_id] = max(value, out.get(workload_id, Decimal(0)))
+    return out

@@ -19,6 +19,9 @@ LABEL_KIND = "allot.io/kind"  # a simulated Job's workload kind (apiVersion/Kind
 LABEL_PINNED_CLUSTER = "allot.io/cluster"
 LABEL_OBJECT = "allot.io/object"
 MANAGED_BY = "allot"
+# A simulated cluster's pods report this GPU utilisation (percent) instead of the one their
+# name gives (the demo's and the tests' quiet notebook); a workload label, passed to its Jobs.
+LABEL_SIM_GPU_UTIL = "allot.io/simulated-gpu-util"
 
 _JOB_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)$")
 # Simulated pods are `<job>-<k>`; real ones `<job>-<random>` or, for Indexed Jobs,
