@@ -11,6 +11,7 @@ from django.utils import timezone
 from billing.prometheus import TelemetryUnavailable, default_client, fetch_session_utilisation
 from billing.services import budgets_evaluate, ledger_check, reconciliation_run, rollup_and_post
 from billing.services.usage import hours_due
+from scheduling.selectors import pod_owners
 from scheduling.sessions import sessions_cull, simulated_utilisation
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ def cull_idle_sessions() -> dict:
         if client is None:
             return simulated_utilisation(sessions, now)
         try:
-            return fetch_session_utilisation(client, {w.pk for w in sessions}, now)
+            return fetch_session_utilisation(client, {w.pk for w in sessions}, now,
+                                             pod_owners(now - timedelta(minutes=1), now))
         except TelemetryUnavailable as exc:  # no reading: nothing changes
             logger.warning("idle sessions: %s", exc)
             return {}
