@@ -443,6 +443,7 @@ class OutboxKind(models.TextChoices):
     DELETE = "delete", "Delete the admission's objects"
     SUSPEND = "suspend", "Suspend the admission's objects (preempted)"
     DISPATCH = "dispatch", "Dispatch pass on the cluster"
+    EVENT = "event", "Post a reason as an Event on an adopted object"
 
 
 class OutboxMessage(models.Model):
