@@ -313,3 +313,6 @@ _.clean_resources  # Django form hook (PodSetForm)
 _.cost_total  # templates/scheduling/partials/feedback.html
 _.cost_per_hour  # serializer field (workload preview API)
 _.gpus_billed  # serializer field (workload preview API)
+# --- interactive sessions
+_.idle_gpu_util_pct  # model field (Queue), read by values_list in scheduling/sessions.py
+_.idle_timeout_min  # form field (the request forms)

@@ -23,7 +23,7 @@ import requests
 from django.conf import settings
 
 from billing.metering import HOUR, MINUTE_S, WorkloadTelemetry
-from scheduling.backends.naming import parse_pod_name
+from scheduling.backends.naming import PodOwners
 
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -105,21 +105,24 @@ def default_client() -> PrometheusClient | None:
     return PrometheusClient(url) if url else None
 
 
-def _pod_of(labels: dict[str, str]) -> tuple[int | None, str]:
+_NO_ADOPTED = PodOwners()
+
+
+def _pod_of(labels: dict[str, str], owners: PodOwners = _NO_ADOPTED) -> tuple[int | None, str]:
     pod = labels.get("exported_pod") or labels.get("pod") or ""
     namespace = labels.get("exported_namespace") or labels.get("namespace") or ""
-    parsed = parse_pod_name(pod) if pod else None
-    return (parsed[0] if parsed else None), namespace
+    return (owners.workload_of(namespace, pod) if pod else None), namespace
 
 
 def _per_workload(series: list[Series], scale: Decimal = Decimal(1), *,
-                  per_card: bool = True) -> dict[str, Any]:
+                  per_card: bool = True, owners: PodOwners = _NO_ADOPTED) -> dict[str, Any]:
     """Per workload, per step: the sum over its series (`per_card`: each weighed by what its GPU
-    is worth in cards, for activity; not for memory)."""
+    is worth in cards, for activity; not for memory); pods of adopted workloads found through
+    `owners`."""
     out: dict[int, dict] = {}
     namespaces: dict[int, str] = {}
     for s in series:
-        workload_id, namespace = _pod_of(s.labels)
+        workload_id, namespace = _pod_of(s.labels, owners)
         if workload_id is None:
             continue
         namespaces[workload_id] = namespace
@@ -130,8 +133,12 @@ def _per_workload(series: list[Series], scale: Decimal = Decimal(1), *,
     return {"steps": out, "namespaces": namespaces}
 
 
-def fetch_hour(client: PrometheusClient, hour: datetime) -> dict[int, WorkloadTelemetry]:
+def fetch_hour(client: PrometheusClient, hour: datetime, owners: PodOwners = _NO_ADOPTED
+               ) -> dict[int, WorkloadTelemetry]:
     """Per workload, per minute of [hour, hour + 1 h): active GPUs (sum over its GPUs) and MiB.
+
+    A series is its workload's by its pod's name (`owners`: Allot's objects by their names,
+    adopted ones by theirs).
 
     The step at t averages the samples of the minute ending at t, so the range runs from the
     end of the hour's first minute to the end of the hour.
@@ -144,9 +151,9 @@ def fetch_hour(client: PrometheusClient, hour: datetime) -> dict[int, WorkloadTe
         query = f"sum by ({_BY}) (avg_over_time({metric}{window}))"
         return client.query_range(query, start=start, end=end)
 
-    active = _per_workload(run(ENGINE_ACTIVE))
-    util = _per_workload(run(GPU_UTIL), Decimal("0.01"))
-    fb = _per_workload(run(FB_USED), per_card=False)
+    active = _per_workload(run(ENGINE_ACTIVE), owners=owners)
+    util = _per_workload(run(GPU_UTIL), Decimal("0.01"), owners=owners)
+    fb = _per_workload(run(FB_USED), per_card=False, owners=owners)
     out: dict[int, WorkloadTelemetry] = {}
     for source_name, source in ((ENGINE_ACTIVE, active), (GPU_UTIL, util)):
         for workload_id, steps in source["steps"].items():
@@ -160,4 +167,20 @@ def fetch_hour(client: PrometheusClient, hour: datetime) -> dict[int, WorkloadTe
     for workload_id, steps in fb["steps"].items():
         if workload_id in out:
             out[workload_id].fb_mib = steps
+    return out
+
+
+def fetch_session_utilisation(client: PrometheusClient, workload_ids: set[int], at: datetime,
+                              owners: PodOwners = _NO_ADOPTED) -> dict[int, Decimal]:
+    """Per workload of `workload_ids`, its busiest GPU's utilisation (percent) over the minute
+    ending at `at`, as dcgm-exporter reports it (scheduling/sessions.py culls idle sessions
+    with it); a workload with no series is left out."""
+    query = f"max by ({_BY}) (avg_over_time({GPU_UTIL}[{MINUTE_S}s]))"
+    out: dict[int, Decimal] = {}
+    for s in client.query_range(query, start=at, end=at):
+        workload_id, _ = _pod_of(s.labels, owners)
+        if workload_id is None or workload_id not in workload_ids or not s.values:
+            continue
+        value = s.values[-1][1]
+        out[workload_id] = max(value, out.get(workload_id, Decimal(0)))
     return out

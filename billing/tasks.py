@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from celery import shared_task
 from django.utils import timezone
 
-from billing.prometheus import TelemetryUnavailable
+from billing.prometheus import TelemetryUnavailable, default_client, fetch_session_utilisation
 from billing.services import budgets_evaluate, ledger_check, reconciliation_run, rollup_and_post
 from billing.services.usage import hours_due
+from scheduling.selectors import pod_owners
+from scheduling.sessions import sessions_cull, simulated_utilisation
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(
@@ -27,6 +32,28 @@ def rollup_recent_hours(self) -> dict:
     fired = budgets_evaluate(now=now)
     return {"hours": len(hours), "last": hours[-1].isoformat(), "appended": appended,
             "fired": len(fired)}
+
+
+@shared_task(name="billing.cull_idle_sessions")
+def cull_idle_sessions() -> dict:
+    """Stop interactive sessions whose GPUs stayed idle (scheduling/sessions.py), from the
+    telemetry metering reads: Prometheus, else the simulated clusters' exporters."""
+    now = timezone.now()
+    client = default_client()
+
+    def utilisation(sessions: list) -> dict:
+        if client is None:
+            return simulated_utilisation(sessions, now)
+        try:
+            return fetch_session_utilisation(client, {w.pk for w in sessions}, now,
+                                             pod_owners(now - timedelta(minutes=1), now))
+        except TelemetryUnavailable as exc:  # no reading: nothing changes
+            logger.warning("idle sessions: %s", exc)
+            return {}
+
+    report = sessions_cull(utilisation=utilisation, now=now)
+    return {"sessions": report.sessions, "read": report.read, "warned": report.warned,
+            "stopped": report.stopped}
 
 
 @shared_task(name="billing.reconcile_yesterday")

@@ -364,6 +364,9 @@ CELERY_BEAT_SCHEDULE = {
                          "schedule": crontab(day_of_month=1, hour=3, minute=30)},
     # The ledger check, recorded for /metrics (allot_ledger_verify_ok and its alert).
     "billing-verify": {"task": "billing.verify_ledger", "schedule": crontab(hour=2, minute=45)},
+    # Idle interactive sessions warned and stopped from GPU telemetry (scheduling/sessions.py).
+    "billing-idle-sessions": {"task": "billing.cull_idle_sessions", "schedule": 60.0,
+                              "options": {"expires": 120.0}},
 }
 # The Prometheus that scrapes dcgm-exporter (empty: no telemetry, every minute is a gap).
 ALLOT_PROMETHEUS_URL = env.str("ALLOT_PROMETHEUS_URL", default="")

@@ -89,7 +89,8 @@ class QueueAdmin(HistoryAdmin):
     list_display = ("tree_name", "namespace", "strategy", "quota_summary")
     search_fields = ("path", "namespace", "description")
     readonly_fields = ("path", "depth")
-    fields = ("parent", "name", "path", "depth", "strategy", "namespace", "description")
+    fields = ("parent", "name", "path", "depth", "strategy", "namespace", "description",
+              "idle_timeout_s", "idle_gpu_util_pct")
     inlines = [QuotaEntryInline]
     ordering = ("path",)
     actions = None  # bulk delete would skip the tree rules

@@ -108,6 +108,15 @@ class Queue(models.Model):
         max_length=63, blank=True, help_text="Kubernetes namespace a leaf maps to."
     )
     description = models.TextField(blank=True)
+    # Interactive sessions (notebooks) are stopped after this long with their GPUs below the
+    # threshold (scheduling/sessions.py); empty inherits the parent's, none anywhere: never.
+    idle_timeout_s = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Stop interactive sessions idle this long (seconds); empty: the parent's.")
+    idle_gpu_util_pct = models.PositiveSmallIntegerField(
+        null=True, blank=True,
+        help_text="A session is idle while its GPUs' utilisation stays below this percent; "
+                  "empty: the parent's, else 5.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

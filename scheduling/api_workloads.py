@@ -21,6 +21,7 @@ from scheduling.models import EventType, Workload
 from scheduling.request import validation as limits
 from scheduling.request.manifests import derived_pods_data
 from scheduling.request.validation import gpus_shown
+from scheduling.sessions import session_idle_state
 
 
 class PodSetInputSerializer(serializers.Serializer):
@@ -66,6 +67,13 @@ class WorkloadInputSerializer(serializers.Serializer):
     topology = serializers.DictField(default=dict)
     labels = serializers.DictField(
         child=serializers.CharField(max_length=limits.MAX_LABEL_VALUE), default=dict)
+    interactive = serializers.BooleanField(
+        default=False, help_text="An interactive session (a notebook): stopped when its GPUs "
+        "stay idle for its queue's idle limit (docs/workload-kinds.md).")
+    idle_timeout_s = serializers.IntegerField(
+        min_value=limits.MIN_IDLE_S, max_value=limits.MAX_IDLE_S, required=False,
+        allow_null=True, help_text="A session's own idle limit (the queue's applies when "
+        "shorter).")
     pods = PodSetInputSerializer(many=True, allow_empty=False, required=False)
     manifest = serializers.DictField(
         required=False,
@@ -139,6 +147,11 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
     topology = serializers.DictField()
     labels = serializers.DictField()
     progress_s = serializers.FloatField()
+    interactive = serializers.BooleanField()
+    idle = serializers.DictField(
+        allow_null=True, read_only=True,
+        help_text="A session's idling: {timeout_s, threshold_pct, idle_since, warned_at, "
+        "stops_at, idle_s}; null for a batch workload.")
     backoff_count = serializers.IntegerField()
     not_before = serializers.DateTimeField(allow_null=True)
     queue_position = serializers.DictField(allow_null=True, read_only=True)
@@ -250,6 +263,7 @@ def workload_detail_data(obj: Workload, *, pod_sets: list[Any] | None = None,
         "topology": {str(k): v for k, v in obj.topology.items()},
         "labels": {str(k): v for k, v in obj.labels.items()},
         "progress_s": float(obj.progress_s), "backoff_count": int(obj.backoff_count),
+        "interactive": bool(obj.interactive), "idle": session_idle_state(obj),
         "not_before": obj.not_before,
         "queue_position": selectors.workload_queue_position(obj, pod_sets=pod_sets),
         "reasons": [{**r, "text": reasons.reason_text(r["code"], r["message"], names=names)}

@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from quotas.models import Queue, TeamMembership
+from scheduling.backends.naming import LABEL_SIM_GPU_UTIL
 from scheduling.models import Workload, WorkloadEvent
 from scheduling.services import event_new, user_leaf_queues, workload_submit
 
@@ -69,8 +70,12 @@ MANIFEST_PLAN: list[tuple[str, str, int, str, dict[str, Any]]] = [
         "spec": {"replicas": 1, "leaderWorkerTemplate": {
             "size": 2, "workerTemplate": _template("vllm", 4)}}}),
 ]
+# An interactive session left idle (its simulated GPU reports 2 %): the leaf's idle limit
+# warns, then stops it (scheduling/sessions.py; with the beat's billing.cull_idle_sessions).
+NOTEBOOK = ("research/robotics", "a100-80g", "jupyter-grasp", 900)
 SUMMARY = (f"  demo workloads: {len(PLAN)} Jobs and {len(MANIFEST_PLAN)} manifests (a PyTorchJob, "
-           "a RayJob, a LeaderWorkerSet); research floods the A100s, product reclaims at +60s")
+           "a RayJob, a LeaderWorkerSet) and an idle notebook (stopped after 15 min idle); "
+           "research floods the A100s, product reclaims at +60s")
 
 
 def _submitter(queue: Queue) -> Any:
@@ -113,4 +118,18 @@ def seed() -> list[str]:
         workload_submit(user=user, now=now, nudge=False, data={
             "queue": path, "manifest": manifest, "flavors": [flavor],
             "priority_class": priority, "duration_hint_s": duration})
+    path, flavor, name, idle_s = NOTEBOOK
+    queue = Queue.objects.filter(path=path, children__isnull=True).first()
+    user = _submitter(queue) if queue is not None else None
+    if queue is not None and user is not None:
+        if queue.idle_timeout_s is None:
+            queue.idle_timeout_s = idle_s
+            queue.save(update_fields=["idle_timeout_s"])
+        workload_submit(user=user, now=now, nudge=False, data={
+            "name": name, "queue": path, "priority_class": "inference-high",
+            "preemptible": False, "image": "quay.io/jupyter/pytorch-notebook:2024-10-07",
+            "command": ["start-notebook.py"], "interactive": True,
+            "labels": {LABEL_SIM_GPU_UTIL: "2"},
+            "pods": [{"count": 1, "flavors": [flavor], "gpus": 1, "cpu": 4, "memory_gib": 32}],
+        })
     return [SUMMARY]

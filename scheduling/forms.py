@@ -39,6 +39,13 @@ class SchedulingFields(forms.Form):
                                     required=False, decimal_places=2,
                                     label="Expected duration (hours)")
     dataset = forms.CharField(max_length=limits.MAX_DATASET, required=False)
+    interactive = forms.BooleanField(
+        required=False, label="Interactive session (notebook)",
+        help_text="A JupyterLab or VS Code server: stopped when its GPUs stay idle for the "
+                  "queue's idle limit, after a warning.")
+    idle_timeout_min = forms.IntegerField(
+        required=False, min_value=limits.MIN_IDLE_S // 60, max_value=limits.MAX_IDLE_S // 60,
+        label="Idle limit (minutes)", help_text="A session's own, if shorter than the queue's.")
 
     def scheduling_submission(self) -> dict[str, Any]:
         """These fields as the submission's keys (the API's JSON shape)."""
@@ -49,6 +56,9 @@ class SchedulingFields(forms.Form):
             "preemptible": bool(d.get("preemptible")), "checkpoint": bool(d.get("checkpoint")),
             "strategy": d.get("strategy") or "", "dataset": d.get("dataset") or "",
             "duration_hint_s": int(hours * 3600) if hours else None,
+            "interactive": bool(d.get("interactive")),
+            **({"idle_timeout_s": d["idle_timeout_min"] * 60}
+               if d.get("idle_timeout_min") else {}),
         }
 
 
@@ -267,4 +277,6 @@ def submission_errors_to_form(form: forms.Form, errors: dict[str, list[str]],
             field = "flavor_1"
         if field == "duration_hint_s":
             field = "duration_h"
+        if field == "idle_timeout_s":
+            field = "idle_timeout_min"
         form.add_error(field if field in form.fields else None, messages)

@@ -197,6 +197,14 @@ class Workload(models.Model):
     # when it changes, so consecutive cycles with the same reason record it once.
     reason_code = models.CharField(max_length=40, blank=True)
     reason_message = models.TextField(blank=True)
+    # An interactive session (a notebook): stopped when its GPUs stay idle (sessions.py).
+    interactive = models.BooleanField(default=False)
+    idle_timeout_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Its own idle limit (at most its queue's); empty: the "
+        "queue's.")
+    idle_since = models.DateTimeField(null=True, blank=True,
+                                      help_text="Its GPUs idle since (telemetry).")
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -266,13 +274,15 @@ class EndReason(models.TextChoices):
     PODS_READY_TIMEOUT = "pods_ready_timeout", "Pods-ready timeout"
     FAILED = "failed", "Failed"
     RECLAIMED_STUCK = "reclaimed_stuck", "Reclaimed (stuck)"
+    IDLE = "idle", "Stopped idle"
 
 
 # Ends the portal decided while the pods may still run (the cluster did not end them): an
 # ended, dispatched admission with one of these keeps its nodes' capacity until the cluster
 # confirms the delete (`cleaned_at`). Finished and failed pods hold nothing.
 UNCONFIRMED_END_REASONS = (EndReason.CANCELLED, EndReason.PREEMPTED,
-                           EndReason.PODS_READY_TIMEOUT, EndReason.RECLAIMED_STUCK)
+                           EndReason.PODS_READY_TIMEOUT, EndReason.RECLAIMED_STUCK,
+                           EndReason.IDLE)
 
 
 class Admission(models.Model):
@@ -364,6 +374,8 @@ class EventCode(enum.StrEnum):
     STUCK_PREEMPTING = "STUCK_PREEMPTING"
     DELETE_UNCONFIRMED = "DELETE_UNCONFIRMED"
     SUSPEND_UNCONFIRMED = "SUSPEND_UNCONFIRMED"
+    IDLE_WARNING = "IDLE_WARNING"  # an interactive session about to be stopped idle
+    IDLE_STOPPED = "IDLE_STOPPED"
 
 
 class WorkloadEvent(models.Model):
@@ -431,6 +443,7 @@ class OutboxKind(models.TextChoices):
     DELETE = "delete", "Delete the admission's objects"
     SUSPEND = "suspend", "Suspend the admission's objects (preempted)"
     DISPATCH = "dispatch", "Dispatch pass on the cluster"
+    EVENT = "event", "Post a reason as an Event on an adopted object"
 
 
 class OutboxMessage(models.Model):

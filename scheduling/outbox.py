@@ -33,6 +33,16 @@ def message_suspend(*, admission_id: int, cluster_id: int, at: datetime,
                          created_at=at, next_attempt_at=at)
 
 
+def message_event(*, workload_id: int, cluster_id: int, at: datetime, type: str,
+                  reason: str, message: str) -> OutboxMessage:
+    """An unsaved row: post `reason` as an Event (`type` Normal or Warning) on the object a
+    workload adopted from its cluster, so `kubectl describe` says why it waits."""
+    return OutboxMessage(kind=OutboxKind.EVENT, cluster_id=cluster_id,
+                         payload={"workload_id": int(workload_id), "type": type,
+                                  "reason": reason[:128], "message": message[:1000]},
+                         created_at=at, next_attempt_at=at)
+
+
 def message_dispatch(*, cluster_id: int, at: datetime) -> OutboxMessage:
     """An unsaved row: a dispatch pass on the cluster (its reserved, undispatched work)."""
     return OutboxMessage(kind=OutboxKind.DISPATCH, cluster_id=cluster_id, created_at=at,

@@ -77,6 +77,22 @@ def workload_current_admission(workload: Workload, admissions: list[Admission] |
     return admissions[-1] if admissions else None
 
 
+def pod_owners(start: datetime, end: datetime) -> Any:
+    """Whose pods are whose over [start, end) (`naming.PodOwners`): the objects adopted from
+    clusters (kubectl apply with the queue label) admitted in that time, by namespace and
+    their own names; Allot's own objects need no lookup."""
+    from scheduling.backends.naming import LABEL_OBJECT, PodOwners
+
+    rows = Admission.objects.filter(reserved_at__lt=end).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=start)).filter(
+        workload__labels__has_key=LABEL_OBJECT).values_list(
+        "workload_id", "workload__labels", "workload__queue__namespace", "workload__queue__path")
+    adopted = {}
+    for workload_id, labels, namespace, path in rows:
+        adopted[(namespace or path.replace("/", "-"), labels[LABEL_OBJECT])] = workload_id
+    return PodOwners(adopted)
+
+
 def workload_pods(workload: Workload, admission: Admission | None,
                   pod_sets: list[PodSet] | None = None) -> list[dict[str, Any]]:
     """One row per pod (of the workload's pod sets, or of `pod_sets`): name, pod set, node

@@ -26,6 +26,8 @@ from scheduling.forms import (
 from scheduling.models import OPEN_STATES, TERMINAL_STATES, WorkloadState
 from scheduling.reasons import reason_plain
 from scheduling.request.preview import advertised_resources, workload_preview
+from scheduling.request.preview import workload_preview
+from scheduling.sessions import session_connect, session_idle_state
 
 # htmx stops polling on this status (the content is still swapped in): sent once a live
 # page or table has nothing left that can change.
@@ -186,6 +188,9 @@ def _live_context(request: HttpRequest, pk: int) -> dict[str, Any]:
         "gap": selectors.workload_wait_gap(workload),
         "gpus": sum(ps.count * ps.gpus for ps in workload.pod_sets.all()),
         "can_cancel": live and services.user_may_manage(request.user, workload),
+        "idle": session_idle_state(workload),
+        "connect": session_connect(workload) if workload.interactive and admission
+        and not admission.ended_at else "",
     }
 
 

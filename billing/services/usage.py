@@ -38,6 +38,7 @@ from billing.pricing import RateVersion, UsageInput, price_usage
 from billing.prometheus import PrometheusClient, TelemetryUnavailable, default_client, fetch_hour
 from billing.services.ledger import EntryDraft, ledger_append, ledger_lock
 from core.quantity import amounts, card_equivalent
+from scheduling.selectors import pod_owners
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,8 @@ def usage_rollup_hour(
     result = RollupResult(hour=hour)
     if telemetry is None:
         client = client or default_client()
-        telemetry = fetch_hour(client, hour) if client is not None else {}
+        telemetry = fetch_hour(client, hour, pod_owners(hour, hour + HOUR)
+                               ) if client is not None else {}
     spans = admission_spans(hour)
     existing = {
         (r.admission_id, r.phase): r for r in UsageRecord.objects.filter(hour=hour)

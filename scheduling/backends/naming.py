@@ -19,11 +19,17 @@ LABEL_KIND = "allot.io/kind"  # a simulated Job's workload kind (apiVersion/Kind
 LABEL_PINNED_CLUSTER = "allot.io/cluster"
 LABEL_OBJECT = "allot.io/object"
 MANAGED_BY = "allot"
+# A simulated cluster's pods report this GPU utilisation (percent) instead of the one their
+# name gives (the demo's and the tests' quiet notebook); a workload label, passed to its Jobs.
+LABEL_SIM_GPU_UTIL = "allot.io/simulated-gpu-util"
 
 _JOB_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)$")
 # Simulated pods are `<job>-<k>`; real ones `<job>-<random>` or, for Indexed Jobs,
-# `<job>-<completion index>-<random>`.
-_POD_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)-[a-z0-9]+(-[a-z0-9]+)?$")
+# `<job>-<completion index>-<random>`; the pods of the other kinds' objects are named by their
+# controllers after the object (`<object>-worker-0`, `<object>-workers-0-1-<random>`,
+# `<object>-<random>-head-<random>`, ...): every one starts with `<object>-`.
+_POD_RE = re.compile(
+    r"^allot-w(?P<workload>\d+)-(?P<index>\d+)-[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def job_name(workload_id: int, pod_set_index: int) -> str:
@@ -58,6 +64,34 @@ def parse_pod_name(name: str) -> tuple[int, int] | None:
     if match is None:
         return None
     return int(match["workload"]), int(match["index"])
+
+
+class PodOwners:
+    """Which workload a pod is of, from its name and namespace (what DCGM telemetry carries).
+
+    An object Allot named is found from the name itself (`parse_pod_name`); an object adopted
+    from a cluster keeps its own name (`adopted`: (namespace, object name) -> workload id), so
+    its pods are found by the longest `<object name>-` their name starts with, in its
+    namespace (a pod of another object whose name extends an adopted one's and is not
+    Allot's would be taken for it: controllers name pods after their object, nothing else).
+    """
+
+    def __init__(self, adopted: dict[tuple[str, str], int] | None = None):
+        self.by_namespace: dict[str, list[tuple[str, int]]] = {}
+        for (namespace, name), workload_id in (adopted or {}).items():
+            self.by_namespace.setdefault(namespace, []).append((f"{name}-", workload_id))
+        for names in self.by_namespace.values():
+            names.sort(key=lambda item: -len(item[0]))  # the longest prefix first
+
+    def workload_of(self, namespace: str, pod: str) -> int | None:
+        """The workload id of pod `pod` in `namespace`, or None for a pod of no workload."""
+        parsed = parse_pod_name(pod)
+        if parsed is not None:
+            return parsed[0]
+        for prefix, workload_id in self.by_namespace.get(namespace, ()):
+            if pod.startswith(prefix) and len(pod) > len(prefix):
+                return workload_id
+        return None
 
 
 def job_labels(

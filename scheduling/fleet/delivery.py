@@ -23,14 +23,18 @@ from django.utils import timezone
 
 from core import db
 from scheduling import enqueue
+from scheduling.backends import WorkloadRef, registry
+from scheduling.backends.naming import LABEL_OBJECT
 from scheduling.fleet.dispatch import cluster_dispatch
 from scheduling.fleet.teardown import admissions_delete, admissions_suspend
 from scheduling.models import (
     Admission,
+    Cluster,
     EventCode,
     EventType,
     OutboxKind,
     OutboxMessage,
+    Workload,
     WorkloadEvent,
 )
 from scheduling.request.validation import gpus_shown
@@ -142,10 +146,31 @@ def _send_dispatch(cluster_id: int, messages: list[OutboxMessage], now: datetime
         raise NotDone("; ".join(result.errors[:5]) or "another dispatch pass held the cluster")
 
 
+def _send_event(cluster_id: int, messages: list[OutboxMessage], now: datetime) -> None:
+    # Reasons on the objects of adopted workloads (kubectl describe); an object gone since
+    # has nothing to describe: the post is a no-op.
+    cluster = Cluster.objects.get(pk=cluster_id)
+    backend = registry.get_backend(cluster)
+    ids = [int(m.payload.get("workload_id", 0)) for m in messages]
+    workloads = {w.pk: w for w in Workload.objects.filter(pk__in=ids).select_related("queue")}
+    for m in messages:
+        w = workloads.get(int(m.payload.get("workload_id", 0)))
+        if w is None or not w.kind:
+            continue
+        ref = WorkloadRef.for_workload(
+            namespace=w.queue.namespace or w.queue.path.replace("/", "-"), workload_id=w.pk,
+            pod_set_indexes=[0], kind=w.kind,
+            object_name=(w.labels or {}).get(LABEL_OBJECT, ""))
+        backend.post_event(ref, str(m.payload.get("type") or "Normal"),
+                           str(m.payload.get("reason") or "Pending"),
+                           str(m.payload.get("message") or ""))
+
+
 _SEND: dict[str, Callable[[int, list[OutboxMessage], datetime], None]] = {
     OutboxKind.DELETE: _send_delete,
     OutboxKind.SUSPEND: _send_suspend,
     OutboxKind.DISPATCH: _send_dispatch,
+    OutboxKind.EVENT: _send_event,
 }
 
 

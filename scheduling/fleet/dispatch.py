@@ -35,7 +35,7 @@ from scheduling.backends.base import (
     PodSetSpec,
     WorkloadSpec,
 )
-from scheduling.backends.naming import LABEL_OBJECT
+from scheduling.backends.naming import LABEL_OBJECT, LABEL_SIM_GPU_UTIL
 from scheduling.fleet.refs import (
     penalty,
     penalty_s,
@@ -157,7 +157,9 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
         priority_class=row["workload__priority_class__name"],
         termination_grace_s=row["workload__termination_grace_s"],
         duration_s=None if hint is None else max(0.0, float(hint) - row["workload__progress_s"]),
-        labels={}, kind=row.get("workload__kind") or "",
+        labels={k: v for k, v in (row.get("workload__labels") or {}).items()
+                if k == LABEL_SIM_GPU_UTIL},
+        kind=row.get("workload__kind") or "",
         manifest=row.get("workload__manifest") or {},
         object_name=(row.get("workload__labels") or {}).get(LABEL_OBJECT, ""))
 

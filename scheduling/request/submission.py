@@ -213,6 +213,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                 duration_hint_s=clean["duration_hint_s"],
                 termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
                 labels=clean["labels"], kind=clean["kind"], manifest=clean["manifest"],
+                interactive=clean["interactive"], idle_timeout_s=clean["idle_timeout_s"],
                 submitted_at=now, state_changed_at=now,
             )
             pod_sets = [

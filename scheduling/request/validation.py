@@ -30,6 +30,7 @@ MAX_IMAGE = 500
 MAX_DATASET = 200
 MAX_LABEL_VALUE = 63
 MAX_DURATION_S = 366 * 86400  # an expected duration hint: at most a year
+MIN_IDLE_S, MAX_IDLE_S = 300, 7 * 86400  # an interactive session's own idle limit
 MAX_GPU_MEMORY_GIB = 1024  # per card
 MAX_CPU = Decimal(4096)  # cores per pod
 MAX_MEMORY_GIB = Decimal(65536)  # per pod
@@ -239,6 +240,19 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
     if data.get("termination_grace_s") is not None:
         clean["termination_grace_s"] = _int(data["termination_grace_s"], "termination_grace_s",
                                             errors, minimum=0, maximum=MAX_GRACE_S)
+
+    interactive = data.get("interactive", False)
+    if not isinstance(interactive, bool):
+        errors["interactive"] = [f"{interactive!r} is not true or false"]
+    clean["interactive"] = interactive is True
+    clean["idle_timeout_s"] = None
+    if data.get("idle_timeout_s") is not None:
+        if interactive is not True:
+            errors["idle_timeout_s"] = ["only an interactive session (interactive: true) has "
+                                        "an idle limit"]
+        else:
+            clean["idle_timeout_s"] = _int(data["idle_timeout_s"], "idle_timeout_s", errors,
+                                           minimum=MIN_IDLE_S, maximum=MAX_IDLE_S)
 
     topology = data.get("topology") or {}
     if not isinstance(topology, Mapping) or set(topology) - {"same"} or (

@@ -27,6 +27,8 @@ class JobController:
     events: list[dict]
     priority_classes: dict[str, dict]
 
+    def record_pod(self, event_type: str, pod: dict) -> None: ...
+
     @staticmethod
     def _pod_of(pod: dict, job: dict) -> bool:
         return pod["metadata"]["labels"].get(CONTROLLER_UID_LABEL) == job["metadata"]["uid"]
@@ -143,6 +145,7 @@ class JobController:
                 pod["status"]["phase"] = phase
                 if node:
                     pod["spec"]["nodeName"] = node
+                self.record_pod("MODIFIED", pod)
                 moved += 1
             self.update_job_status(job)
             if phase == "Failed" and not job["spec"].get("suspend"):

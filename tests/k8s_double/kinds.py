@@ -53,6 +53,8 @@ class KindsController:
 
     def next_version(self) -> str: ...
 
+    def record_pod(self, event_type: str, pod: dict) -> None: ...
+
     # ------------------------------------------------------------ discovery
     def api_groups(self) -> dict:
         versions = {*BUILT_IN, *(k.api_version for k in kinds.KINDS.values())} - self.unserved
@@ -112,11 +114,13 @@ class KindsController:
                 raise not_found(plural, name, group)
             return obj
 
-    def list_objects(self, group: str, version: str, plural: str, namespace: str) -> list[dict]:
+    def list_objects(self, group: str, version: str, plural: str,
+                     namespace: str | None) -> list[dict]:
+        """The objects of a kind in `namespace` (None: in every namespace)."""
         self.kind_at(group, version, plural)
         with self.lock:
             return [o for (gp, ns, _), o in self.objects.items()
-                    if gp == f"{group}/{plural}" and ns == namespace]
+                    if gp == f"{group}/{plural}" and namespace in (None, ns)]
 
     def patch_object(self, group: str, version: str, plural: str, namespace: str, name: str,
                      patch: Any, content_type: str) -> dict:
@@ -296,6 +300,7 @@ class KindsController:
                 if count is not None and moved >= count:
                     break
                 pod["status"]["phase"] = phase
+                self.record_pod("MODIFIED", pod)
                 moved += 1
             for (_, ns, _), obj in self.objects.items():
                 if ns == namespace and (obj["metadata"].get("labels") or {}).get(

@@ -35,6 +35,7 @@ class WatchRequest:
     selector: str | None
     since: int
     timeout_s: float
+    log: str = "job_log"  # the state's change log it streams: job_log or pod_log
 
 
 def _list(kind: str, api_version: str, items: list[dict], version: str) -> dict:
@@ -237,6 +238,17 @@ class KubeDouble:
             propagation = query.get("propagationPolicy") or (body or {}).get("propagationPolicy")
             return 200, s.delete_job(ns, name, propagation)
 
+        @self.route("GET", "/api/v1/pods")
+        def list_all_pods(query: dict, **_: Any) -> tuple[int, Any]:
+            if (streaming := watch(None, query)) is not None:
+                streaming[1].log = "pod_log"
+                return streaming
+            with s.lock:
+                items = [p for p in s.pods.values()
+                         if selector_matches(query.get("labelSelector"),
+                                             p["metadata"].get("labels") or {})]
+                return 200, _list("PodList", "v1", items, s.next_version())
+
         @self.route("GET", f"/api/v1/namespaces/{NS}/pods")
         def list_pods(ns: str, query: dict, **_: Any) -> tuple[int, Any]:
             with s.lock:
@@ -301,6 +313,14 @@ class KubeDouble:
         @self.route("DELETE", f"/api/v1/namespaces/{NS}/pods/{NAME}")
         def delete_pod(ns: str, name: str, **_: Any) -> tuple[int, Any]:
             return 200, s.delete_pod(ns, name)
+
+        @self.route("GET", r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)")
+        def list_all_objects(group: str, version: str, plural: str, query: dict, **_: Any):
+            kind = s.kind_at(group, version, plural)
+            items = [o for o in s.list_objects(group, version, plural, None)
+                     if selector_matches(query.get("labelSelector"),
+                                         o["metadata"].get("labels") or {})]
+            return 200, _list(f"{kind.kind}List", kind.api_version, items, s.next_version())
 
         @self.route("GET", BASE)
         def list_objects(group: str, version: str, ns: str, plural: str, **_: Any):
@@ -368,7 +388,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                         final = True
                     else:
                         events = []
-                        for rv, event_type, job in state.job_log:
+                        for rv, event_type, job in getattr(state, request.log):
                             if rv <= since:
                                 continue
                             since = rv

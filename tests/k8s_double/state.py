@@ -52,6 +52,32 @@ class Fault:
 # ---------------------------------------------------------------- the store
 
 
+class _LoggedPods(dict):
+    """The pods, each addition and deletion recorded for pod watches (phase changes are
+    recorded where they are made)."""
+
+    def __init__(self, record: Any):
+        super().__init__()
+        self._record = record
+
+    def __setitem__(self, key: Any, pod: dict) -> None:
+        event = "MODIFIED" if key in self else "ADDED"
+        super().__setitem__(key, pod)
+        self._record(event, pod)
+
+    def __delitem__(self, key: Any) -> None:
+        pod = self[key]
+        super().__delitem__(key)
+        self._record("DELETED", pod)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            pod = super().pop(key)
+            self._record("DELETED", pod)
+            return pod
+        return super().pop(key, *default)
+
+
 class ClusterState(JobController, KindsController):
     """Every object of the double, keyed by resource, namespace and name; thread-safe."""
 
@@ -60,7 +86,7 @@ class ClusterState(JobController, KindsController):
         self.nodes: dict[str, dict] = {}
         self.namespaces: dict[str, dict] = {}
         self.jobs: dict[tuple[str, str], dict] = {}
-        self.pods: dict[tuple[str, str], dict] = {}
+        self.pods: dict[tuple[str, str], dict] = _LoggedPods(self.record_pod)
         self.events: list[dict] = []
         self.priority_classes: dict[str, dict] = {}
         self.objects: dict[tuple[str, str, str], dict] = {}  # custom objects (kinds.py)
@@ -72,6 +98,7 @@ class ClusterState(JobController, KindsController):
         # Watch support: every Job change, in resourceVersion order; older ones are compacted.
         self.changed = threading.Condition(self.lock)
         self.job_log: list[tuple[int, str, dict]] = []  # (resourceVersion, type, Job copy)
+        self.pod_log: list[tuple[int, str, dict]] = []  # the same for pods
         self.compacted_before = 0
 
     # -------------------------------------------------------------- helpers
@@ -86,11 +113,19 @@ class ClusterState(JobController, KindsController):
             self.job_log.append((self._version, event_type, copy.deepcopy(job)))
             self.changed.notify_all()
 
+    def record_pod(self, event_type: str, pod: dict) -> None:
+        """A pod was added, changed or deleted: a new resourceVersion, the watchers told."""
+        with self.lock:
+            pod["metadata"]["resourceVersion"] = self.next_version()
+            self.pod_log.append((self._version, event_type, copy.deepcopy(pod)))
+            self.changed.notify_all()
+
     def compact(self) -> None:
         """Forget the change log, as etcd compaction does: older bookmarks now get 410."""
         with self.lock:
             self.compacted_before = self._version + 1
             self.job_log.clear()
+            self.pod_log.clear()
 
     def new_meta(self, meta: dict, namespace: str | None = None) -> dict:
         meta = copy.deepcopy(meta or {})

@@ -69,6 +69,31 @@ class ObjectsMixin(KubeClient):
         self._served = (now, served)
         return sorted(served)
 
+    def allot_objects(self) -> list[tuple[Kind, dict[str, Any]]]:
+        """Every object of a served kind (other than batch/v1 Job, listed as Jobs) labelled
+        with an Allot workload id, in every namespace: created by Allot or adopted."""
+        out = []
+        for key in self.served_kinds():
+            kind = kinds.KINDS[key]
+            if key == "batch/v1/Job":
+                continue
+            what = f"list {kind.kind} objects of Allot"
+            try:
+                listed = self._call(what, self.custom.list_cluster_custom_object, kind.group,
+                                    kind.version, kind.plural, label_selector=LABEL_WORKLOAD_ID)
+            except k8s.ApiException as error:
+                if error.status in (403, 404):
+                    continue  # not served after all, or not Allot's to read: nothing of it
+                raise self._unexpected(what, error) from error
+            out += [(kind, obj) for obj in listed.get("items") or []]
+        return out
+
+    @staticmethod
+    def object_workload_id(obj: dict[str, Any]) -> int | None:
+        """The Allot workload id an object is labelled with (None: not a whole number)."""
+        raw = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_WORKLOAD_ID, "")
+        return int(raw) if str(raw).isdigit() else None
+
     def _check_kind(self, kind: Kind) -> None:
         if kind.key not in self.served_kinds():
             raise DispatchRefused(

@@ -102,7 +102,8 @@ class StatusMixin(ObjectsMixin):
         )
 
     def list_workloads(self) -> list[WorkloadRef]:
-        """Every Job Allot made, grouped by namespace and workload."""
+        """Every workload of Allot on the cluster: its Jobs grouped by namespace and workload,
+        and the object of every other kind it serves (an adopted one under its own name)."""
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_WORKLOAD_ID}"
         try:
             jobs = self._call(
@@ -120,8 +121,20 @@ class StatusMixin(ObjectsMixin):
             grouped.setdefault((job.metadata.namespace, workload_id), []).append(
                 (index, job.metadata.name)
             )
-        return [
+        refs = [
             WorkloadRef(namespace=ns, workload_id=wid,
                         job_names=tuple(name for _, name in sorted(names)))
             for (ns, wid), names in sorted(grouped.items())
         ]
+        for kind, obj in self.allot_objects():
+            owner = self.object_workload_id(obj)
+            if owner is None:
+                continue
+            meta = obj.get("metadata") or {}
+            name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+            parsed = parse_job_name(name)
+            refs.append(WorkloadRef(
+                namespace=namespace, workload_id=owner,
+                job_names=(name,) if parsed is not None else (), kind=kind.key,
+                adopted_name="" if parsed is not None else name))
+        return refs

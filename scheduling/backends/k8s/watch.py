@@ -1,5 +1,8 @@
-"""Following a Kubernetes cluster: a watch on Allot's Jobs (their status follows their pods)
-from a resourceVersion bookmark, returning at the first change."""
+"""Following a Kubernetes cluster: a watch on the pods of Allot's workloads, of every kind
+(each kind's pods carry Allot's labels from their placement, and every change of a workload's
+state, its kind's own conditions included, comes with a change of its pods), from a
+resourceVersion bookmark, returning at the first change. The resync lists Allot's Jobs and the
+objects of every other kind the cluster serves."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 
 from scheduling.backends.base import BackendError, WatchResult
-from scheduling.backends.k8s.client import KubeClient
+from scheduling.backends.k8s.objects import ObjectsMixin
 from scheduling.backends.naming import (
     LABEL_MANAGED_BY,
     LABEL_WORKLOAD_ID,
@@ -20,13 +23,14 @@ from scheduling.backends.naming import (
 )
 
 
-class WatchMixin(KubeClient):
+class WatchMixin(ObjectsMixin):
     """watch_workloads."""
 
     def watch_workloads(self, *, timeout_s: float, resource_version: str = "") -> WatchResult:
-        """Watch Allot's Jobs (their status follows their pods) from the bookmark; return at
-        the first change, or empty-handed after `timeout_s`. A 410 (bookmark compacted away)
-        comes back as `expired`: resync, then watch from the new bookmark."""
+        """Watch the pods of Allot's workloads from the bookmark; return at the first change,
+        or empty-handed after `timeout_s`. No bookmark: every workload present (its Jobs, its
+        object of another kind) counts as changed, with the pods' bookmark to watch from. A
+        410 (bookmark compacted away) comes back as `expired`: resync, then watch again."""
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_WORKLOAD_ID}"
         if not resource_version:
             try:
@@ -34,19 +38,26 @@ class WatchMixin(KubeClient):
                     "list Allot Jobs", self.batch.list_job_for_all_namespaces,
                     label_selector=selector,
                 )
+                pods = self._call(
+                    "list Allot pods", self.core.list_pod_for_all_namespaces,
+                    label_selector=selector, limit=1,
+                )
             except k8s.ApiException as error:
-                raise self._unexpected("list Allot Jobs", error) from error
-            ids = {parse_job_name(j.metadata.name) for j in listed.items}
+                raise self._unexpected("list Allot Jobs and pods", error) from error
+            ids = {p[0] for p in (parse_job_name(j.metadata.name) for j in listed.items)
+                   if p is not None}
+            ids |= {wid for wid in (self.object_workload_id(obj)
+                                    for _, obj in self.allot_objects()) if wid is not None}
             return WatchResult(
-                changed=frozenset(p[0] for p in ids if p is not None),
-                resource_version=str(listed.metadata.resource_version or ""),
+                changed=frozenset(ids),
+                resource_version=str(pods.metadata.resource_version or ""),
             )
         watcher = k8s_watch.Watch()
         changed: set[int] = set()
         bookmark = resource_version
         try:
             stream = watcher.stream(
-                self.batch.list_job_for_all_namespaces, label_selector=selector,
+                self.core.list_pod_for_all_namespaces, label_selector=selector,
                 resource_version=resource_version, allow_watch_bookmarks=True,
                 timeout_seconds=max(1, int(timeout_s)),
                 _request_timeout=(self.connect_timeout, timeout_s + self.read_timeout),
@@ -58,16 +69,16 @@ class WatchMixin(KubeClient):
                     if raw.get("code") == 410:
                         return WatchResult(frozenset(), "", expired=True)
                     raise BackendError(
-                        f"cluster {self.name}: watch Jobs: {raw.get('message', raw)}",
+                        f"cluster {self.name}: watch pods: {raw.get('message', raw)}",
                         status=raw.get("code"),
                     )
-                job = event["object"]
-                bookmark = str(job.metadata.resource_version or bookmark)
+                pod = event["object"]
+                bookmark = str(pod.metadata.resource_version or bookmark)
                 if event["type"] == "BOOKMARK":
                     continue
-                parsed = parse_job_name(job.metadata.name or "")
-                if parsed is not None:
-                    changed.add(parsed[0])
+                raw_id = (pod.metadata.labels or {}).get(LABEL_WORKLOAD_ID, "")
+                if str(raw_id).isdigit():
+                    changed.add(int(raw_id))
                     break  # the first change is enough: the caller syncs and watches again
             events.close()  # closes the HTTP response too
         finally:
@@ -84,6 +95,6 @@ class WatchMixin(KubeClient):
             if error.status == 410:
                 yield {"type": "ERROR", "raw_object": {"code": 410}}
                 return
-            raise self._unexpected("watch Jobs", error) from error
+            raise self._unexpected("watch pods", error) from error
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise BackendError(f"cluster {self.name}: watch Jobs: {error}") from error
+            raise BackendError(f"cluster {self.name}: watch pods: {error}") from error

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from scheduling.backends.naming import pod_name
+from scheduling.backends.naming import LABEL_SIM_GPU_UTIL, pod_name
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,18 @@ def pod_gpu_util(pod: str) -> int:
 def pod_fb_used_mib(pod: str, fb_total_mib: int) -> int:
     """Framebuffer used by a pod on each of its GPUs: 30%..90% of the card, from its name."""
     return fb_total_mib * (30 + _hash(f"fb:{pod}") % 61) // 100
+
+
+def job_gpu_util(job: Any, pod: str) -> int:
+    """A simulated pod's utilisation: its Job's `allot.io/simulated-gpu-util` label (0..100)
+    when it has one (a quiet notebook), else `pod_gpu_util`."""
+    raw = (job.labels or {}).get(LABEL_SIM_GPU_UTIL)
+    if raw is not None:
+        try:
+            return max(0, min(100, int(raw)))
+        except (TypeError, ValueError):
+            pass
+    return pod_gpu_util(pod)
 
 
 def gpu_uuid(cluster: str, node: str, index: int) -> str:
@@ -131,8 +143,8 @@ def gpu_samples(cluster: Any, now: datetime) -> list[GpuSample]:
     jobs = SimJob.objects.filter(cluster=cluster).filter(
         Q(suspended=False) | Q(suspended_at__gte=now - MAX_GRACE_WINDOW)
     ).order_by("created_at", "name")
-    holders: dict[str, list[tuple[str, str, int]]] = {}
-    sharers: dict[tuple[str, int], list[tuple[str, str, Decimal]]] = {}
+    holders: dict[str, list[tuple[str, str, int, int]]] = {}
+    sharers: dict[tuple[str, int], list[tuple[str, str, Decimal, int]]] = {}
     for job in jobs:
         holding = _holding_pods(job, now)
         share = Decimal(job.gpus_per_pod)
@@ -140,21 +152,23 @@ def gpu_samples(cluster: Any, now: datetime) -> list[GpuSample]:
             if 0 < share < 1:
                 cards = job.cards or []
                 card = cards[k] if k < len(cards) and cards[k] is not None else 0
+                pod = pod_name(job.name, k)
                 sharers.setdefault((job.nodes[k], int(card)), []).append(
-                    (job.namespace, pod_name(job.name, k), share))
+                    (job.namespace, pod, share, job_gpu_util(job, pod)))
                 continue
+            pod = pod_name(job.name, k)
             holders.setdefault(job.nodes[k], []).append(
-                (job.namespace, pod_name(job.name, k), int(share))
+                (job.namespace, pod, int(share), job_gpu_util(job, pod))
             )
     samples = []
     for node in nodes:
         fb_total = int(node.flavor.gpu_memory_gib or DEFAULT_FB_GIB) * 1024
-        owner: list[tuple[str, str] | None] = [None] * node.gpus
+        owner: list[tuple[str, str, int] | None] = [None] * node.gpus
         shared = {card for (name, card) in sharers if name == node.name}
         # Whole cards go to the pods in order, on the cards no fraction shares.
         whole = [i for i in range(node.gpus) if i not in shared]
         free = 0
-        for namespace, pod, gpus in holders.get(node.name, []):
+        for namespace, pod, gpus, util in holders.get(node.name, []):
             if free + gpus > len(whole):
                 logger.warning(
                     "simulated cluster %s: node %s has %d GPUs, pod %s/%s does not fit",
@@ -162,7 +176,7 @@ def gpu_samples(cluster: Any, now: datetime) -> list[GpuSample]:
                 )
                 continue
             for i in whole[free:free + gpus]:
-                owner[i] = (namespace, pod)
+                owner[i] = (namespace, pod, util)
             free += gpus
         for index in range(node.gpus):
             idle = GpuSample(
@@ -171,19 +185,19 @@ def gpu_samples(cluster: Any, now: datetime) -> list[GpuSample]:
             )
             held = owner[index]
             if index in shared:
-                for namespace, pod, share in sharers[(node.name, index)]:
+                for namespace, pod, share, util in sharers[(node.name, index)]:
                     samples.append(replace(
                         idle, namespace=namespace, pod=pod, container=CONTAINER,
-                        util=int(pod_gpu_util(pod) * share),
+                        util=int(util * share),
                         fb_used_mib=pod_fb_used_mib(pod, int(fb_total * share)),
                     ))
             elif held is None:
                 samples.append(idle)
             else:
-                namespace, pod = held
+                namespace, pod, util = held
                 samples.append(replace(
                     idle, namespace=namespace, pod=pod, container=CONTAINER,
-                    util=pod_gpu_util(pod), fb_used_mib=pod_fb_used_mib(pod, fb_total),
+                    util=util, fb_used_mib=pod_fb_used_mib(pod, fb_total),
                 ))
     return samples
 

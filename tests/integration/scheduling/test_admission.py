@@ -179,3 +179,42 @@ def test_the_backend_adopts_the_users_object(world, client, kube):
     template = stored["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert template["nodeSelector"] == dict(A100.node_selector)
     assert len(kube.state.objects) == 1
+
+
+def test_why_an_adopted_object_waits_is_an_event_on_it(world, client, kube):
+    """The reason the cycle gives a waiting adopted workload is posted through the outbox as an
+    Event regarding the user's object: `kubectl describe pytorchjob resnet-ddp` shows it."""
+    from scheduling.backends import clear_backend_cache
+    from scheduling.fleet.delivery import outbox_deliver
+    from scheduling.models import OutboxKind, OutboxMessage
+    from scheduling.services import workload_submit
+    from tests.integration.scheduling.world import request
+
+    for n in range(3):  # vision's max (24 GPUs) used up
+        workload_submit(user=world.alice, data=request(f"fill-{n}", gpus=8), nudge=False)
+    cycle_run(wait=True)
+    obj = labelled()
+    post(client, review(obj))
+    w = Workload.objects.get(name="resnet-ddp")
+    cycle_run(wait=True)
+    w.refresh_from_db()
+    assert w.state == WorkloadState.PENDING and w.reason_code
+    row = OutboxMessage.objects.get(kind=OutboxKind.EVENT)
+    assert row.cluster.name == "bj" and row.payload["workload_id"] == w.pk
+    cycle_run(wait=True)  # the same reason again: no second Event
+    assert OutboxMessage.objects.filter(kind=OutboxKind.EVENT).count() == 1
+
+    kube.state.create_namespace({"metadata": {"name": "rd-vision"}})
+    kube.state.create_object("kubeflow.org", "v1", "pytorchjobs", "rd-vision", obj)
+    bj = Cluster.objects.get(name="bj")
+    bj.backend, bj.connection = "kubernetes", {**kube.connection, "timeout_s": 2}
+    bj.save()
+    clear_backend_cache()
+    try:
+        assert outbox_deliver().delivered == [row.pk]
+    finally:
+        clear_backend_cache()
+    events = kube.state.events_about("rd-vision", "PyTorchJob", "resnet-ddp")
+    assert len(events) == 1
+    assert events[0]["type"] == "Warning" and events[0]["reason"] == "Pending"
+    assert events[0]["note"].startswith(f"Allot: workload {w.pk} waits: {w.reason_code}: ")

@@ -23,5 +23,8 @@ def test_demo_queues_manifests_next_to_plain_jobs():
     assert not Workload.objects.filter(state="rejected").exists()
     assert Workload.objects.filter(kind="").count() >= 10
     assert "a PyTorchJob, a RayJob, a LeaderWorkerSet" in out.getvalue()
+    notebook = Workload.objects.get(name="jupyter-grasp")
+    assert notebook.interactive and notebook.queue.idle_timeout_s == 900
+    assert notebook.state != "rejected"
     ray = Workload.objects.get(name="ray-tune-grasp")
     assert [(p.count, p.gpus) for p in ray.pod_sets.order_by("index")] == [(1, 0), (2, 2), (1, 0)]

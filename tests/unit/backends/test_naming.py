@@ -1,6 +1,7 @@
 """scheduling.backends.naming: Job and pod names, and the labels that link back to Allot."""
 
 from scheduling.backends.naming import (
+    PodOwners,
     job_labels,
     job_name,
     parse_job_name,
@@ -29,3 +30,25 @@ def test_labels_link_back_to_allot():
         "allot.io/pod-set": "0",
         "allot.io/flavor": "a100-80g",
     }
+
+
+def test_pods_named_by_the_kinds_controllers_are_their_workloads():
+    # PyTorchJob, JobSet, RayJob (its RayCluster's random suffix), TrainJob, Deployment, LWS.
+    for pod in ("allot-w42-0-worker-0", "allot-w42-0-workers-0-1-x7k2p",
+                "allot-w42-0-x7k2p-head-abcde", "allot-w42-0-x7k2p-gpu-group-worker-abcde",
+                "allot-w42-0-node-0-0-abcde", "allot-w42-0-5d9f7c8b4-x7k2p", "allot-w42-0-1-3"):
+        assert parse_pod_name(pod) == (42, 0), pod
+    assert parse_pod_name("allot-w42-0") is None  # the object, not a pod
+    assert parse_pod_name("allot-w42-0-") is None
+
+
+def test_pod_owners_find_adopted_objects_by_the_longest_name_in_their_namespace():
+    owners = PodOwners({("rd-vision", "llm"): 7, ("rd-vision", "llm-eval"): 8,
+                        ("rd-nlp", "llm"): 9})
+    assert owners.workload_of("rd-vision", "llm-worker-0") == 7
+    assert owners.workload_of("rd-vision", "llm-eval-worker-0") == 8
+    assert owners.workload_of("rd-nlp", "llm-master-0") == 9
+    assert owners.workload_of("rd-vision", "llmx-worker-0") is None
+    assert owners.workload_of("rd-vision", "llm-") is None
+    assert owners.workload_of("other", "llm-worker-0") is None
+    assert owners.workload_of("other", "allot-w3-1-abcde") == 3  # Allot's: by name alone
