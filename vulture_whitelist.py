@@ -305,3 +305,7 @@ _.derived_pods  # serializer field (workloads API)
 _.manifest_text  # form field
 _.manifest_file  # form field
 _.field_order  # Django Form option (the request forms: their own fields first)
+
+# --- capacity planner
+_.file  # serializer field (TraceReplayInputSerializer: the upload, read from request.FILES)
+_.parser_classes  # DRF APIView option (the trace replay API takes multipart and JSON)
