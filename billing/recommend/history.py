@@ -82,3 +82,21 @@ def pending_series(hours: list[datetime], now: datetime) -> Series:
             series[i] += g * (edge - a).total_seconds() / 3600
             a = edge
     return out
+
+
+def largest_jobs(hours: list[datetime], now: datetime) -> dict[tuple[str, str], float]:
+    """(queue path, flavor) -> the most GPUs one workload submitted in the window asked."""
+    start, end = hours[0], min(now, hours[-1] + timedelta(hours=1))
+    gpus: dict[int, float] = defaultdict(float)
+    key: dict[int, tuple[str, str]] = {}
+    for ps in PodSet.objects.filter(workload__submitted_at__gte=start,
+                                    workload__submitted_at__lt=end).order_by(
+            "workload_id", "index").values("workload_id", "count", "gpus", "flavors",
+                                           "workload__queue__path"):
+        gpus[ps["workload_id"]] += ps["count"] * float(ps["gpus"])
+        if ps["flavors"] and ps["workload_id"] not in key:
+            key[ps["workload_id"]] = (ps["workload__queue__path"], ps["flavors"][0])
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for wid, k in key.items():
+        out[k] = max(out[k], gpus[wid])
+    return dict(out)

@@ -11,8 +11,13 @@ for a top-level queue).
 - proposed min: the `min_percentile` (default 50th) of the demand over the active hours,
   rounded up to a whole GPU: what the team asks at least half of the time it asks at all;
 - proposed max: the `max_percentile` (default 95th) of the demand over the active hours,
-  rounded up, at least the proposed min and at most the capacity's ceiling (the parent's max,
-  or the fleet);
+  rounded up, at least the proposed min and the largest job the queue submitted in the window
+  (a max below it would refuse that job outright), and at most the capacity's ceiling (the
+  parent's max, or the fleet);
+- never below the queue's `lendable` (what of its min it lends): a capacity request changes
+  min and max only, and the tree refuses a lendable above the min (lower lendable first);
+- a queue without demand in the window: min 0, its max as it is (nothing says what its peak
+  is);
 - fit: when the siblings' proposed mins add up to more than the capacity, every min is scaled
   down in proportion (whole GPUs, largest remainder), as the tree requires (children's mins
   within their parent's min).
@@ -45,6 +50,8 @@ class QueueHistory:
     used: list[float]
     current_min: float
     current_max: float | None
+    lendable: float | None = None
+    largest_job: float = 0.0
 
 
 @dataclass
@@ -55,7 +62,7 @@ class Recommendation:
     current_min: float
     current_max: float | None
     min: int
-    max: int
+    max: int | None
     evidence: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -105,11 +112,16 @@ def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: fl
     """The proposal for sibling leaves of one key that share `capacity` (module docstring)."""
     top = ceiling if ceiling is not None else capacity
     active = {q.path: [d for d in q.demand if d > ACTIVE_GPUS] for q in queues}
-    raw_min = {q.path: math.ceil(percentile(active[q.path], min_percentile) - 1e-9)
+    floor = {q.path: math.ceil((q.lendable or 0) - 1e-9) for q in queues}
+    raw_min = {q.path: max(floor[q.path],
+                           math.ceil(percentile(active[q.path], min_percentile) - 1e-9))
                for q in queues}
     total = sum(raw_min.values())
-    mins = raw_min if total <= capacity else split(int(capacity), {
-        k: float(v) for k, v in raw_min.items()})
+    mins = raw_min
+    if total > capacity:
+        extra = split(max(0, int(capacity) - sum(floor.values())),
+                      {k: float(v - floor[k]) for k, v in raw_min.items()})
+        mins = {k: floor[k] + extra[k] for k in raw_min}
     # What each hour the queues borrowed beyond their current min (to credit the lenders).
     borrowed_by: dict[str, list[float]] = {
         q.path: [max(0.0, u - q.current_min) for u in q.used] for q in queues}
@@ -118,7 +130,11 @@ def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: fl
     for q in queues:
         p_max = math.ceil(percentile(active[q.path], max_percentile) - 1e-9)
         new_min = mins[q.path]
-        new_max = int(max(new_min, min(p_max, math.floor(top))))
+        new_max: int | None = int(max(new_min, min(max(p_max, math.ceil(q.largest_job - 1e-9)),
+                                                   math.floor(top))))
+        if not active[q.path]:
+            # No demand in the window says nothing of its peak: the max stays.
+            new_max = None if q.current_max is None else int(math.floor(q.current_max))
         lent = sum(min(max(0.0, q.current_min - u), other - mine)
                    for u, other, mine in zip(q.used, all_borrowed, borrowed_by[q.path],
                                              strict=True))
@@ -137,9 +153,12 @@ def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: fl
             "hours_above_current_max": sum(
                 d > q.current_max for d in q.demand) if q.current_max is not None else 0,
             "hours_above_proposed_min": sum(d > new_min for d in q.demand),
-            "hours_above_proposed_max": sum(d > new_max for d in q.demand),
+            "hours_above_proposed_max": sum(
+                d > new_max for d in q.demand) if new_max is not None else 0,
             "scaled_to_fit": total > capacity,
+            "largest_job_gpus": q.largest_job,
             "unscaled_min": raw_min[q.path],
+            "floored_at_lendable": floor[q.path] > 0 and raw_min[q.path] == floor[q.path],
             **profile(q.demand, hours),
         }
         out.append(Recommendation(q.path, q.current_min, q.current_max, new_min, new_max,

@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Sum
 from django.utils import timezone
 
-from billing.recommend.history import pending_series, used_series, window_hours
+from billing.recommend.history import largest_jobs, pending_series, used_series, window_hours
 from billing.recommend.method import QueueHistory, Recommendation, recommend
 from portal.pages.access import user_scope
 from quotas.capacity.models import CapacityRequest
@@ -79,6 +79,7 @@ def recommendations(*, user: Any, options: Options, now: datetime | None = None
     hours = window_hours(now, options.days)
     used = used_series(hours)
     pending = pending_series(hours, now)
+    largest = largest_jobs(hours, now)
     queues = {q.pk: q for q in Queue.objects.all()}
     parents_of_children = {q.parent_id for q in queues.values() if q.parent_id}
     entries: dict[tuple[int, str], QuotaEntry] = {
@@ -112,7 +113,9 @@ def recommendations(*, user: Any, options: Options, now: datetime | None = None
                 history.append(QueueHistory(
                     q.path, [a + b for a, b in zip(u, p, strict=True)], list(u),
                     float(e.min) if e else 0.0,
-                    float(e.max) if e and e.max is not None else None))
+                    float(e.max) if e and e.max is not None else None,
+                    float(e.lendable) if e and e.lendable is not None else None,
+                    largest.get((q.path, flavor), 0.0)))
             by_path = {q.path: q for q in leaves}
             for rec in recommend(history, hours, capacity=max(0.0, capacity), ceiling=ceiling,
                                  min_percentile=options.min_percentile,
@@ -178,4 +181,4 @@ def recommendation_file(*, user: Any, queue: str, flavor: str, options: Options
         user=user, queue=Queue.objects.get(pk=row["queue_id"]),
         flavor=Flavor.objects.get(name=flavor), resource=RESOURCE,
         justification=justification(row, options), min=Decimal(row["min"]),
-        max=Decimal(row["max"]))
+        max=None if row["max"] is None else Decimal(row["max"]))

@@ -68,3 +68,23 @@ def test_lent_hours_are_the_unused_min_others_borrowed():
 def test_percentile_is_nearest_rank():
     assert percentile([], 50) == 0
     assert percentile([1, 2, 3, 4], 50) == 2 and percentile([1, 2, 3, 4], 95) == 4
+
+
+def test_never_below_lendable_and_the_rest_shared():
+    a = QueueHistory("p/a", flat(1), flat(1), 8, None, lendable=6)
+    b = QueueHistory("p/b", flat(30), flat(30), 8, None)
+    ra, rb = recommend([a, b], HOURS, capacity=16)
+    # a asks 1 but lends 6 of its min: it keeps 6; b gets the other 10 of the 16.
+    assert (ra.min, rb.min) == (6, 10) and ra.evidence["floored_at_lendable"]
+
+
+def test_no_demand_leaves_the_max():
+    idle = QueueHistory("p/idle", flat(0), flat(0), 4, 12)
+    (rec,) = recommend([idle], HOURS, capacity=16)
+    assert (rec.min, rec.max) == (0, 12) and rec.evidence["active_hours"] == 0
+
+
+def test_max_never_refuses_the_largest_job_seen():
+    q = QueueHistory("p/a", flat(4), flat(4), 4, None, largest_job=24)
+    (rec,) = recommend([q], HOURS, capacity=64)
+    assert (rec.min, rec.max) == (4, 24) and rec.evidence["largest_job_gpus"] == 24
