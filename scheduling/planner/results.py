@@ -1,8 +1,9 @@
-"""One replay of a trace summed up for the planner's comparison: the what-if's figures
-(`whatif.compare.summary`: waits per queue, allocation, preemptions, guarantees, cost) and
-what the plots draw: each queue's wait percentiles and its work never admitted (still
-waiting or rejected: asking more than a max), the GPUs allocated over time, Jain's index
-and the share of time every guarantee was met."""
+"""The replays of a trace summed up for the planner's comparison, each over the same span
+(from 0 to when the last side's work ended): the what-if's figures (`whatif.compare.summary`:
+waits per queue, preemptions, guarantees, cost), the GPU allocation rate over that span
+(GPU-time allocated / the fleet's GPU-time) and what the plots draw: each queue's wait
+percentiles and its work never admitted (still waiting, or refused: asking more than a max),
+the GPUs allocated over time, Jain's index and the share of time every guarantee was met."""
 
 from __future__ import annotations
 
@@ -61,24 +62,39 @@ def allocation_series(sc: Scenario, out: dict[str, Any], end: float) -> dict[str
             "gpus": [round(x / width, 2) for x in area]}
 
 
-def replay_summary(doc: dict[str, Any], report: Progress | None = None) -> dict[str, Any]:
-    """Replay one scenario and sum it up (module docstring)."""
+def replay(doc: dict[str, Any], report: Progress | None = None
+           ) -> tuple[Scenario, dict[str, Any]]:
+    """Replay one scenario through the engine: (the scenario loaded, the runner's output)."""
     sc = load_scenario(doc)
     runner = _ProgressRunner(sc, report) if report else Runner(sc)
-    out = runner.run()
+    return sc, runner.run()
+
+
+def last_event(sc: Scenario, out: dict[str, Any]) -> float:
+    """When the replay's last work ended (the run's end if some still runs), at least the last
+    submission."""
+    ends = [float(w["finished_at"]) for w in out["workloads"].values()
+            if w["finished_at"] is not None]
+    running = any(w["admissions"] and w["finished_at"] is None and w["state"] != "pending"
+                  for w in out["workloads"].values())
+    last = float(sc.until) if running else max(ends, default=0.0)
+    return min(float(sc.until), max(last, max((w.spec.submitted_at for w in sc.workloads),
+                                              default=0.0), 1.0))
+
+
+def side_summary(sc: Scenario, out: dict[str, Any], end: float) -> dict[str, Any]:
+    """One side summed up over [0, end] (`end`: the same for every side compared, so the
+    allocation rates share their denominator)."""
     base = summary(sc, out)
     submitted = {w.spec.name: w.spec.submitted_at for w in sc.workloads}
     queue_of = {w.spec.name: w.spec.queue for w in sc.workloads}
     waits: dict[str, list[float]] = defaultdict(list)
-    last_event = 0.0
     never: dict[str, int] = defaultdict(int)
     for name, w in out["workloads"].items():
         if w["admissions"]:
             waits[queue_of[name]].append(w["admissions"][0]["at"] - submitted[name])
         else:
             never[queue_of[name]] += 1
-        if w["finished_at"] is not None:
-            last_event = max(last_event, float(w["finished_at"]))
     for q, n in never.items():
         base["queues"].setdefault(q, {"admitted": 0, "still_waiting": 0, "mean_wait_s": None,
                                       "p95_wait_s": None})["never_admitted"] = n
@@ -87,12 +103,14 @@ def replay_summary(doc: dict[str, Any], report: Progress | None = None) -> dict[
         ws.sort()
         base["queues"].setdefault(q, {})["wait_quantiles_s"] = {
             str(k): round(percentile(ws, k), 1) for k in QUANTILES}
-    end = min(float(sc.until), max(last_event, max(submitted.values(), default=0.0)) or 1.0)
     fleet = sum(n.gpus for c in sc.clusters for n in c.nodes if n.ready)
+    series = allocation_series(sc, out, end)
+    used = sum(series["gpus"]) * end / BUCKETS
     base.update(
         wait_quantiles_s={str(k): round(percentile(everything, k), 1) for k in QUANTILES}
         if everything else {},
-        allocation=allocation_series(sc, out, end),
+        allocation=series,
+        gpu_allocation_rate=round(used / (fleet * end), 4) if fleet and end else 0.0,
         jain_fairness=out["metrics"]["jain_fairness"],
         guarantees_met_share=round(max(0.0, 1 - float(out["metrics"][
             "min_guarantee_violation_s"]) / end), 4) if end > 0 else 1.0,

@@ -19,7 +19,7 @@ from django.utils import timezone
 from portal.pages.access import user_scope
 from scheduling import enqueue
 from scheduling.models import TraceReplay, WhatIfState
-from scheduling.planner.results import replay_summary
+from scheduling.planner.results import last_event, replay, side_summary
 from scheduling.planner.traces import TraceError, read_upload
 from scheduling.planner.variants import TAIL_S, VARIANTS, trace_scenario, variants
 from scheduling.whatif.build import live_frame, live_scenario
@@ -133,15 +133,17 @@ def trace_replay_run(*, replay_id: int) -> None:
         return
     TraceReplay.objects.filter(pk=run.pk).update(state=WhatIfState.RUNNING, progress=0.0)
     started = time.monotonic()
-    result: dict[str, Any] = {}
     try:
+        outs = {}
         for i, label in enumerate(VARIANTS):
             def progress(frac: float, i: int = i) -> None:
                 TraceReplay.objects.filter(pk=run.pk).update(
                     progress=round((i + frac) / len(VARIANTS), 3))
 
-            result[label] = replay_summary(run.scenarios[label], progress)
+            outs[label] = replay(run.scenarios[label], progress)
             progress(1.0)
+        end = max(last_event(sc, out) for sc, out in outs.values())
+        result = {label: side_summary(sc, out, end) for label, (sc, out) in outs.items()}
     except Exception as exc:
         logger.exception("trace replay %s failed", run.pk)
         TraceReplay.objects.filter(pk=run.pk).update(
