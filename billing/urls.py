@@ -3,6 +3,7 @@
 from django.urls import URLPattern, URLResolver, path
 
 from billing import views
+from billing.recommend import views as recommend_views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("billing/", views.overview, name="billing-overview"),
@@ -14,4 +15,10 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("billing/rates/", views.rates, name="billing-rates"),
     path("billing/workloads/<int:workload_id>/", views.workload_costs,
          name="billing-workload"),
+    path("planner/recommendations/", recommend_views.recommendations_page,
+         name="recommendations"),
+    path("planner/recommendations/file/", recommend_views.recommendation_file_view,
+         name="recommendation-file"),
+    path("planner/recommendations/replay/", recommend_views.recommendations_replay_view,
+         name="recommendations-replay"),
 ]

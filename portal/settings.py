@@ -450,6 +450,10 @@ ALLOT_MAX_TREE_DEPTH = env.int("ALLOT_MAX_TREE_DEPTH", default=5)
 # Workloads asking for more GPUs or a longer expected duration wait for a lead's approval.
 ALLOT_APPROVAL_MAX_GPUS = env.int("ALLOT_APPROVAL_MAX_GPUS", default=32)
 ALLOT_APPROVAL_MAX_HOURS = env.float("ALLOT_APPROVAL_MAX_HOURS", default=72.0)
+# The capacity planner's trace uploads (scheduling/planner/): the largest file and the most
+# jobs (or a scenario's workloads) one replay takes; each is replayed three times.
+ALLOT_PLANNER_MAX_UPLOAD_BYTES = env.int("ALLOT_PLANNER_MAX_UPLOAD_BYTES", default=10_000_000)
+ALLOT_PLANNER_MAX_JOBS = env.int("ALLOT_PLANNER_MAX_JOBS", default=20_000)
 # Four eyes: how many people other than the requester must approve a held workload or a
 # capacity request before it takes effect (nobody approves their own request).
 ALLOT_MIN_APPROVERS = env.int("ALLOT_MIN_APPROVERS", default=1)

@@ -51,3 +51,14 @@ urlpatterns += [
     path("what-if/<int:pk>/scenario", api_whatif.WhatIfScenarioApi.as_view(),
          name="api-what-if-scenario"),
 ]
+
+# The capacity planner's trace replay (scheduling/planner/).
+from scheduling.planner import api as api_planner  # noqa: E402
+
+urlpatterns += [
+    path("trace-replays", api_planner.TraceReplayCreateApi.as_view(), name="api-trace-replays"),
+    path("trace-replays/<int:pk>", api_planner.TraceReplayDetailApi.as_view(),
+         name="api-trace-replay-detail"),
+    path("trace-replays/<int:pk>/scenario", api_planner.TraceReplayScenarioApi.as_view(),
+         name="api-trace-replay-scenario"),
+]

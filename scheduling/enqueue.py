@@ -86,3 +86,13 @@ def what_if_queue(what_if_id: int) -> None:
         _task("scheduling.what_if").apply_async(args=[what_if_id], retry_policy=_ONE_ATTEMPT)
     except Exception:
         logger.warning("could not queue what-if %s", what_if_id, exc_info=True)
+
+
+def trace_replay_queue(replay_id: int) -> None:
+    """Queue a trace replay's three runs (after its row is committed); a broker error is
+    logged and the replay stays queued."""
+    try:
+        _task("scheduling.trace_replay").apply_async(args=[replay_id],
+                                                     retry_policy=_ONE_ATTEMPT)
+    except Exception:
+        logger.warning("could not queue trace replay %s", replay_id, exc_info=True)

@@ -520,3 +520,32 @@ class WhatIf(models.Model):
 
     def __str__(self) -> str:
         return f"what-if {self.pk} ({self.state})"
+
+
+class TraceReplay(models.Model):
+    """A trace replayed under static quotas, the current tree and a proposed tree, for the
+    capacity planner (scheduling/planner/); the three scenarios are kept for download."""
+
+    owner = models.ForeignKey("auth.User", on_delete=models.CASCADE,
+                              related_name="trace_replays")
+    created_at = models.DateTimeField()
+    name = models.CharField(max_length=200, help_text="The uploaded file's name, or the source.")
+    kind = models.CharField(max_length=16, help_text="philly, alibaba, scenario or history.")
+    workloads = models.PositiveIntegerField(default=0)
+    notes = models.JSONField(default=list, blank=True)
+    changes = models.JSONField(default=dict, blank=True,
+                               help_text="The proposal's quota changes.")
+    scenarios = models.JSONField(default=dict,
+                                 help_text="static, current and proposed, as scenario files.")
+    state = models.CharField(max_length=16, choices=WhatIfState.choices,
+                             default=WhatIfState.QUEUED)
+    progress = models.FloatField(default=0.0)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    seconds = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"trace replay {self.pk} ({self.state})"

@@ -23,6 +23,7 @@ from scheduling.fleet.sync import cluster_sync
 from scheduling.fleet.watch import cluster_watch
 from scheduling.models import Admission, Cluster
 from scheduling.pacing import cycle_mark, cycle_paced
+from scheduling.planner.services import trace_replay_run
 from scheduling.whatif.services import what_if_run
 from scheduling.workers.cycle import cycle_run
 from scheduling.workers.eta import estimates_refresh
@@ -204,3 +205,9 @@ def eta_refresh() -> dict[str, float]:
 def what_if(what_if_id: int) -> None:
     """Replay a what-if's two sides and store the comparison (scheduling/whatif/)."""
     what_if_run(what_if_id=what_if_id)
+
+
+@shared_task(name="scheduling.trace_replay", ignore_result=True)
+def trace_replay(replay_id: int) -> None:
+    """Replay an uploaded trace three ways and store the comparison (scheduling/planner/)."""
+    trace_replay_run(replay_id=replay_id)

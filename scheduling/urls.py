@@ -3,6 +3,7 @@
 from django.urls import path
 
 from scheduling import admission_views, api_updates, manifest_views, views
+from scheduling.planner import views as planner_views
 from scheduling.whatif import views as whatif_views
 
 urlpatterns = [
@@ -24,4 +25,9 @@ urlpatterns = [
     path("what-if/<int:pk>/", whatif_views.what_if_detail, name="what-if-detail"),
     path("what-if/<int:pk>/scenario.json", whatif_views.what_if_download,
          name="what-if-download"),
+    path("planner/replay/", planner_views.trace_replay_page, name="trace-replay"),
+    path("planner/replay/<int:pk>/", planner_views.trace_replay_detail,
+         name="trace-replay-detail"),
+    path("planner/replay/<int:pk>/scenario.json", planner_views.trace_replay_download,
+         name="trace-replay-download"),
 ]

@@ -26,7 +26,6 @@ from scheduling.forms import (
 from scheduling.models import OPEN_STATES, TERMINAL_STATES, WorkloadState
 from scheduling.reasons import reason_plain
 from scheduling.request.preview import advertised_resources, workload_preview
-from scheduling.request.preview import workload_preview
 from scheduling.sessions import session_connect, session_idle_state
 
 # htmx stops polling on this status (the content is still swapped in): sent once a live

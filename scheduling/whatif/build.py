@@ -121,7 +121,6 @@ def _fleet() -> list[dict[str, Any]]:
 
 def live_scenario(*, now: datetime, hours: float, repeat_past: bool = True) -> dict[str, Any]:
     """The scenario of the next `hours` from the live state (module docstring)."""
-    s = engine_settings()
     runtimes = runtimes_read(now)
     leaves = set(Queue.objects.filter(children__isnull=True).values_list("path", flat=True))
     rows: list[dict[str, Any]] = list(Workload.objects.filter(  # type: ignore[arg-type]
@@ -182,6 +181,16 @@ def live_scenario(*, now: datetime, hours: float, repeat_past: bool = True) -> d
     return {
         "name": f"live {now:%Y-%m-%d %H:%M} UTC, next {_num(hours)} h",
         "until": math.ceil(hours * 3600),
+        **live_frame(),
+        "workloads": workloads,
+    }
+
+
+def live_frame() -> dict[str, Any]:
+    """The live state without work: engine settings, flavors, priority classes, the enabled
+    clusters' ready nodes and the quota tree (what a trace is replayed on)."""
+    s = engine_settings()
+    return {
         "settings": {"reclaim_cooldown_s": s.reclaim_cooldown_s, "starvation_s": s.starvation_s,
                      "strategy": s.strategy, "cycle_interval_s": max(s.cycle_interval_s, 10.0),
                      "termination_grace_s": s.termination_grace_s},
@@ -192,7 +201,6 @@ def live_scenario(*, now: datetime, hours: float, repeat_past: bool = True) -> d
                              for p in PriorityClass.objects.order_by("-value")],
         "clusters": _fleet(),
         "queues": _tree(),
-        "workloads": workloads,
     }
 
 
