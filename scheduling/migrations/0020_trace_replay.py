@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0018_open_resources'),
+        ('scheduling', '0019_idle_sessions_reason_events'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
