@@ -305,3 +305,5 @@ _.derived_pods  # serializer field (workloads API)
 _.manifest_text  # form field
 _.manifest_file  # form field
 _.field_order  # Django Form option (the request forms: their own fields first)
+_.inserted  # StoreReport (bench.eta, tests)
+_.statements  # StoreReport (bench.eta, tests)
