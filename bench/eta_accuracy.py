@@ -152,6 +152,10 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["arrivals_s"] = float(arg(argv, "--arrivals", 0))
     if "--recent" in argv:
         out["recent_runs"] = arg(argv, "--recent", 0)
+    if "--recent-stat" in argv:
+        out["recent_stat"] = argv[argv.index("--recent-stat") + 1]
+    if "--recent-running" in argv:
+        out["recent_running"] = True
     if "--step-rel" in argv:
         out["step_rel"] = float(argv[argv.index("--step-rel") + 1])
     return out

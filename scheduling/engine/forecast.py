@@ -71,6 +71,8 @@ class RunTimes:
     # The queue's latest finished runs (the last RECENT_RUNS by end, sorted by length): the
     # start's run times when there are `min_samples` of them (`point`, `point_remaining`).
     recent: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    recent_stat: str = "mean"  # "mean" or "median" of the latest runs
+    recent_running: bool = False  # running work conditioned on the latest runs too
 
     def samples(self, queue: str) -> tuple[tuple[float, ...], str]:
         """The samples a queue's run times are drawn from and where they come from."""
@@ -97,7 +99,7 @@ class RunTimes:
         25% at the median on Philly, the month's mean only within 90%), else the mean."""
         xs = self.recent.get(queue, ())
         if len(xs) >= self.min_samples:
-            return quantile(xs, 0.5)
+            return quantile(xs, 0.5) if self.recent_stat == "median" else sum(xs) / len(xs)
         return self.mean(queue)
 
     def point_remaining(self, queue: str, elapsed: float, q: float) -> float:
@@ -105,10 +107,12 @@ class RunTimes:
         queue's latest runs at the median when there are `min_samples` of them, else over the
         history at quantile q (`remaining`)."""
         xs = self.recent.get(queue, ())
-        if len(xs) >= self.min_samples:
+        if self.recent_running and len(xs) >= self.min_samples:
             i = bisect_right(xs, elapsed)
             if i < len(xs):
-                return quantile(xs[i:], 0.5) - elapsed
+                longer = xs[i:]
+                return (quantile(longer, 0.5) if self.recent_stat == "median"
+                        else sum(longer) / len(longer)) - elapsed
         return self.remaining(queue, elapsed, q)
 
     def remaining(self, queue: str, elapsed: float, q: float) -> float:

@@ -43,6 +43,8 @@ class EtaOptions:
     # The start's run times from each queue's last `recent_runs` finished runs (0: from the
     # mean of the history, as before: the old forecast, for comparison).
     recent_runs: int = RECENT_RUNS
+    recent_stat: str = "mean"
+    recent_running: bool = False
     # > 0: the submissions of the last `arrivals_s` seconds come again, shifted by that much,
     # during the forecast (the coming demand taken to be the recent past's).
     arrivals_s: float = 0.0
@@ -79,7 +81,8 @@ class RunHistory:
             self._cache = RunTimes(
                 by_queue={q: tuple(xs) for q, xs in self.by_queue.items()},
                 fleet=tuple(self.fleet), default_s=self.opts.default_run_s,
-                min_samples=self.opts.min_samples,
+                min_samples=self.opts.min_samples, recent_stat=self.opts.recent_stat,
+                recent_running=self.opts.recent_running,
                 recent={q: tuple(sorted(r for at, r in xs if at >= now - self.window))
                         for q, xs in self.latest.items()})
         return self._cache
