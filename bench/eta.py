@@ -237,13 +237,15 @@ def db_figures(snap: Snapshot, est: dict[str, Any]) -> dict[str, Any]:
             computed_at=now) for r in base]
         timed("all_moved", lambda: estimates_store(moved_all, now=now, step_s=STEP_S,
                                                    step_rel=STEP_REL))
-        # The ways compared, on the same rows (all pending again).
-        Workload.objects.filter(pk__in=left).update(state="pending")
-        full = rows()
+        # The ways compared, on the rows of the work pending now (as many as before).
+        full = [WorkloadEstimate(workload_id=r.workload_id, start=r.start, low=r.low,
+                                 high=r.high, assumes=r.assumes, computed_at=now)
+                for r in base]
 
         def old_refresh() -> None:
             with transaction.atomic():
-                still = set(Workload.objects.filter(pk__in=ids, state="pending")
+                still = set(Workload.objects.filter(pk__in=[r.workload_id for r in full],
+                                                    state="pending")
                             .values_list("pk", flat=True))
                 WorkloadEstimate.objects.all().delete()
                 db.insert_rows(WorkloadEstimate, [r for r in full if r.workload_id in still])
