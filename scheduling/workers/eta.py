@@ -114,8 +114,8 @@ def assumes_text(queue: str, runtimes: RunTimes) -> str:
                 f"median {span(quantile(xs, 0.5))}, p75 {span(quantile(xs, 0.75))})")
         latest = runtimes.recent.get(queue, ())
         if len(latest) >= runtimes.min_samples:
-            runs += (f"; the start takes the median of {queue}'s latest {len(latest)} "
-                     f"({span(quantile(latest, 0.5))})")
+            runs += (f"; the start takes the mean of {queue}'s latest {len(latest)} "
+                     f"({span(sum(latest) / len(latest))})")
     return f"Run times: duration hints where given; {runs}. Assumes {ASSUMED}."
 
 
