@@ -319,3 +319,5 @@ _.idle_timeout_min  # form field (the request forms)
 # --- capacity planner
 _.file  # serializer field (TraceReplayInputSerializer: the upload, read from request.FILES)
 _.parser_classes  # DRF APIView option (the trace replay API takes multipart and JSON)
+_.inserted  # StoreReport (bench.eta, tests)
+_.statements  # StoreReport (bench.eta, tests)

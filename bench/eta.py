@@ -4,12 +4,23 @@ the range at the 25th and 95th percentiles of run times).
 
     python -m bench.eta                    # 20,000 pending workloads
     python -m bench.eta --pending 5000     # another size
+    python -m bench.eta --db               # and the database writes of a refresh (below)
 
 The snapshot is built in memory (seeded): 50 leaf queues in 10 departments, 64 nodes of 8
 GPUs, every GPU in use by running work (1, 2, 4 and 8 GPUs, a quarter with a duration hint),
 N pending workloads of the same shapes spread over the queues, each queue with 200 past run
 times drawn from a log-normal distribution (median 1 h). Prints the figures, then one line of
 JSON (`{"bench": "eta", ...}`).
+
+`--db`: the database side of storing those forecasts (`scheduling.workers.eta.estimates_store`)
+on a throwaway PostgreSQL database (DATABASE_URL's server; BENCH_ETA_DB names it, default
+`test_allot_bench_eta`) holding N pending workloads: statements sent and wall time of (1)
+the first refresh (every row new), (2) a refresh where nothing moved, (3) one where 10% of
+the estimates moved, one workload in 100 left and as many came, (4) one where all moved; and
+what the same 20,000 rows cost written the ways compared: every row saved on its own
+(`update_or_create`, timed on 2,000 and scaled), Django's `bulk_update` in batches of 500,
+the old refresh (DELETE all, COPY all). Statements are counted at the connection (a COPY as
+one).
 """
 
 from __future__ import annotations
@@ -135,8 +146,144 @@ def main(argv: list[str]) -> int:
           f"{wall:.2f} s wall, {cpu:.2f} s CPU; one fast-forward {one['median_run_s']:.2f} s")
     print(f"[eta] {started} start within the 14-day horizon; the last at "
           f"+{figures['last_start_h']} h")
+    if "--db" in argv:
+        figures["db"] = db_figures(snap, est)
     print(json.dumps(figures))
     return 0
+
+
+def db_figures(snap: Snapshot, est: dict[str, Any]) -> dict[str, Any]:
+    """The database writes of storing `est` (module docstring)."""
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/allot")
+    os.environ["TEST_DATABASE_NAME"] = os.environ.get("BENCH_ETA_DB", "test_allot_bench_eta")
+    import django
+
+    django.setup()
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from core import db
+    from quotas.models import Queue
+    from scheduling.models import PriorityClass, Workload, WorkloadEstimate
+    from scheduling.workers.eta import _Counter, estimates_store
+
+    settings.DEBUG = False
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False,
+                                       keepdb=False)
+    out: dict[str, Any] = {}
+    try:
+        now = timezone.now()
+        leaf = Queue.objects.create(name="bench", namespace="bench")
+        user = get_user_model().objects.create_user("bench", password="bench-pass-1")
+        training, _ = PriorityClass.objects.get_or_create(name="training",
+                                                          defaults={"value": 1000})
+        Workload.objects.bulk_create([
+            Workload(name=w.name, queue=leaf, owner=user, priority_class=training,
+                     submitted_at=now, state_changed_at=now) for w in snap.pending],
+            batch_size=5000)
+        ids = list(Workload.objects.order_by("pk").values_list("pk", flat=True))
+
+        def at(v: float | None) -> Any:
+            return None if v is None else now + timedelta(seconds=v - NOW)
+
+        def rows(shift: dict[int, float] | None = None, keep: list[int] | None = None
+                 ) -> list[Any]:
+            shift = shift or {}
+            return [WorkloadEstimate(
+                workload_id=pk, start=at(e.start + shift.get(i, 0) if e.start else None),
+                low=at(e.low), high=at(e.high), assumes="bench", computed_at=now)
+                for i, (pk, e) in enumerate(zip(ids, est.values(), strict=True))
+                if keep is None or pk in keep]
+
+        def timed(label: str, fn: Any) -> None:
+            counted = _Counter()
+            t0 = time.perf_counter()
+            with connection.execute_wrapper(counted):
+                res = fn()
+            wall = time.perf_counter() - t0
+            n = res.statements if res is not None else counted.n
+            out[label] = {"statements": n, "wall_s": round(wall, 3)}
+            if res is not None:
+                out[label].update({"inserted": res.inserted, "updated": res.updated,
+                                   "deleted": res.deleted, "unchanged": res.unchanged})
+
+        n = len(ids)
+        timed("first", lambda: estimates_store(rows(), now=now, step_s=STEP_S,
+                                               step_rel=STEP_REL))
+        timed("none_moved", lambda: estimates_store(rows(), now=now, step_s=STEP_S,
+                                                    step_rel=STEP_REL))
+        tenth = {i: 3600.0 for i in range(0, n, 10)}
+        left = set(ids[::100])
+        Workload.objects.filter(pk__in=left).update(state="cancelled")
+        came = [Workload(name=f"new{i}", queue=leaf, owner=user, priority_class=training,
+                         submitted_at=now, state_changed_at=now) for i in range(len(left))]
+        Workload.objects.bulk_create(came)
+        new_ids = list(Workload.objects.filter(name__startswith="new").values_list(
+            "pk", flat=True))
+        base = [r for r in rows(tenth) if r.workload_id not in left]
+        base += [WorkloadEstimate(workload_id=pk, start=now, low=now, high=now,
+                                  assumes="bench", computed_at=now) for pk in new_ids]
+        timed("tenth_moved", lambda: estimates_store(base, now=now, step_s=STEP_S,
+                                                     step_rel=STEP_REL))
+        moved_all = [WorkloadEstimate(workload_id=r.workload_id, start=r.start + timedelta(
+            hours=2) if r.start else now, low=r.low, high=r.high, assumes=r.assumes,
+            computed_at=now) for r in base]
+        timed("all_moved", lambda: estimates_store(moved_all, now=now, step_s=STEP_S,
+                                                   step_rel=STEP_REL))
+        # The ways compared, on the rows of the work pending now (as many as before).
+        full = [WorkloadEstimate(workload_id=r.workload_id, start=r.start, low=r.low,
+                                 high=r.high, assumes=r.assumes, computed_at=now)
+                for r in base]
+
+        def old_refresh() -> None:
+            with transaction.atomic():
+                still = set(Workload.objects.filter(pk__in=[r.workload_id for r in full],
+                                                    state="pending")
+                            .values_list("pk", flat=True))
+                WorkloadEstimate.objects.all().delete()
+                db.insert_rows(WorkloadEstimate, [r for r in full if r.workload_id in still])
+        timed("old_delete_all_copy_all", old_refresh)
+        out["old_delete_all_copy_all"]["statements"] += 1  # the COPY
+        stored = dict(WorkloadEstimate.objects.values_list("workload_id", "pk"))
+        for r in full:
+            r.pk = stored[r.workload_id]
+            r.start = r.start + timedelta(hours=1) if r.start else now
+
+        def bulk_update() -> None:
+            with transaction.atomic():
+                WorkloadEstimate.objects.bulk_update(
+                    full, ["start", "low", "high", "assumes", "computed_at"], batch_size=500)
+        timed("bulk_update_batches_of_500", bulk_update)
+        sample = full[:2000]
+
+        def per_row() -> None:
+            with transaction.atomic():
+                for r in sample:
+                    WorkloadEstimate.objects.update_or_create(
+                        workload_id=r.workload_id, defaults={
+                            "start": r.start, "low": r.low, "high": r.high,
+                            "assumes": r.assumes, "computed_at": now})
+        timed("per_row_2000", per_row)
+        scale = len(full) / len(sample)
+        out["per_row_scaled"] = {k: round(v * scale, 3) if k == "wall_s" else int(v * scale)
+                                 for k, v in out["per_row_2000"].items()}
+    finally:
+        connection.creation.destroy_test_db(settings.DATABASES["default"]["NAME"],
+                                            verbosity=0)
+    print(f"[eta] storing the estimates of {len(ids)} pending workloads (PostgreSQL):")
+    for label, f in out.items():
+        moved = (f" (inserted {f['inserted']}, updated {f['updated']}, deleted "
+                 f"{f['deleted']}, unchanged {f['unchanged']})" if "inserted" in f else "")
+        print(f"[eta]   {label:28} {f['statements']:>6} statements {f['wall_s']:>8.3f} s"
+              f"{moved}")
+    return out
 
 
 if __name__ == "__main__":

@@ -19,3 +19,6 @@ def register() -> None:
         return
     extensions.register_submission_check(policy_submission_check)
     extensions.register_cycle_adjuster(policy_cycle_adjuster)
+    from .whatif import whatif_policy_effects  # noqa: PLC0415
+
+    extensions.register_whatif_policies(whatif_policy_effects)

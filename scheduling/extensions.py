@@ -12,6 +12,9 @@ imports them:
   workload it replaces and its previous request, so rules can grandfather what does not grow.
 - `register_cost_estimator(fn)`: `fn(flavor: str, pods: list[dict], now) -> CostEstimate |
   None`, what the request form shows a request would cost per hour on its flavor (billing).
+- `register_whatif_policies(fn)`: `fn(changes, workloads, limit_keys) -> dict`, what a
+  what-if's policy changes do to its scenario (policies/whatif.py; raises a ValueError with
+  `problems` on a bad change).
 - `register_cycle_adjuster(fn)`: `fn(ctx: CycleContext) -> None`, called while the scheduling
   cycle builds the engine snapshot. It may lower a queue key's max (naming the policy, so a
   `QUOTA_MAX` reason names it) and restrict the clusters a pending workload may use.
@@ -150,6 +153,21 @@ def register_cycle_adjuster(fn: CycleAdjuster) -> CycleAdjuster:
     if fn not in _cycle_adjusters:
         _cycle_adjusters.append(fn)
     return fn
+
+
+WhatIfPolicies = Callable[..., dict[str, Any]]
+_whatif_policies: list[WhatIfPolicies] = []
+
+
+def register_whatif_policies(fn: WhatIfPolicies) -> WhatIfPolicies:
+    """Set the function that turns a what-if's policy changes into scenario edits."""
+    _whatif_policies[:] = [fn]
+    return fn
+
+
+def whatif_policies() -> WhatIfPolicies | None:
+    """The registered function (None: no policies app: policy changes cannot be tried)."""
+    return _whatif_policies[0] if _whatif_policies else None
 
 
 def unregister_submission_check(fn: SubmissionCheck) -> None:

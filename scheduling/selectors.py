@@ -402,8 +402,24 @@ def workload_queue_position(workload: Workload, *, now: datetime | None = None,
         "estimated_start_range": ({"low": est.low, "high": est.high}
                                   if est and est.low is not None else None),
         "estimate_assumes": est.assumes if est else "",
-        "estimate_computed_at": est.computed_at if est else None,
+        "estimate_computed_at": _checked_at(est) if est else None,
     }
+
+
+# The time of the latest start forecast (ISO; scheduling/workers/eta.py): every stored
+# estimate was checked then (a row keeps the `computed_at` of the forecast that last moved it).
+ETA_REFRESHED_KEY = "scheduling:eta:refreshed_at"
+
+
+def _checked_at(est: WorkloadEstimate) -> datetime:
+    """When the forecast last said this: the latest refresh (every stored row was checked
+    then; one that did not move keeps the `computed_at` of the refresh that last moved it)."""
+    from django.core.cache import cache
+
+    latest = cache.get(ETA_REFRESHED_KEY)
+    if not latest:
+        return est.computed_at
+    return max(est.computed_at, datetime.fromisoformat(latest))
 
 
 def workload_estimate(pk: int) -> WorkloadEstimate | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from scheduling.engine import Engine, WorkloadSpec
 from scheduling.engine.export import snapshot_of
-from scheduling.engine.forecast import LEVELS, POINT, Known, RunTimes, estimate
+from scheduling.engine.forecast import LEVELS, POINT, RECENT_RUNS, Known, RunTimes, estimate
 from scheduling.replay.record import WorkloadRecord
 
 
@@ -40,6 +40,11 @@ class EtaOptions:
     hints: bool = False
     levels: tuple[float, ...] = LEVELS
     point: float = POINT
+    # The start's run times from each queue's last `recent_runs` finished runs (0: from the
+    # mean of the history, as before: the old forecast, for comparison).
+    recent_runs: int = RECENT_RUNS
+    recent_stat: str = "mean"
+    recent_running: bool = False
     # > 0: the submissions of the last `arrivals_s` seconds come again, shifted by that much,
     # during the forecast (the coming demand taken to be the recent past's).
     arrivals_s: float = 0.0
@@ -54,12 +59,15 @@ class RunHistory:
         self.by_queue: dict[str, list[float]] = {}
         self.fleet: list[float] = []
         self.log: deque[tuple[float, str, float]] = deque()
+        self.latest: dict[str, deque[tuple[float, float]]] = {}  # (end, run)
         self._cache: RunTimes | None = None
 
     def add(self, queue: str, at: float, run_s: float) -> None:
         insort(self.by_queue.setdefault(queue, []), run_s)
         insort(self.fleet, run_s)
         self.log.append((at, queue, run_s))
+        if self.opts.recent_runs > 0:
+            self.latest.setdefault(queue, deque(maxlen=self.opts.recent_runs)).append((at, run_s))
         self._cache = None
 
     def runtimes(self, now: float) -> RunTimes:
@@ -73,7 +81,10 @@ class RunHistory:
             self._cache = RunTimes(
                 by_queue={q: tuple(xs) for q, xs in self.by_queue.items()},
                 fleet=tuple(self.fleet), default_s=self.opts.default_run_s,
-                min_samples=self.opts.min_samples)
+                min_samples=self.opts.min_samples, recent_stat=self.opts.recent_stat,
+                recent_running=self.opts.recent_running,
+                recent={q: tuple(sorted(r for at, r in xs if at >= now - self.window))
+                        for q, xs in self.latest.items()})
         return self._cache
 
 

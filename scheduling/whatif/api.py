@@ -25,7 +25,8 @@ class WhatIfInputSerializer(serializers.Serializer):
     changes = serializers.DictField(help_text=(
         "quotas [{queue, flavor, resource, min, max, lendable}], add_nodes [{cluster, flavor, "
         "count, gpus, cpu, memory_gib}], drain [{cluster, flavor, count}], strategy, "
-        "queue_strategies [{queue, strategy}]"))
+        "queue_strategies [{queue, strategy}], policies [policy definitions: new, or an "
+        "existing one by name with the fields to change; validate, priority or limit]"))
 
 
 def what_if_data(run: WhatIf) -> dict[str, Any]:

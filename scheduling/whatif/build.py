@@ -15,7 +15,9 @@
 The waits measured are from these submission times (what a pending workload already waited is
 not counted).
 
-`apply_changes` edits a copy: quotas, nodes added, nodes or clusters drained, strategies.
+`apply_changes` edits a copy: quotas, nodes added, nodes or clusters drained, strategies, and
+the effects of policy changes (`policy_effects`, worked out from the database when the what-if
+starts by `policy_effects`: submissions denied, priority classes set, queue maxima capped).
 """
 
 from __future__ import annotations
@@ -304,9 +306,63 @@ def apply_changes(doc: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any
                 f"{ch.get('strategy')!r}: one of {', '.join(sorted(STRATEGIES))}")
         else:
             q["strategy"] = ch.get("strategy", "")
+    effects = changes.get("policy_effects")
+    if effects:
+        _apply_policy_effects(out, queues, effects)
     if problems:
         raise WhatIfError(dict(problems))
     return out
+
+
+def submissions(doc: dict[str, Any]) -> dict[str, int]:
+    """The scenario's workloads a submission policy decides (not admitted yet: the pending
+    work and the past's again), by name -> workload id."""
+    return {w["name"]: int(w["name"][1:]) for w in doc["workloads"]
+            if w["submit_at"] > 0 and w["name"][:1] in ("w", "r") and w["name"][1:].isdigit()}
+
+
+def limit_keys(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each queue's configured max per "flavor/resource" in the scenario (None: none)."""
+    return {path: {f"{flavor}/{res}": vals.get("max") for flavor, by in (q.get("quota") or {})
+                   .items() for res, vals in by.items()}
+            for path, q in _queues_by_path(doc).items()}
+
+
+def policy_effects(doc: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any] | None:
+    """What the what-if's `policies` do to the scenario `doc` (already changed otherwise):
+    from the policies app (`extensions.whatif_policies`); WhatIfError names bad fields."""
+    from scheduling import extensions
+
+    items = changes.get("policies")
+    if not items:
+        return None
+    fn = extensions.whatif_policies()
+    if fn is None:
+        raise WhatIfError({"policies": ["policy changes need the policies app"]})
+    try:
+        return fn(items, submissions(doc), limit_keys(doc))
+    except ValueError as exc:
+        problems = getattr(exc, "problems", None)
+        raise WhatIfError(problems or {"policies": [str(exc)]}) from exc
+
+
+def _apply_policy_effects(out: dict[str, Any], queues: dict[str, dict[str, Any]],
+                          effects: dict[str, Any]) -> None:
+    deny = set(effects.get("deny") or {})
+    priority = effects.get("priority") or {}
+    out["workloads"] = [w for w in out["workloads"] if w["name"] not in deny]
+    for w in out["workloads"]:
+        if w["name"] in priority:
+            w["priority_class"] = priority[w["name"]]
+    for cap in effects.get("caps") or []:
+        q = queues.get(cap["queue"])
+        if q is None:
+            continue
+        flavor, _, resource = cap["key"].partition("/")
+        vals = q.setdefault("quota", {}).setdefault(flavor, {}).setdefault(resource, {"min": 0})
+        if vals.get("max") is None or cap["max"] < vals["max"]:
+            vals["max"] = cap["max"]
+            vals["min"] = min(vals.get("min", 0), cap["max"])
 
 
 def changed_queues(changes: dict[str, Any]) -> set[str]:
@@ -317,4 +373,4 @@ def changed_queues(changes: dict[str, Any]) -> set[str]:
 
 def fleet_changes(changes: dict[str, Any]) -> list[str]:
     """The changes of the fleet or the whole tree's defaults (admins only)."""
-    return [k for k in ("add_nodes", "drain", "strategy") if changes.get(k)]
+    return [k for k in ("add_nodes", "drain", "strategy", "policies") if changes.get(k)]

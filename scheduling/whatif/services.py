@@ -23,6 +23,7 @@ from scheduling.whatif.build import (
     changed_queues,
     fleet_changes,
     live_scenario,
+    policy_effects,
 )
 from scheduling.whatif.compare import compare
 
@@ -67,6 +68,12 @@ def what_if_start(*, user: Any, data: Any) -> WhatIf:
     what_if_allowed(user=user, changes=changes)
     now = timezone.now()
     base = live_scenario(now=now, hours=hours, repeat_past=bool(data.get("repeat_past", True)))
+    # Policy effects are worked out here, from the database, and kept with the changes, so
+    # the run and the downloads apply the same edits (a client's own are not taken).
+    changes = {k: v for k, v in changes.items() if k != "policy_effects"}
+    effects = policy_effects(apply_changes(base, changes), changes)
+    if effects is not None:
+        changes["policy_effects"] = effects
     changed = apply_changes(base, changes)
     try:
         load_scenario(changed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -49,6 +50,15 @@ def changes_from_form(post: Any) -> dict[str, Any]:
         changes["drain"] = [drain]
     if post.get("strategy"):
         changes["strategy"] = post["strategy"]
+    text = (post.get("policy") or "").strip()
+    if text:
+        try:
+            policy = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise WhatIfError({"policy": [f"not YAML: {exc}"]}) from exc
+        if not isinstance(policy, dict):
+            raise WhatIfError({"policy": ["one policy definition (a mapping) is expected"]})
+        changes["policies"] = [policy]
     return changes
 
 

@@ -17,13 +17,21 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core import db
 from scheduling import engine
-from scheduling.engine.forecast import Estimate, Known, RunTimes, estimate, quantile
+from scheduling.engine.forecast import (
+    RECENT_RUNS,
+    Estimate,
+    Known,
+    RunTimes,
+    estimate,
+    quantile,
+)
 from scheduling.models import Admission, EndReason, Workload, WorkloadEstimate, WorkloadState
+from scheduling.selectors import ETA_REFRESHED_KEY
 from scheduling.workers.rows import SnapshotParts
 from scheduling.workers.snapshot import build_snapshot, dt
 
@@ -45,6 +53,7 @@ class EtaReport:
     estimated: int = 0  # with a start within the horizon
     seconds: float = 0.0
     forecast_seconds: float = 0.0
+    store: StoreReport | None = None  # what writing the estimates did
 
 
 def runtimes_read(now: datetime) -> RunTimes:
@@ -57,7 +66,7 @@ def runtimes_read(now: datetime) -> RunTimes:
             .order_by("-ended_at").values_list("workload__queue__path", "running_at",
                                                "ended_at", "workload__progress_s")
             [:HISTORY_ROWS])
-    by_queue: dict[str, list[float]] = defaultdict(list)
+    by_queue: dict[str, list[float]] = defaultdict(list)  # newest first
     for path, running_at, ended_at, _progress in rows:
         if running_at is None or ended_at is None:
             continue
@@ -65,7 +74,8 @@ def runtimes_read(now: datetime) -> RunTimes:
     fleet = sorted(x for xs in by_queue.values() for x in xs)
     return RunTimes(by_queue={p: tuple(sorted(xs)) for p, xs in by_queue.items()},
                     fleet=tuple(fleet), default_s=float(conf["default_run_s"]),
-                    min_samples=int(conf["min_samples"]))
+                    min_samples=int(conf["min_samples"]),
+                    recent={p: tuple(sorted(xs[:RECENT_RUNS])) for p, xs in by_queue.items()})
 
 
 def known_of(snap: engine.Snapshot, parts: SnapshotParts, now: datetime) -> dict[str, Known]:
@@ -102,6 +112,10 @@ def assumes_text(queue: str, runtimes: RunTimes) -> str:
         where = f"{queue}'s" if source == "queue" else "the fleet's"
         runs = (f"without a hint, {where} last {len(xs)} runs (p25 {span(quantile(xs, 0.25))}, "
                 f"median {span(quantile(xs, 0.5))}, p75 {span(quantile(xs, 0.75))})")
+        latest = runtimes.recent.get(queue, ())
+        if len(latest) >= runtimes.min_samples:
+            runs += (f"; the start takes the mean of {queue}'s latest {len(latest)} "
+                     f"({span(sum(latest) / len(latest))})")
     return f"Run times: duration hints where given; {runs}. Assumes {ASSUMED}."
 
 
@@ -123,6 +137,7 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
 # newest event id says whether anything moved. Ages count too, so a refresh is done anyway
 # after REFRESH_ANYWAY_S.
 FINGERPRINT_KEY = "scheduling:eta:fingerprint"
+REFRESHED_KEY = ETA_REFRESHED_KEY
 REFRESH_ANYWAY_S = 600
 
 
@@ -160,16 +175,122 @@ def estimates_refresh(*, now: datetime | None = None, force: bool = False) -> Et
         rows.append(WorkloadEstimate(
             workload_id=int(w.name), start=_at(e.start), low=_at(e.low), high=_at(e.high),
             assumes=texts[w.queue][:500], computed_at=now))
-    with transaction.atomic():
-        # Only rows of workloads still pending: one that moved meanwhile keeps none.
-        still = set(Workload.objects.filter(
-            pk__in=[r.workload_id for r in rows], state=WorkloadState.PENDING)
-            .values_list("pk", flat=True))
-        WorkloadEstimate.objects.all().delete()
-        db.insert_rows(WorkloadEstimate, [r for r in rows if r.workload_id in still])
+    conf = settings.ALLOT_ETA
+    report.store = estimates_store(rows, now=now, step_s=float(conf["step_s"]),
+                                   step_rel=float(conf["step_rel"]))
     cache.set(FINGERPRINT_KEY, list(mark), REFRESH_ANYWAY_S)
+    cache.set(REFRESHED_KEY, now.isoformat(), None)
     report.seconds = time.monotonic() - started
     return report
+
+
+@dataclass
+class StoreReport:
+    """What writing one forecast did: rows inserted (new pending work), updated (their
+    estimate moved by more than the forecast's resolution), deleted (no longer pending),
+    left as they were; the statements sent and the seconds it took."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    statements: int = 0
+    seconds: float = 0.0
+
+
+def _moved(old: datetime | None, new: datetime | None, now: datetime, step_s: float,
+           step_rel: float) -> bool:
+    """Whether a stored time differs from the new forecast's by more than its resolution
+    (`max(step_s, step_rel x time ahead)`, engine.forecast.fast_forward): within it the
+    two forecasts say the same."""
+    if old is None or new is None:
+        return (old is None) != (new is None)
+    ahead = max(0.0, (new - now).total_seconds())
+    return abs((new - old).total_seconds()) > max(step_s, step_rel * ahead, 1.0)
+
+
+def estimates_store(rows: list[WorkloadEstimate], *, now: datetime, step_s: float = 0.0,
+                    step_rel: float = 0.0) -> StoreReport:
+    """Make the stored estimates the forecast `rows` (one per workload pending in the
+    snapshot): in one transaction, one SELECT of the stored rows and of the workloads still
+    pending, one DELETE of the rows of workloads no longer pending (or no longer in the
+    forecast), one UPDATE of the rows whose estimate moved by more than the resolution
+    (`_moved`; on PostgreSQL joined to arrays, elsewhere bulk_update in batches), one COPY
+    of the new rows. Rows that did not move keep their `computed_at` (the time of the
+    forecast that last moved them; `REFRESHED_KEY` holds the latest refresh's)."""
+    t0 = time.monotonic()
+    out = StoreReport()
+    counted = _Counter()
+    with transaction.atomic(), connection.execute_wrapper(counted):
+        ids = [r.workload_id for r in rows]
+        still = set(Workload.objects.filter(pk__in=ids, state=WorkloadState.PENDING)
+                    .values_list("pk", flat=True)) if ids else set()
+        stored = {r[0]: r[1:] for r in WorkloadEstimate.objects.values_list(
+            "workload_id", "start", "low", "high", "assumes")}
+        gone = [wid for wid in stored if wid not in still]
+        if gone:
+            where, params = db.any_of('"workload_id"', gone)
+            with connection.cursor() as cursor:
+                cursor.execute(f'DELETE FROM "{WorkloadEstimate._meta.db_table}" WHERE {where}',
+                               params)
+            out.deleted = len(gone)
+        new, moved = [], []
+        for r in rows:
+            if r.workload_id not in still:
+                continue
+            old = stored.get(r.workload_id)
+            if old is None:
+                new.append(r)
+            elif old[3] != r.assumes or any(
+                    _moved(a, b, now, step_s, step_rel)
+                    for a, b in zip(old[:3], (r.start, r.low, r.high), strict=True)):
+                moved.append(r)
+            else:
+                out.unchanged += 1
+        _update_estimates(moved)
+        db.insert_rows(WorkloadEstimate, new)
+        out.inserted, out.updated = len(new), len(moved)
+    out.statements = counted.n + (1 if new and db.postgres() else 0)  # COPY is not wrapped
+    out.seconds = time.monotonic() - t0
+    return out
+
+
+class _Counter:
+    """A connection.execute_wrapper counting the statements sent (executemany: one each)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        self.n += len(params) if many and params is not None else 1
+        return execute(sql, params, many, context)
+
+
+ESTIMATE_FIELDS = ["start", "low", "high", "assumes", "computed_at"]
+
+
+def _update_estimates(rows: list[WorkloadEstimate]) -> None:
+    """Write the estimate fields of stored rows (by workload): one UPDATE joined to arrays
+    on PostgreSQL; elsewhere bulk_update in batches of 500 (by primary key, read first)."""
+    if not rows:
+        return
+    if not db.postgres():
+        pks = dict(WorkloadEstimate.objects.filter(
+            workload_id__in=[r.workload_id for r in rows]).values_list("workload_id", "pk"))
+        for r in rows:
+            r.pk = pks[r.workload_id]
+        WorkloadEstimate.objects.bulk_update(rows, ESTIMATE_FIELDS, batch_size=500)
+        return
+    table = WorkloadEstimate._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{table}" t SET "start" = d.s, "low" = d.l, "high" = d.h, '
+            '"assumes" = d.a, "computed_at" = d.c FROM unnest(%s::bigint[], '
+            '%s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], '
+            '%s::timestamptz[]) AS d(w, s, l, h, a, c) WHERE t."workload_id" = d.w',
+            [[r.workload_id for r in rows], [r.start for r in rows], [r.low for r in rows],
+             [r.high for r in rows], [r.assumes for r in rows],
+             [r.computed_at for r in rows]])
 
 
 def _at(value: float | None) -> datetime | None:

@@ -79,6 +79,35 @@ def test_start_takes_work_not_started_at_its_mean():
     assert (est["c"].low, est["c"].high) == (NOW + 300, NOW + 1100)
 
 
+def test_start_takes_the_queues_latest_runs_when_there_are_enough():
+    # The month: 100 x 4 and 600 (mean 200); the latest five: 50, 50, 60, 70, 400 (mean 126).
+    # a1 and b1 (8 GPUs each) run one after another behind r (ends at +100): c at
+    # 100 + 2 x 126.
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)},
+                        recent={"a": (50.0, 50.0, 60.0, 70.0, 400.0)})
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400)
+    assert est["c"].start == NOW + 352
+    # The range is still over the month's quantiles: p25 (100 s each) 300, p95 (500 s) 1100.
+    assert (est["c"].low, est["c"].high) == (NOW + 300, NOW + 1100)
+    # Fewer than min_samples latest runs: the month's mean, as before; the median if asked.
+    few = RunTimes(by_queue=runtimes.by_queue, recent={"a": (50.0,)})
+    assert few.point("a") == 200.0 and runtimes.point("a") == 126.0
+    assert RunTimes(recent=runtimes.recent, recent_stat="median").point("a") == 60.0
+
+
+def test_running_work_for_the_start_is_conditioned_on_the_history_unless_asked():
+    rt = RunTimes(by_queue={"a": (10.0, 20.0, 30.0, 40.0, 50.0)},
+                  recent={"a": (100.0, 200.0, 300.0, 400.0, 500.0)})
+    # By default the month's rule (older than every run: 250 x 0.75 / 0.25 at p75).
+    assert rt.point_remaining("a", 250, 0.75) == 750
+    # recent_running: the latest runs longer than it (300, 400, 500: mean 400).
+    latest = RunTimes(by_queue=rt.by_queue, recent=rt.recent, recent_running=True)
+    assert latest.point_remaining("a", 250, 0.75) == 400 - 250
+    assert latest.point_remaining("a", 600, 0.5) == 600  # older than them all: the rule
+
+
 def test_estimate_with_hints_is_a_point():
     s = snap([wl("b", "a", 8, t=10)], [running("r")])
     est = estimate(s, known={"r": Known(hint_s=500, progress_s=100, elapsed_s=150),

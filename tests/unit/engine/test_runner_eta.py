@@ -40,6 +40,24 @@ def test_without_hints_the_history_of_the_queue_decides():
     assert out["c"]["admissions"][0]["at"] == 1200
 
 
+def test_the_start_follows_the_queues_latest_runs():
+    # Queue a's runs: ten of 1000 s (on one node, "long" holds the other until 20000), then
+    # five of 100 s. x (a) starts at 10500; y (a) waits from 10505, c from 10510. x's end is
+    # forecast by the month's rule (p75 of the runs longer than 10 s: 1000, so 11500); y runs
+    # for the mean of a's latest ten (5 x 1000, 5 x 100: 550), so c at 12050. The old
+    # forecast (recent_runs 0) takes the month's mean for y (15 runs: 700): 12200.
+    jobs = [job("long", "b", 0, duration_s=20000)]
+    jobs += [job(f"r{i}", "a", 0, duration_s=1000) for i in range(10)]
+    jobs += [job(f"s{i}", "a", 10000, duration_s=100) for i in range(5)]
+    jobs += [job("x", "a", 10500, duration_s=100), job("y", "a", 10505, duration_s=100),
+             job("c", "a", 10510, duration_s=10)]
+    out = run(jobs, until=30000)
+    assert out["x"]["admissions"][0]["at"] == 10500
+    assert out["c"]["eta_at_submit"]["start"] == 12050
+    old = run(jobs, until=30000, recent_runs=0)
+    assert old["c"]["eta_at_submit"]["start"] == 12200
+
+
 def test_no_history_uses_the_default_run_time():
     out = run([job("a1", "a", 0, duration_s=100), job("a2", "a", 0, duration_s=300),
                job("b", "a", 10, duration_s=50)], default_run_s=1000)

@@ -10,7 +10,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduling.models import Workload, WorkloadEstimate
-from scheduling.workers.eta import estimates_refresh, runtimes_read
+from scheduling.workers.eta import estimates_refresh, estimates_store, runtimes_read
 from tests.integration.scheduling.world import make_world, running_workload, submit
 
 pytestmark = pytest.mark.django_db
@@ -22,10 +22,11 @@ def exact(settings):
     from an earlier test's mark."""
     from django.core.cache import cache
 
-    from scheduling.workers.eta import FINGERPRINT_KEY
+    from scheduling.workers.eta import FINGERPRINT_KEY, REFRESHED_KEY
 
     settings.ALLOT_ETA = {**settings.ALLOT_ETA, "step_s": 0.0, "step_rel": 0.0}
     cache.delete(FINGERPRINT_KEY)
+    cache.delete(REFRESHED_KEY)
 
 
 @pytest.fixture
@@ -146,3 +147,50 @@ def test_refresh_skips_when_nothing_changed(full):
     report = estimates_refresh()
     assert not report.skipped and report.pending == 1
     assert estimates_refresh(force=True).pending == 1
+
+
+def test_refresh_writes_only_what_moved_in_a_few_statements(full):
+    world, _r1, _r2, p1, p2 = full
+    from scheduling.services import workload_cancel
+
+    now = timezone.now()
+    first = estimates_refresh(now=now).store
+    assert (first.inserted, first.updated, first.deleted, first.unchanged) == (2, 0, 0, 0)
+    assert first.statements <= 6  # not one per row
+    ids_before = dict(WorkloadEstimate.objects.values_list("workload_id", "pk"))
+    # Nothing moved: nothing written; the rows keep their time, the API says the latest.
+    later = now + timedelta(seconds=5)
+    again = estimates_refresh(now=later, force=True).store
+    assert (again.inserted, again.updated, again.deleted, again.unchanged) == (0, 0, 0, 2)
+    assert set(WorkloadEstimate.objects.values_list("computed_at", flat=True)) == {now}
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    pos = api.get(f"/api/v1/workloads/{p2.pk}").json()["queue_position"]
+    assert pos["estimate_computed_at"] == later.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # p1 leaves: its row goes; p2 starts 10 min later (an UPDATE of the same row); p3 is new.
+    workload_cancel(user=world.alice, workload=p1)
+    p3 = submit(world, "p3")
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+    shifted = e2.start + timedelta(minutes=10)
+    rows = [WorkloadEstimate(workload_id=p2.pk, start=shifted, low=e2.low, high=e2.high,
+                             assumes=e2.assumes, computed_at=later),
+            WorkloadEstimate(workload_id=p3.pk, start=None, low=None, high=None,
+                             assumes="x", computed_at=later)]
+    moved = estimates_store(rows, now=later, step_s=60.0, step_rel=0.02)
+    assert (moved.inserted, moved.updated, moved.deleted, moved.unchanged) == (1, 1, 1, 0)
+    assert moved.statements <= 6
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+    assert e2.pk == ids_before[p2.pk] and e2.computed_at == later and e2.start == shifted
+    assert set(WorkloadEstimate.objects.values_list("workload_id", flat=True)) == {p2.pk, p3.pk}
+
+
+def test_a_move_within_the_resolution_is_not_written(full):
+    from scheduling.workers.eta import _moved
+
+    now = timezone.now()
+    at = now + timedelta(hours=10)
+    # 2% of 10 h ahead is 12 min: 5 min is within, 20 min is not; 60 s floor near now.
+    assert not _moved(at, at + timedelta(minutes=5), now, 60.0, 0.02)
+    assert _moved(at, at + timedelta(minutes=20), now, 60.0, 0.02)
+    assert _moved(now, now + timedelta(seconds=90), now, 60.0, 0.02)
+    assert _moved(None, at, now, 60.0, 0.02) and not _moved(None, None, now, 60.0, 0.02)
