@@ -11,3 +11,13 @@ def approvals_badge(request):
     if user is None or not user.is_authenticated:
         return {}
     return {"approvals_waiting": SimpleLazyObject(lambda: inbox_count(user))}
+
+
+def notifications_bell(request):
+    """Adds `notifications_unread` (counted only when a page reads it; cached briefly)."""
+    from portal.notifications import unread_count
+
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {"notifications_unread": SimpleLazyObject(lambda: unread_count(user))}

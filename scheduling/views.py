@@ -38,6 +38,7 @@ class WorkloadPageFilter(WorkloadFilter):
     # and which makes PostgreSQL sort the whole table (bench/portal.py measures the page).
     state = django_filters.MultipleChoiceFilter(choices=WorkloadState.choices, distinct=False)
     flavor = django_filters.CharFilter(method="filter_flavor", label="GPU model")
+    owner = django_filters.CharFilter(field_name="owner__username", label="Owner (username)")
     submitted_after = django_filters.DateFilter(field_name="submitted_at", lookup_expr="date__gte",
                                                 label="Submitted from")
     submitted_before = django_filters.DateFilter(field_name="submitted_at",
