@@ -234,8 +234,11 @@ def queue_detail(request: HttpRequest, path: str) -> HttpResponse:
                     series, title=f"{queue.path} {flavor} GPUs, last {label}",
                     qmin=cell["min"], qmax=cell["max"]),
             })
+    from scheduling.selectors import queue_pending
+
     return render(request, "portal/queue_detail.html", {
         "queue": queue, "node": node, "figures": figures,
+        "pending": queue_pending(user=request.user, path=queue.path),
         "can_submit": scope.can_submit_to(queue.pk) and node["is_leaf"], "scope": scope,
     })
 
@@ -280,3 +283,11 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
         # Its History section lists the cluster's and its nodes' changes by id.
         "cluster_pk": Cluster.objects.filter(name=name).values_list("pk", flat=True).first(),
     })
+
+
+@login_required
+def borrowing(request: HttpRequest) -> HttpResponse:
+    """Who lends to whom now: per GPU model, each sibling group's borrowers and lenders."""
+    return render(request, "portal/borrowing.html", {
+        "groups": page_selectors.borrowing_now(scope=user_scope(request.user)),
+        "as_of": timezone.now()})
