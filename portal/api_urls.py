@@ -12,6 +12,8 @@ urlpatterns = [
     # Before quotas' `queues/<path>`, which would take the path's last part for a queue's.
     path("queues/<path:path>/pending", lists_api.QueuePendingApi.as_view(),
          name="api-queue-pending"),
+    path("workloads/<int:pk>/utilisation", lists_api.WorkloadUtilisationApi.as_view(),
+         name="api-workload-utilisation"),
     path("borrowing", lists_api.BorrowingApi.as_view(), name="api-borrowing"),
     path("search", lists_api.SearchApi.as_view(), name="api-search"),
     path("notifications", lists_api.NotificationsApi.as_view(), name="api-notifications"),

@@ -187,3 +187,28 @@ class BorrowingApi(APIView):
             "lenders": [{"queue": x["path"], "lent": num(x["lent"]), "used": num(x["used"]),
                          "min": num(x["min"])} for x in g["lenders"]],
         } for g in groups]})
+
+
+class WorkloadUtilisationApi(APIView):
+    @extend_schema(summary="A workload's GPU utilisation from telemetry: overall and per hour "
+                   "(null: no telemetry)")
+    def get(self, request: Request, pk: int) -> Response:
+        from billing.selectors import workload_utilisation
+        from scheduling.selectors import workloads_visible
+
+        if not workloads_visible(request.user).filter(pk=pk).exists():
+            raise Http404("No such workload.")
+        util = workload_utilisation(pk)
+
+        def num(v: Any) -> str | None:
+            return None if v is None else str(v)
+
+        return Response({
+            "workload": pk, "overall": num(util["overall"]),
+            "active_gpu_hours": num(util["active_gpu_hours"]),
+            "metered_gpu_hours": num(util["metered_gpu_hours"]),
+            "telemetry": util["overall"] is not None,
+            "hours": [{"hour": h["hour"], "utilisation": num(h["utilisation"]),
+                       "gpu_hours": num(h["gpu_hours"]),
+                       "telemetry_minutes": h["telemetry_minutes"]} for h in util["hours"]],
+        })
