@@ -305,3 +305,10 @@ _.derived_pods  # serializer field (workloads API)
 _.manifest_text  # form field
 _.manifest_file  # form field
 _.field_order  # Django Form option (the request forms: their own fields first)
+
+# --- the views users asked for (issue 15, item 5)
+_.notifications_bell  # a context processor named in settings.TEMPLATES
+_.UserTimeZoneMiddleware  # named in settings.MIDDLEWARE
+_.read_at  # a model field and a serializer field (notifications)
+_.validate_time_zone  # DRF field validation hook (SettingsInput)
+_.validate_muted_kinds  # DRF field validation hook (SettingsInput)

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from portal.forms import ProfileForm
 from portal.models import Notification
 from portal.notifications import notifications_mark_read, user_settings
+from portal.pages.access import signed_in
 from portal.selectors import api_token_list
 from portal.timezones import remember
 
@@ -42,7 +43,7 @@ def profile(request: HttpRequest) -> HttpResponse:
     tokens = api_token_list(user=request.user)
     return render(request, "portal/profile.html", {
         "form": form, "tokens_count": tokens.count(),
-        "unread": Notification.objects.filter(user_id=request.user.pk,
+        "unread": Notification.objects.filter(user=signed_in(request.user),
                                               read_at__isnull=True).count(),
     }, status=400 if form.errors else 200)
 
@@ -50,7 +51,7 @@ def profile(request: HttpRequest) -> HttpResponse:
 @login_required
 def notification_list(request: HttpRequest) -> HttpResponse:
     """The user's notifications, newest first, unread marked."""
-    qs = Notification.objects.filter(user_id=request.user.pk)
+    qs = Notification.objects.filter(user=signed_in(request.user))
     page = Paginator(qs, NOTIFICATION_ROWS).get_page(request.GET.get("page"))
     return render(request, "portal/notifications.html", {"page": page})
 

@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.pages.access import user_scope
+from portal.pages.access import signed_in, user_scope
 from quotas.models import Queue
 
 
@@ -94,7 +94,7 @@ class NotificationsApi(APIView):
     def get(self, request: Request) -> Response:
         from portal.models import Notification
 
-        qs = Notification.objects.filter(user_id=request.user.pk)
+        qs = Notification.objects.filter(user=signed_in(request.user))
         if request.query_params.get("unread") in ("1", "true"):
             qs = qs.filter(read_at__isnull=True)
         return Response(NotificationOutput(qs[:100], many=True).data)

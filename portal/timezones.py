@@ -45,8 +45,10 @@ class UserTimeZoneMiddleware:
         user: Any = getattr(request, "user", None)
         name = ""
         if user is not None and user.is_authenticated and hasattr(request, "session"):
-            name = request.session.get(SESSION_KEY)
-            if name is None:
+            kept = request.session.get(SESSION_KEY)
+            if isinstance(kept, str):
+                name = kept
+            else:
                 from portal.models import UserSettings
 
                 name = UserSettings.objects.filter(user_id=user.pk).values_list(

@@ -387,9 +387,10 @@ PENDING_LIST_ROWS = 100
 def forecast_order() -> list[datetime]:
     """The forecast start of every pending workload the last forecast placed within its
     horizon, earliest first: a workload's place across the fleet is 1 + those before its own."""
-    return list(WorkloadEstimate.objects.filter(
+    return [start for start in WorkloadEstimate.objects.filter(
         start__isnull=False, workload__state=WorkloadState.PENDING,
-        workload__needs_approval=False).order_by("start").values_list("start", flat=True))
+        workload__needs_approval=False).order_by("start").values_list("start", flat=True)
+        if start is not None]
 
 
 def queue_pending(*, user: Any, path: str, limit: int = PENDING_LIST_ROWS) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core.listing import csv_response, sort_from, wants_csv
 from scheduling import selectors, services
 from scheduling.filters import WorkloadFilter
 from scheduling.forms import (
@@ -27,6 +28,12 @@ from scheduling.models import OPEN_STATES, TERMINAL_STATES, WorkloadState
 from scheduling.reasons import reason_plain
 from scheduling.request.preview import workload_preview
 
+# The list's sortable columns (?sort=col / -col) and its CSV columns (?format=csv).
+WORKLOAD_SORT = {"name": ("name",), "queue": ("queue__path",), "owner": ("owner__username",),
+                 "state": ("state",), "priority": ("priority_class__value",),
+                 "submitted": ("submitted_at",)}
+WORKLOAD_CSV = ("id", "name", "queue", "owner", "state", "gpus", "gpu_model", "priority_class",
+                "submitted_at", "reason_code")
 LIVE_POLL_S = 3
 LIST_POLL_S = 10  # the dashboard's rate
 
@@ -61,14 +68,25 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     """The workloads the user may see, filterable and sortable."""
     qs = selectors.workload_list(user=request.user)
     filterset = WorkloadPageFilter(request.GET, queryset=qs, request=request)
-    page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
+    sort = sort_from(request, WORKLOAD_SORT, "-submitted")
+    rows = filterset.qs
+    if "ordering" not in request.GET or "sort" in request.GET:
+        rows = rows.order_by(*sort.order_by(), "-id")
+    if wants_csv(request) and not sort.error:
+        return csv_response("workloads.csv", WORKLOAD_CSV, (
+            (w.pk, w.name, w.queue.path, w.owner.username, w.state, w.gpus,
+             next((",".join(ps.flavors) for ps in w.pod_sets.all()), ""),
+             w.priority_class.name, w.submitted_at.isoformat(), w.reason_code)
+            for w in rows.iterator(chunk_size=2000)))
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
     # Polled while a listed workload can still change (pending or holding capacity); the poll
     # stops once every row has ended. htmx gets the table only.
     live = any(w.state in OPEN_STATES for w in page)
     template = ("scheduling/partials/workload_table.html" if getattr(request, "htmx", False)
                 else "scheduling/workload_list.html")
     return render(request, template, {"filter": filterset, "page": page, "live": live,
-                                      "poll_s": LIST_POLL_S, "as_of": timezone.now()})
+                                      "poll_s": LIST_POLL_S, "as_of": timezone.now(),
+                                      "sort": sort}, status=400 if sort.error else 200)
 
 
 def _form(request: HttpRequest, data: Any = None,
