@@ -25,6 +25,7 @@ def profile_settings_save(*, user: object, time_zone: str, muted_kinds: list[str
     row = user_settings(user)
     row.time_zone, row.muted_kinds = time_zone, sorted(set(muted_kinds))
     row.save(update_fields=["time_zone", "muted_kinds"])
+    remember(row.user_id, time_zone)
 
 
 @login_required
@@ -35,7 +36,6 @@ def profile(request: HttpRequest) -> HttpResponse:
         form = ProfileForm(request.POST)
         if form.is_valid():
             profile_settings_save(user=request.user, **form.cleaned_data)
-            remember(request, form.cleaned_data["time_zone"])
             messages.success(request, "Settings saved.")
             return redirect("profile")
     else:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.http import Http404
 from django.utils.html import strip_tags
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -26,9 +26,35 @@ def _visible_queue(user: Any, path: str) -> Queue:
     return queue
 
 
+class PendingRowOutput(serializers.Serializer):
+    id = serializers.IntegerField(allow_null=True, help_text="null: another team's workload")
+    name = serializers.CharField(allow_null=True)
+    queue = serializers.CharField()
+    priority_class = serializers.CharField()
+    gpus = serializers.CharField()
+    flavors = serializers.ListField(child=serializers.CharField())
+    position_in_queue = serializers.IntegerField(allow_null=True)
+    ahead_gpus = serializers.IntegerField(allow_null=True)
+    position_in_fleet = serializers.IntegerField(allow_null=True)
+    needs_approval = serializers.BooleanField()
+    estimated_start = serializers.DateTimeField(allow_null=True)
+    estimated_start_range = serializers.DictField(allow_null=True)
+    reason_code = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class PendingOutput(serializers.Serializer):
+    queue = serializers.CharField()
+    total = serializers.IntegerField()
+    as_of = serializers.DateTimeField()
+    fleet_pending = serializers.IntegerField()
+    results = PendingRowOutput(many=True)
+
+
 class QueuePendingApi(APIView):
     @extend_schema(summary="A queue's pending workloads in admission order, with their place "
-                   "in their queue and across the fleet, the reason and the estimated start")
+                   "in their queue and across the fleet, the reason and the estimated start",
+                   responses=PendingOutput)
     def get(self, request: Request, path: str) -> Response:
         from scheduling.reasons import reason_plain
         from scheduling.selectors import queue_pending
@@ -56,8 +82,16 @@ class QueuePendingApi(APIView):
                          "fleet_pending": data["fleet_pending"], "results": rows})
 
 
+class SearchOutput(serializers.Serializer):
+    q = serializers.CharField()
+    workloads = serializers.ListField(child=serializers.DictField())
+    queues = serializers.ListField(child=serializers.DictField())
+    users = serializers.ListField(child=serializers.DictField())
+
+
 class SearchApi(APIView):
-    @extend_schema(summary="Workloads, queues and users matching `q` that you may see")
+    @extend_schema(summary="Workloads, queues and users matching `q` that you may see",
+                   responses=SearchOutput)
     def get(self, request: Request) -> Response:
         from portal.search import SearchError, search_query_clean, site_search
 
@@ -107,7 +141,9 @@ class NotificationsReadInput(serializers.Serializer):
 
 class NotificationsReadApi(APIView):
     @extend_schema(summary="Mark your notifications read (some or all)",
-                   request=NotificationsReadInput)
+                   request=NotificationsReadInput,
+                   responses=inline_serializer("MarkedOutput",
+                                               {"marked": serializers.IntegerField()}))
     def post(self, request: Request) -> Response:
         from portal.notifications import notifications_mark_read
 
@@ -142,7 +178,8 @@ class SettingsInput(serializers.Serializer):
 
 
 class AccountSettingsApi(APIView):
-    @extend_schema(summary="Your settings: time zone and muted notification kinds")
+    @extend_schema(summary="Your settings: time zone and muted notification kinds",
+                   responses=SettingsInput)
     def get(self, request: Request) -> Response:
         from portal.notifications import user_settings
 
@@ -150,7 +187,7 @@ class AccountSettingsApi(APIView):
         return Response({"time_zone": row.time_zone, "muted_kinds": row.muted_kinds})
 
     @extend_schema(summary="Change your settings (nothing is saved when a field is wrong)",
-                   request=SettingsInput)
+                   request=SettingsInput, responses=SettingsInput)
     def patch(self, request: Request) -> Response:
         from portal.account import profile_settings_save
         from portal.notifications import user_settings
@@ -161,15 +198,26 @@ class AccountSettingsApi(APIView):
         v = data.validated_data
         profile_settings_save(user=request.user, time_zone=v.get("time_zone", row.time_zone),
                               muted_kinds=v.get("muted_kinds", row.muted_kinds))
-        if hasattr(request, "session") and "time_zone" in v:
-            request.session.pop("allot_time_zone", None)
         row.refresh_from_db()
         return Response({"time_zone": row.time_zone, "muted_kinds": row.muted_kinds})
 
 
+class BorrowingGroupOutput(serializers.Serializer):
+    parent_path = serializers.CharField(allow_null=True, help_text="'' for the top level; null: "
+                                   "another team's queue")
+    flavor = serializers.CharField()
+    borrowed = serializers.CharField()
+    lent = serializers.CharField()
+    from_above = serializers.CharField()
+    borrowers = serializers.ListField(child=serializers.DictField())
+    lenders = serializers.ListField(child=serializers.DictField())
+
+
 class BorrowingApi(APIView):
     @extend_schema(summary="Who lends to whom now: per GPU model, each group of sibling queues "
-                   "where some borrow, with borrowers, lenders and what comes from above")
+                   "where some borrow, with borrowers, lenders and what comes from above",
+                   responses=inline_serializer("BorrowingOutput", {
+                       "results": BorrowingGroupOutput(many=True)}))
     def get(self, request: Request) -> Response:
         from portal.pages.selectors import borrowing_now
 
@@ -178,7 +226,7 @@ class BorrowingApi(APIView):
 
         groups = borrowing_now(scope=user_scope(request.user))
         return Response({"results": [{
-            "parent": g["parent"]["path"], "flavor": g["flavor"],
+            "parent_path": g["parent"]["path"], "flavor": g["flavor"],
             "borrowed": num(g["borrowed"]), "lent": num(g["lent"]),
             "from_above": num(g["from_above"]),
             "borrowers": [{"queue": b["path"], "borrowed": num(b["borrowed"]),
@@ -189,9 +237,18 @@ class BorrowingApi(APIView):
         } for g in groups]})
 
 
+class UtilisationOutput(serializers.Serializer):
+    workload = serializers.IntegerField()
+    overall = serializers.CharField(allow_null=True)
+    active_gpu_hours = serializers.CharField(allow_null=True)
+    metered_gpu_hours = serializers.CharField(allow_null=True)
+    telemetry = serializers.BooleanField()
+    hours = serializers.ListField(child=serializers.DictField())
+
+
 class WorkloadUtilisationApi(APIView):
     @extend_schema(summary="A workload's GPU utilisation from telemetry: overall and per hour "
-                   "(null: no telemetry)")
+                   "(null: no telemetry)", responses=UtilisationOutput)
     def get(self, request: Request, pk: int) -> Response:
         from billing.selectors import workload_utilisation
         from scheduling.selectors import workloads_visible

@@ -1,6 +1,6 @@
 """The time zone pages are shown in: the user's own setting (the profile page), else the
-server's `TIME_ZONE`. The middleware activates it for each request; the setting is kept in
-the session so a page costs no query for it."""
+server's `TIME_ZONE`. The middleware activates it for each request; the setting is cached per
+user (`ZONE_TTL_S`, forgotten when the user changes it), so a page rarely costs a query."""
 
 from __future__ import annotations
 
@@ -11,7 +11,25 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-SESSION_KEY = "allot_time_zone"
+ZONE_TTL_S = 3600
+
+
+def _key(user_id: int) -> str:
+    return f"allot:time-zone:{user_id}"
+
+
+def user_zone_name(user_id: int) -> str:
+    """The user's time zone name ('' for the server's), cached."""
+    from django.core.cache import cache
+
+    name = cache.get(_key(user_id))
+    if name is None:
+        from portal.models import UserSettings
+
+        name = UserSettings.objects.filter(user_id=user_id).values_list(
+            "time_zone", flat=True).first() or ""
+        cache.set(_key(user_id), name, ZONE_TTL_S)
+    return str(name)
 
 
 def zone_of(name: str) -> zoneinfo.ZoneInfo | None:
@@ -24,10 +42,11 @@ def zone_of(name: str) -> zoneinfo.ZoneInfo | None:
         return None
 
 
-def remember(request: HttpRequest, name: str) -> None:
-    """Keep the user's zone in their session (after they change it) and use it now."""
-    if hasattr(request, "session"):
-        request.session[SESSION_KEY] = name
+def remember(user_id: int, name: str) -> None:
+    """The user changed their zone: cache it and use it for the rest of this request."""
+    from django.core.cache import cache
+
+    cache.set(_key(user_id), name, ZONE_TTL_S)
     zone = zone_of(name)
     if zone is None:
         timezone.deactivate()
@@ -44,16 +63,8 @@ class UserTimeZoneMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         user: Any = getattr(request, "user", None)
         name = ""
-        if user is not None and user.is_authenticated and hasattr(request, "session"):
-            kept = request.session.get(SESSION_KEY)
-            if isinstance(kept, str):
-                name = kept
-            else:
-                from portal.models import UserSettings
-
-                name = UserSettings.objects.filter(user_id=user.pk).values_list(
-                    "time_zone", flat=True).first() or ""
-                request.session[SESSION_KEY] = name
+        if user is not None and user.is_authenticated:
+            name = user_zone_name(user.pk)
         zone = zone_of(name)
         if zone is None:
             timezone.deactivate()

@@ -108,7 +108,7 @@ def test_borrowing_view_shows_the_trees_borrowed_and_lent(client, org, priority_
     vision = admin.get("/api/v1/queues/rd/vision").json()["quota"]["a100-80g"]["gpu"]
     nlp = admin.get("/api/v1/queues/rd/nlp").json()["quota"]["a100-80g"]["gpu"]
     groups = admin.get("/api/v1/borrowing").json()["results"]
-    group = next(g for g in groups if g["parent"] == "rd" and g["flavor"] == "a100-80g")
+    group = next(g for g in groups if g["parent_path"] == "rd" and g["flavor"] == "a100-80g")
     assert [(b["queue"], Decimal(b["borrowed"])) for b in group["borrowers"]] == [
         ("rd/vision", Decimal(str(vision["borrowed"])))]
     assert [(x["queue"], Decimal(x["lent"])) for x in group["lenders"]] == [
