@@ -312,3 +312,5 @@ _.UserTimeZoneMiddleware  # named in settings.MIDDLEWARE
 _.read_at  # a model field and a serializer field (notifications)
 _.validate_time_zone  # DRF field validation hook (SettingsInput)
 _.validate_muted_kinds  # DRF field validation hook (SettingsInput)
+_.overall  # serializer field (UtilisationOutput)
+_.metered_gpu_hours  # serializer field (UtilisationOutput)
