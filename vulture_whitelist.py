@@ -321,3 +321,16 @@ _.file  # serializer field (TraceReplayInputSerializer: the upload, read from re
 _.parser_classes  # DRF APIView option (the trace replay API takes multipart and JSON)
 _.inserted  # StoreReport (bench.eta, tests)
 _.statements  # StoreReport (bench.eta, tests)
+# --- the views users asked for (issue 15, item 5)
+_.notifications_bell  # a context processor named in settings.TEMPLATES
+_.UserTimeZoneMiddleware  # named in settings.MIDDLEWARE
+_.read_at  # a model field and a serializer field (notifications)
+_.validate_time_zone  # DRF field validation hook (SettingsInput)
+_.validate_muted_kinds  # DRF field validation hook (SettingsInput)
+_.overall  # serializer field (UtilisationOutput)
+_.metered_gpu_hours  # serializer field (UtilisationOutput)
+_.fleet_pending  # serializer field (PendingOutput)
+_.from_above  # serializer field (BorrowingGroupOutput)
+_.position_in_queue  # serializer field (portal/lists_api.py)
+_.position_in_fleet  # serializer field (portal/lists_api.py)
+_.estimated_start_range  # serializer field (portal/lists_api.py)

@@ -15,6 +15,7 @@ from billing.forms import day_start, parse_day
 from billing.models import ReconciliationRun
 from billing.services.budgets import period_bounds
 from billing.services.invoices import invoice_as_csv, invoice_as_dict
+from core.listing import csv_response, sort_from, wants_csv
 
 
 def _days(request: HttpRequest, *names: str) -> tuple[dict[str, date], list[str]]:
@@ -80,11 +81,25 @@ def overview(request: HttpRequest) -> HttpResponse:
     }, status=400 if errors else 200)
 
 
+# The invoice list's sortable columns (?sort=col / -col).
+INVOICE_SORT = {"number": ("number",), "cost_center": ("cost_center__code",),
+                "month": ("period_start",), "total": ("total",), "issued": ("issued_at",)}
+
+
 @login_required
 def invoice_list(request: HttpRequest) -> HttpResponse:
     """Invoices the user may see (admins, and leads of the cost center's teams)."""
-    invoices = selectors.visible_invoices(request.user).order_by("-period_start", "pk")[:500]
-    return render(request, "billing/invoice_list.html", {"invoices": invoices})
+    sort = sort_from(request, INVOICE_SORT, "-month")
+    invoices = selectors.visible_invoices(request.user).select_related("cost_center").order_by(
+        *sort.order_by(), "pk")
+    if wants_csv(request) and not sort.error:
+        return csv_response("invoices.csv", ("number", "cost_center", "month", "total",
+                                             "currency", "issued_at"), (
+            (i.number, i.cost_center.code, i.period_start.strftime("%Y-%m"), i.total,
+             i.currency, i.issued_at.isoformat() if i.issued_at else "") for i in invoices))
+    return render(request, "billing/invoice_list.html",
+                  {"invoices": invoices[:500], "sort": sort},
+                  status=400 if sort.error else 200)
 
 
 @login_required

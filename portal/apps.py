@@ -11,3 +11,7 @@ class PortalConfig(AppConfig):
         from portal.login_limits import connect_signals
 
         connect_signals()
+        from portal.notifications import workload_events_told
+        from scheduling.extensions import register_event_listener
+
+        register_event_listener(workload_events_told)

@@ -19,3 +19,13 @@ def live_poll(request):
     """Adds `live_poll_s`: the rate (seconds, setting ALLOT_LIVE_POLL_SECONDS) at which every
     live page and widget polls; the one place templates get it from."""
     return {"live_poll_s": settings.ALLOT_LIVE_POLL_SECONDS}
+
+
+def notifications_bell(request):
+    """Adds `notifications_unread` (counted only when a page reads it; cached briefly)."""
+    from portal.notifications import unread_count
+
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {"notifications_unread": SimpleLazyObject(lambda: unread_count(user))}

@@ -118,6 +118,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The user's own time zone for the pages' dates and times (portal/timezones.py).
+    "portal.timezones.UserTimeZoneMiddleware",
     # Change history (core/history.py): who (the request's user) and by which path.
     "simple_history.middleware.HistoryRequestMiddleware",
     "core.history.HistorySourceMiddleware",
@@ -145,6 +147,7 @@ TEMPLATES = [
                 "billing.context_processors.budget_banner",
                 "portal.context_processors.approvals_badge",
                 "portal.context_processors.live_poll",
+                "portal.context_processors.notifications_bell",
             ],
         },
     },

@@ -1,6 +1,7 @@
 """Portal pages: sign-in (passwords and single sign-on), the home page (the researcher's
 dashboard), the read-only queue tree, the user's API tokens."""
 
+from decimal import Decimal
 from typing import Any
 
 from django.contrib import admin, messages
@@ -13,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core.listing import csv_response, sort_from, wants_csv
 from portal.forms import TokenForm
 from portal.login_limits import login_wait_s, refusal
 from portal.pages import views as page_views
@@ -23,16 +25,39 @@ from portal.sso.options import sign_in_options
 from portal.sso.outcome import noted_error
 from quotas import selectors
 
+# The tree page's sortable columns (?sort=): its order (queue path) or GPU totals over models.
+TREE_SORT = {"queue": ("path",), "name": ("name",), "used": ("gpu_used",),
+             "borrowed": ("gpu_borrowed",), "lent": ("gpu_lent",), "pending": ("gpu_pending",)}
+FIGURES = ("min", "max", "lendable", "used", "borrowed", "lent", "pending")
+
 
 def _tree_context(request: HttpRequest) -> dict:
     # The API's rule (GET /api/v1/queues): the user's part of the tree only.
     as_of = timezone.now()  # the time of the data: read before the rows
     rows = selectors.queue_rows(user=request.user, scope=user_scope(request.user))
     columns = [(f, r) for f, resources in selectors.tree_flavors(rows) for r in resources]
+    sort = sort_from(request, TREE_SORT, "queue")
     for row in rows:
         row["cells"] = [row["quota"].get(f, {}).get(r) for f, r in columns]
         row["indent"] = (row["depth"] - 1) * 1.25
-    return {"rows": rows, "columns": columns, "as_of": as_of}
+        gpu = [res["gpu"] for res in row["quota"].values() if "gpu" in res]
+        for figure in ("used", "borrowed", "lent", "pending"):
+            row[f"gpu_{figure}"] = sum((c[figure] for c in gpu), Decimal(0))
+    tree_order = sort.column == "queue" and not sort.descending
+    if not tree_order:
+        rows = sort.rows_sorted(rows, lambda row, field: row[field])
+    return {"rows": rows, "columns": columns, "sort": sort, "tree_order": tree_order,
+            "as_of": as_of}
+
+
+def _tree_csv(context: dict) -> HttpResponse:
+    header = ["queue", "depth", "namespace", *(f"{f}/{r} {fig}" for f, r in context["columns"]
+                                                for fig in FIGURES)]
+    return csv_response("queues.csv", header, (
+        [row["path"], row["depth"], row["namespace"] if row["is_leaf"] else "",
+         *("" if c is None or c[fig] is None else c[fig]
+           for c in row["cells"] for fig in FIGURES)]
+        for row in context["rows"]))
 
 
 @login_required
@@ -43,8 +68,13 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def tree(request: HttpRequest) -> HttpResponse:
-    """The whole queue tree with min/max/lendable and usage per flavor (read-only)."""
-    return render(request, "portal/home.html", _tree_context(request))
+    """The whole queue tree with min/max/lendable and usage per flavor (read-only); sortable
+    (?sort=) and as CSV (?format=csv)."""
+    context = _tree_context(request)
+    if wants_csv(request) and not context["sort"].error:
+        return _tree_csv(context)
+    return render(request, "portal/home.html", context,
+                  status=400 if context["sort"].error else 200)
 
 
 @login_required

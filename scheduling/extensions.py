@@ -242,3 +242,49 @@ def run_cycle_adjusters(ctx: CycleContext) -> None:
         except Exception:
             logger.exception("cycle adjuster %r failed; this cycle is abandoned", fn)
             raise
+
+
+# --- workload events, after they are committed --------------------------------------------------
+
+@dataclass(frozen=True)
+class EventNote:
+    """A workload event as listeners see it, after its transaction committed."""
+
+    workload_id: int
+    type: str
+    code: str
+    message: str
+    actor_id: int | None
+
+
+EventListener = Callable[[list[EventNote]], None]
+_event_listeners: list[EventListener] = []
+
+
+def register_event_listener(fn: EventListener) -> EventListener:
+    """Add a listener told of every batch of workload events written by the state changes
+    that people are told of (the cycle, sync, maintenance, approval decisions) (idempotent)."""
+    if fn not in _event_listeners:
+        _event_listeners.append(fn)
+    return fn
+
+
+def events_written(events: Sequence[Any]) -> None:
+    """Tell the listeners of `events` (WorkloadEvent rows being written in the current
+    transaction) once it commits; a listener's failure is logged, never raised: the state
+    change stands whatever its notifications do."""
+    if not events or not _event_listeners:
+        return
+    from django.db import transaction
+
+    notes = [EventNote(int(e.workload_id), str(e.type), str(e.code or ""), e.message or "",
+                       e.actor_id) for e in events if e.workload_id is not None]
+
+    def tell() -> None:
+        for fn in list(_event_listeners):
+            try:
+                fn(notes)
+            except Exception:
+                logger.exception("event listener %r failed", fn)
+
+    transaction.on_commit(tell)

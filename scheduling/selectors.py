@@ -472,3 +472,57 @@ def open_workload_named(*, queue: Any, name: str) -> Workload | None:
 
     return Workload.objects.filter(queue=queue, name=name, state__in=OPEN_STATES).only(
         "pk", "name", "state").first()
+
+
+# --- a queue's pending list (the queue page, GET /api/v1/queues/{path}/pending) ----------------
+
+PENDING_LIST_ROWS = 100
+
+
+def forecast_order() -> list[datetime]:
+    """The forecast start of every pending workload the last forecast placed within its
+    horizon, earliest first: a workload's place across the fleet is 1 + those before its own."""
+    return [start for start in WorkloadEstimate.objects.filter(
+        start__isnull=False, workload__state=WorkloadState.PENDING,
+        workload__needs_approval=False).order_by("start").values_list("start", flat=True)
+        if start is not None]
+
+
+def queue_pending(*, user: Any, path: str, limit: int = PENDING_LIST_ROWS) -> dict[str, Any]:
+    """The pending workloads of a queue (and of the queues below it), in the engine's admission
+    order within each leaf (higher priority, then earlier submission, then lower id), each
+    with its place: `position` is `workload_queue_position` (its leaf's `in_queue`, the GPUs
+    ahead, the forecast start and range), `fleet_position` its place among every pending
+    workload of the fleet by that same forecast (None when not forecast, later than the
+    horizon, or held for approval). A workload the user may not see keeps its place and reads
+    "a workload of another team" (`visible` false, no name, no link).
+
+    Returns `{"rows", "total", "as_of"}`; at most `limit` rows (`total` counts them all)."""
+    import bisect
+
+    from django.utils import timezone
+
+    qs = (Workload.objects.filter(Q(queue__path=path) | Q(queue__path__startswith=f"{path}/"),
+                                  state=WorkloadState.PENDING)
+          .select_related("queue", "owner", "priority_class").defer("manifest")
+          .prefetch_related("pod_sets")
+          .order_by("queue__path", "-priority_class__value", "submitted_at", "id"))
+    total = qs.count()
+    workloads = list(qs[:limit])
+    visible = set(workloads_visible(user).filter(pk__in=[w.pk for w in workloads])
+                  .values_list("pk", flat=True))
+    order = forecast_order()
+    rows = []
+    for w in workloads:
+        pod_sets = list(w.pod_sets.all())
+        position = workload_queue_position(w, pod_sets=pod_sets)
+        start = position["estimated_start"] if position else None
+        rows.append({
+            "workload": w, "visible": w.pk in visible, "gpus": _gpus(w, pod_sets),
+            "flavors": pod_sets[0].flavors if pod_sets else [],
+            "position": position,
+            "fleet_position": (bisect.bisect_left(order, start) + 1
+                               if start is not None else None),
+        })
+    return {"rows": rows, "total": total, "fleet_pending": len(order),
+            "as_of": timezone.now()}

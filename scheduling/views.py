@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core.listing import csv_response, sort_from, wants_csv
 from scheduling import selectors, services
 from scheduling.filters import WorkloadFilter
 from scheduling.forms import (
@@ -31,6 +32,12 @@ from scheduling.sessions import session_connect, session_idle_state
 # htmx stops polling on this status (the content is still swapped in): sent once a live
 # page or table has nothing left that can change.
 STOP_POLLING = 286
+# The list's sortable columns (?sort=col / -col) and its CSV columns (?format=csv).
+WORKLOAD_SORT = {"name": ("name",), "queue": ("queue__path",), "owner": ("owner__username",),
+                 "state": ("state",), "priority": ("priority_class__value",),
+                 "submitted": ("submitted_at",)}
+WORKLOAD_CSV = ("id", "name", "queue", "owner", "state", "gpus", "gpu_model", "priority_class",
+                "submitted_at", "reason_code")
 
 
 class WorkloadPageFilter(WorkloadFilter):
@@ -40,6 +47,7 @@ class WorkloadPageFilter(WorkloadFilter):
     # and which makes PostgreSQL sort the whole table (bench/portal.py measures the page).
     state = django_filters.MultipleChoiceFilter(choices=WorkloadState.choices, distinct=False)
     flavor = django_filters.CharFilter(method="filter_flavor", label="GPU model")
+    owner = django_filters.CharFilter(field_name="owner__username", label="Owner (username)")
     submitted_after = django_filters.DateFilter(field_name="submitted_at", lookup_expr="date__gte",
                                                 label="Submitted from")
     submitted_before = django_filters.DateFilter(field_name="submitted_at",
@@ -63,7 +71,17 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     as_of = timezone.now()  # the time of the data: read before the rows
     qs = selectors.workload_list(user=request.user)
     filterset = WorkloadPageFilter(request.GET, queryset=qs, request=request)
-    page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
+    sort = sort_from(request, WORKLOAD_SORT, "-submitted")
+    rows = filterset.qs
+    if "ordering" not in request.GET or "sort" in request.GET:
+        rows = rows.order_by(*sort.order_by(), "-id")
+    if wants_csv(request) and not sort.error:
+        return csv_response("workloads.csv", WORKLOAD_CSV, (
+            (w.pk, w.name, w.queue.path, w.owner.username, w.state, w.gpus,
+             next((",".join(ps.flavors) for ps in w.pod_sets.all()), ""),
+             w.priority_class.name, w.submitted_at.isoformat(), w.reason_code)
+            for w in rows.iterator(chunk_size=2000)))
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
     # Polled while a listed workload can still change (pending or holding capacity); the poll
     # stops once every row has ended. htmx gets the table only.
     live = any(w.state in OPEN_STATES for w in page)
@@ -71,8 +89,8 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     template = ("scheduling/partials/workload_table.html" if htmx
                 else "scheduling/workload_list.html")
     return render(request, template, {"filter": filterset, "page": page, "live": live,
-                                      "as_of": as_of},
-                  status=STOP_POLLING if htmx and not live else 200)
+                                      "as_of": as_of, "sort": sort},
+                  status=400 if sort.error else (STOP_POLLING if htmx and not live else 200))
 
 
 def _form(request: HttpRequest, data: Any = None,

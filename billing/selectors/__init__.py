@@ -31,12 +31,12 @@ from billing.selectors.series import (
     top_workloads,
 )
 from billing.selectors.usage import GROUPS, usage_summary
-from billing.selectors.workloads import workload_charges, workload_cost
+from billing.selectors.workloads import workload_charges, workload_cost, workload_utilisation
 
 __all__ = [
     "GROUPS", "budget_banner", "budget_burndown", "budget_forecast", "budget_status",
     "cost_center_of", "default_currency", "gpu_hours_daily", "idle_capacity_cost", "is_admin",
     "latest_reconciliation", "rate_cards", "spend_by_team_daily", "team_month_to_date",
     "top_workloads", "usage_summary", "visible_budgets", "visible_invoices", "visible_team_ids",
-    "visible_workload", "workload_charges", "workload_cost",
+    "visible_workload", "workload_charges", "workload_cost", "workload_utilisation",
 ]

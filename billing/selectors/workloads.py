@@ -98,3 +98,32 @@ def workload_charges(workload) -> dict[str, Any]:
         "hour", "phase", "admission_id"))
     entries = list(LedgerEntry.objects.filter(workload_id=workload.pk).order_by("seq"))
     return {"records": records, "entries": entries}
+
+
+def workload_utilisation(workload_id: int) -> dict[str, Any]:
+    """A workload's GPU utilisation from its DCGM telemetry (the hourly usage records the
+    rollup writes from Prometheus, or from the simulated clusters' exporter): per hour,
+    active ÷ metered GPU-hours (the minutes with telemetry), and over the whole run the same
+    ratio as the cost card's efficiency. `hours` lists every running hour, `utilisation`
+    None where no telemetry covered it; `overall` None when none covered any (no telemetry)."""
+    rows = (UsageRecord.objects.filter(workload_id=workload_id, phase="running")
+            .values("hour").annotate(
+                gpu=Sum("gpu_hours"), active=Sum("active_gpu_hours"), gap=Sum("gap_gpu_hours"),
+                metered=Sum("gpu_hours", filter=Q(active_gpu_hours__isnull=False)),
+                metered_gap=Sum("gap_gpu_hours", filter=Q(active_gpu_hours__isnull=False)),
+                minutes=Sum("telemetry_minutes"))
+            .order_by("hour"))
+    hours, active_all, metered_all = [], ZERO, ZERO
+    for r in rows:
+        metered = (r["metered"] or ZERO) - (r["metered_gap"] or ZERO)
+        active = r["active"] or ZERO
+        active_all += active
+        metered_all += metered
+        hours.append({"hour": r["hour"], "gpu_hours": r["gpu"] or ZERO,
+                      "active_gpu_hours": active if metered > 0 else None,
+                      "telemetry_minutes": r["minutes"] or 0,
+                      "utilisation": round_quantity(active / metered) if metered > 0 else None})
+    return {"hours": hours,
+            "overall": round_quantity(active_all / metered_all) if metered_all > 0 else None,
+            "active_gpu_hours": active_all if metered_all > 0 else None,
+            "metered_gpu_hours": metered_all}

@@ -18,3 +18,9 @@ def workload_cost_card(workload):
 def team_month_to_date_card(team):
     """A team's spend this month and its budget standing."""
     return {"mtd": selectors.team_month_to_date(team)}
+
+
+@register.inclusion_tag("billing/partials/workload_utilisation.html")
+def workload_utilisation_card(workload):
+    """The workload's GPU utilisation from telemetry: over its run and hour by hour."""
+    return {"util": selectors.workload_utilisation(workload.pk), "workload": workload}

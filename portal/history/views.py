@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -10,12 +12,15 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, Query
 from django.shortcuts import render
 from django.urls import reverse
 
+from core.listing import csv_response, sort_from, wants_csv
 from portal.history import selectors
 from portal.history.filters import HistoryFilter
 from portal.history.kinds import BY_KEY
 from portal.pages.access import is_platform_admin
 
 PAGE_SIZE = 50
+# The history's sortable columns (?sort=col / -col): the union's own columns.
+HISTORY_SORT = {"when": ("history_date",), "kind": ("history_kind",)}
 SECTION_ROWS = 10
 
 
@@ -25,12 +30,35 @@ def history_list(request: HttpRequest) -> HttpResponse:
     filterset = HistoryFilter(request.GET or None,
                               parts=selectors.history_querysets(user=request.user))
     valid = filterset.is_valid() if filterset.is_bound else True
-    page = Paginator(filterset.qs, PAGE_SIZE).get_page(request.GET.get("page")) if valid else None
+    sort = sort_from(request, HISTORY_SORT, "-when")
+    rows = filterset.qs if valid else []
+    if not isinstance(rows, list):
+        rows = rows.order_by(*sort.order_by(), "-history_id")
+    if valid and wants_csv(request) and not sort.error:
+        return csv_response("history.csv", (
+            "when", "kind", "object", "user", "path", "action", "reason", "changes"), (
+            (e.at.isoformat(), e.kind, e.object_label, e.user or "", e.source, e.action,
+             e.reason, "; ".join(f"{c.label}: {c.before_text} -> {c.after_text}"
+                                 for c in e.changes))
+            for chunk in _chunks(rows) for e in selectors.history_entries(chunk)))
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page")) if valid else None
     entries = selectors.history_entries(list(page.object_list)) if page is not None else []
     return render(request, "portal/history.html", {
-        "filter": filterset, "page": page, "entries": entries,
+        "filter": filterset, "page": page, "entries": entries, "sort": sort,
         "is_admin": is_platform_admin(request.user),
-    }, status=200 if valid else 400)
+    }, status=200 if valid and not sort.error else 400)
+
+
+def _chunks(rows: Any, size: int = 1000) -> Iterator[list[Any]]:
+    """The union's rows in lists of `size` (each read with its entries' queries)."""
+    chunk: list[Any] = []
+    for row in rows.iterator() if hasattr(rows, "iterator") else rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 @login_required

@@ -16,7 +16,6 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
-from django.core.mail import send_mail
 from django.db.models import Q
 
 from portal.pages.access import _related
@@ -67,11 +66,17 @@ def approvals_state(approver_ids: Iterable[int | None], user: Any) -> tuple[int,
 
 
 def notify_approvers(*, queue_id: int, requester_id: int | None, subject: str,
-                     body: str) -> None:
-    """Email every approver of the queue (after the request is committed)."""
-    to = [u.email for u in approvers_for(queue_id, requester_id=requester_id) if u.email]
-    if to:
-        send_mail(subject, body, None, to, fail_silently=True)
+                     body: str, workload_id: int | None = None) -> None:
+    """Tell every approver of the queue (after the request is committed): a notification
+    under their bell and an email, unless they muted "approval needed"."""
+    from django.urls import reverse
+
+    from portal.models import NotificationKind
+    from portal.notifications import notify
+
+    notify(user_ids=[u.pk for u in approvers_for(queue_id, requester_id=requester_id)],
+           kind=NotificationKind.APPROVAL_NEEDED, subject=subject, body=body,
+           url=reverse("approval-inbox"), workload_id=workload_id)
     badge_forget()
 
 

@@ -284,3 +284,61 @@ def shared_cards() -> list[dict[str, Any]]:
         out.append({"cluster": cluster, "node": node, "flavor": flavor, "cards": rows,
                     "free": sum((r["free"] for r in rows), ZERO)})
     return out
+
+
+def borrowing_now(*, scope: Scope) -> list[dict[str, Any]]:
+    """Who lends to whom now, per GPU model: for each group of sibling queues (the queues under
+    one parent) where some borrow, the borrowers with the GPUs they use above their guarantee
+    and the lenders with the idle lendable part of their guarantee that covers it.
+
+    Every figure is the tree's own (`quotas.selectors.queue_tree`: the queue page's, the tree
+    page's and the dashboard's "borrowed" and "lent"). The engine pools what siblings lend
+    (docs/engine.md §3: a borrower takes from its parent's available, less the siblings' idle
+    exclusive parts), so a group's borrowers borrow from all of its lenders together;
+    `from_above` is what their lenders' idle guarantee does not cover: the parent's own share
+    not given to a child, or what the parent itself borrows from its siblings (its own group,
+    listed too). A queue the user may not see reads as "another team's queue"."""
+    from quotas.selectors import queue_tree
+
+    groups: list[dict[str, Any]] = []
+
+    def name(node: dict[str, Any]) -> dict[str, Any]:
+        seen = scope.can_see_queue(node["id"])
+        return {"path": node["path"] if seen else None, "visible": seen}
+
+    def walk(parent: dict[str, Any] | None, children: list[dict[str, Any]]) -> None:
+        flavors = sorted({f for c in children for f, res in c["quota"].items() if "gpu" in res})
+        for flavor in flavors:
+            borrowers, lenders = [], []
+            for c in children:
+                cell = c["quota"].get(flavor, {}).get("gpu")
+                if cell is None:
+                    continue
+                if cell["borrowed"] > 0:
+                    borrowers.append({**name(c), "borrowed": cell["borrowed"],
+                                      "used": cell["used"], "min": cell["min"]})
+                if cell["lent"] > 0:
+                    lenders.append({**name(c), "lent": cell["lent"], "used": cell["used"],
+                                    "min": cell["min"], "lendable": cell["lendable"]})
+            if not borrowers:
+                continue
+            borrowed = sum((b["borrowed"] for b in borrowers), ZERO)
+            idle = sum((lender["lent"] for lender in lenders), ZERO)
+            visible = (parent is None and (scope.is_admin or any(
+                b["visible"] for b in borrowers + lenders))) or (
+                parent is not None and (scope.can_see_queue(parent["id"]) or any(
+                    b["visible"] for b in borrowers + lenders)))
+            if not visible:
+                continue
+            groups.append({
+                "parent": name(parent) if parent is not None else {"path": "", "visible": True},
+                "flavor": flavor, "borrowers": borrowers, "lenders": lenders,
+                "borrowed": borrowed, "lent": idle,
+                "from_above": max(ZERO, borrowed - idle),
+            })
+        for c in children:
+            if c["children"]:
+                walk(c, c["children"])
+
+    walk(None, queue_tree())
+    return groups

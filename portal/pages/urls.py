@@ -10,6 +10,7 @@ urlpatterns = [
     path("approvals/workloads/<int:pk>/<str:action>/", views.workload_decision,
          name="workload-decision"),
     path("queues/", views.queue_tree, name="queue-tree"),
+    path("queues/borrowing/", views.borrowing, name="borrowing"),
     path("queues/check/", views.queue_tree_check, name="queue-tree-check"),
     path("queues/add/", views.queue_add, name="queue-add"),
     path("queues/<int:pk>/remove/", views.queue_remove, name="queue-remove"),

@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core.listing import csv_response, sort_from, wants_csv
 from core.quantity import unit
 from portal.pages import charts
 from portal.pages import selectors as page_selectors
@@ -27,6 +28,11 @@ from scheduling.models import Cluster
 from scheduling.request import approvals
 
 INBOX_ROWS = 50  # oldest first: decide these, the next ones follow
+# The inbox's sortable columns: capacity requests (?rsort=) and held workloads (?sort=).
+REQUEST_SORT = {"id": ("id",), "queue": ("queue__path",), "by": ("requested_by__username",),
+                "starts": ("starts_at",), "created": ("created_at",)}
+HELD_SORT = {"name": ("name",), "queue": ("queue__path",), "owner": ("owner__username",),
+             "duration": ("duration_hint_s",), "submitted": ("submitted_at",)}
 
 
 @login_required
@@ -59,14 +65,40 @@ def approval_inbox(request: HttpRequest) -> HttpResponse:
     """Capacity requests and held workloads the user may decide."""
     scope = user_scope(request.user)
     max_gpus, max_hours = approvals.approval_thresholds()
-    requests = capacity_requests_to_decide(request.user, scope=scope)
-    workloads = page_selectors.workloads_to_decide(scope, user=request.user)
+    rsort = sort_from(request, REQUEST_SORT, "created", param="rsort")
+    sort = sort_from(request, HELD_SORT, "submitted")
+    requests = capacity_requests_to_decide(request.user, scope=scope).order_by(
+        *rsort.order_by(), "id")
+    workloads = page_selectors.workloads_to_decide(scope, user=request.user).order_by(
+        *sort.order_by(), "id")
+    error = rsort.error or sort.error
+    if wants_csv(request):
+        table = request.GET.get("table", "")
+        if table not in ("requests", "workloads"):
+            error = error or (f"table: {table!r} is not a table of this page; one of requests, "
+                              "workloads")
+        elif not error:
+            return _inbox_csv(table, requests, workloads)
     return render(request, "portal/approvals.html", {
+        "sort": sort, "rsort": rsort, "sort_error": error,
         "requests": list(requests[:INBOX_ROWS]), "requests_total": requests.count(),
         "workloads": list(workloads[:INBOX_ROWS]), "workloads_total": workloads.count(),
         "inbox_rows": INBOX_ROWS,
         "scope": scope, "max_gpus": max_gpus, "max_hours": max_hours,
-    })
+    }, status=400 if error else 200)
+
+
+def _inbox_csv(table: str, requests: Any, workloads: Any) -> HttpResponse:
+    if table == "requests":
+        return csv_response("capacity-requests.csv", (
+            "id", "queue", "flavor", "resource", "min", "max", "starts_at", "ends_at",
+            "requested_by", "created_at"), (
+            (r.pk, r.queue.path, r.flavor.name, r.resource, r.min, r.max, r.starts_at,
+             r.ends_at, r.requested_by.username, r.created_at.isoformat()) for r in requests))
+    return csv_response("held-workloads.csv", (
+        "id", "name", "queue", "owner", "gpus", "duration_hint_s", "submitted_at"), (
+        (w.pk, w.name, w.queue.path, w.owner.username, w.gpus, w.duration_hint_s,
+         w.submitted_at.isoformat()) for w in workloads))
 
 
 @login_required
@@ -233,8 +265,11 @@ def queue_detail(request: HttpRequest, path: str) -> HttpResponse:
                     series, title=f"{queue.path} {flavor} GPUs, last {label}",
                     qmin=cell["min"], qmax=cell["max"]),
             })
+    from scheduling.selectors import queue_pending
+
     return render(request, "portal/queue_detail.html", {
         "queue": queue, "node": node, "figures": figures,
+        "pending": queue_pending(user=request.user, path=queue.path),
         "can_submit": scope.can_submit_to(queue.pk) and node["is_leaf"], "scope": scope,
     })
 
@@ -277,3 +312,11 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
         # Its History section lists the cluster's and its nodes' changes by id.
         "cluster_pk": Cluster.objects.filter(name=name).values_list("pk", flat=True).first(),
     })
+
+
+@login_required
+def borrowing(request: HttpRequest) -> HttpResponse:
+    """Who lends to whom now: per GPU model, each sibling group's borrowers and lenders."""
+    return render(request, "portal/borrowing.html", {
+        "groups": page_selectors.borrowing_now(scope=user_scope(request.user)),
+        "as_of": timezone.now()})

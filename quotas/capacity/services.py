@@ -14,7 +14,6 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.mail import send_mail
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -141,9 +140,16 @@ def _entry(request: CapacityRequest) -> QuotaEntry | None:
 
 
 def _notify(request: CapacityRequest, subject: str, body: str) -> None:
-    email = getattr(request.requested_by, "email", "")
-    if email:
-        send_mail(subject, body, None, [email], fail_silently=True)
+    """Tell the requester (bell and email, unless they muted decisions)."""
+    from django.urls import reverse
+
+    from portal.models import NotificationKind
+    from portal.notifications import notify
+
+    url = reverse("capacity-request-detail", args=[request.pk])
+    notify(
+        user_ids=[request.requested_by_id], kind=NotificationKind.DECISION, subject=subject,
+        body=body, url=url)
 
 
 @transaction.atomic

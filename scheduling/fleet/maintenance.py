@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core import db
-from scheduling import enqueue, outbox
+from scheduling import enqueue, extensions, outbox
 from scheduling.backends.base import (
     BackendError,
 )
@@ -165,6 +165,7 @@ def _reclaim_stuck(state: str, candidates: list[int], limit_s: float, now: datet
     db.bulk_set(Workload, stuck, ["state", "state_changed_at", "finished_at", "preempt_deadline",
                                "reason_code", "reason_message"])
     WorkloadEvent.objects.bulk_create(events)
+    extensions.events_written(events)
     outbox.messages_write([outbox.message_delete(admission_id=a.pk, cluster_id=a.cluster_id,
                                                  at=now)
                            for a in closed if a.dispatched_at is not None])

@@ -13,7 +13,7 @@ from django.utils import timezone
 from core import db
 from core.history import Source, history_context
 from quotas.models import Flavor
-from scheduling import enqueue
+from scheduling import enqueue, extensions
 from scheduling.backends import registry
 from scheduling.backends.base import (
     BackendError,
@@ -186,6 +186,7 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, RunPhase, st
         db.bulk_set(Workload, list(changed_w.values()),
                  ["state", "state_changed_at", "finished_at", "progress_s", "preempt_deadline"])
     db.insert_rows(WorkloadEvent, events)
+    extensions.events_written(events)
 
 
 def _sync_kinds(cluster: Cluster, backend: object) -> None:

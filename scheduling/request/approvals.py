@@ -17,7 +17,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
@@ -65,8 +64,16 @@ def _check(user: Any, workload: Workload) -> Workload:
 
 
 def _notify(workload: Workload, subject: str, body: str) -> None:
-    if workload.owner.email:
-        send_mail(subject, body, None, [workload.owner.email], fail_silently=True)
+    """Tell the requester of the decision (bell and email, unless muted)."""
+    from django.urls import reverse
+
+    from portal.models import NotificationKind
+    from portal.notifications import notify
+
+    url = reverse("workload-detail", args=[workload.pk])
+    notify(
+        user_ids=[workload.owner_id], kind=NotificationKind.DECISION, subject=subject,
+        body=body, url=url, workload_id=workload.pk)
 
 
 @transaction.atomic

@@ -293,7 +293,8 @@ def _ask_approvers(workloads: list[Workload], user: Any) -> None:
             queue_id=w.queue_id, requester_id=user.pk,
             subject=f"Approval needed: workload {w.name} in {w.queue.path}",
             body=f"{user.get_username()} submitted {w.name} to {w.queue.path}; it waits for "
-            f"your approval ({w.reason_message}).\nDecide at {reverse('approval-inbox')}")
+            f"your approval ({w.reason_message}).\nDecide at {reverse('approval-inbox')}",
+            workload_id=w.pk)
 
 
 

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import db
-from scheduling import engine, enqueue, outbox, tallies
+from scheduling import engine, enqueue, extensions, outbox, tallies
 from scheduling.backends.naming import LABEL_OBJECT, LABEL_PINNED_CLUSTER
 from scheduling.engine.engine import schedule
 from scheduling.fleet import dispatch as fleet_dispatch
@@ -217,6 +217,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
                 [*STATE_FIELDS, "reason_code", "reason_message", "preempt_deadline",
                  "preempt_kind", "preempted_by", "not_before", "backoff_count", "nomination"])
     db.insert_rows(WorkloadEvent, out.events)
+    extensions.events_written([e for e in out.events if e.type == EventType.PREEMPTED])
 
 
 def _still_as_read(result: engine.CycleResult, parts: SnapshotParts,

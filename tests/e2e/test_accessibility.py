@@ -26,9 +26,13 @@ AXE_RUN = """async () => {
 RESEARCHER_PAGES = ["/dashboard/", "/workloads/", "/workloads/new/", "/workloads/{pk}/",
                     "/queues/", "/queues/q/rd/vision/", "/capacity-requests/",
                     "/capacity-requests/new/", "/fleet/", "/billing/", "/history/",
-                    "/account/tokens/"]
+                    "/account/tokens/",
+                    # the views users asked for (issue 15, item 5)
+                    "/account/", "/account/notifications/", "/search/?q=run",
+                    "/queues/borrowing/", "/tree/?sort=-used", "/workloads/?sort=name"]
 ADMIN_PAGES = ["/approvals/", "/queues/", "/policies/", "/policies/new/", "/billing/rates/",
-               "/billing/invoices/", "/billing/reconciliation/", "/fleet/bj/"]
+               "/billing/invoices/", "/billing/reconciliation/", "/fleet/bj/",
+               "/queues/borrowing/", "/history/?sort=kind", "/approvals/?sort=-name"]
 # Visible, enabled controls a keyboard user must be able to reach with Tab.
 CONTROLS_JS = """() => Array.from(document.querySelectorAll(
     'a[href], button, input:not([type=hidden]), select, textarea, summary, [tabindex="0"]'))

@@ -75,8 +75,9 @@ def test_tree_query_budget(client, tree, django_assert_max_num_queries):
         queue_create(name=f"p{i}", parent=Queue.objects.get(path="rd/nlp") if i == 0 else
                      Queue.objects.get(path="rd/nlp/p0"))
     client.force_login(tree["alice"])
-    # Constant in the tree size (session, user, tree, quotas, usage, teams, the user's scope).
-    with django_assert_max_num_queries(16):
+    # Constant in the tree size (session, user, tree, quotas, usage, teams, the user's scope;
+    # the user's time zone and unread notifications, each cached after this first page).
+    with django_assert_max_num_queries(18):
         response = client.get(reverse("tree"))
     assert response.status_code == 200
 
