@@ -305,3 +305,7 @@ _.derived_pods  # serializer field (workloads API)
 _.manifest_text  # form field
 _.manifest_file  # form field
 _.field_order  # Django Form option (the request forms: their own fields first)
+
+# --- the hot cursor's query class (core/db.py): psycopg reads these attributes of its query
+_._want_formats
+_._parts
