@@ -334,3 +334,6 @@ _.from_above  # serializer field (BorrowingGroupOutput)
 _.position_in_queue  # serializer field (portal/lists_api.py)
 _.position_in_fleet  # serializer field (portal/lists_api.py)
 _.estimated_start_range  # serializer field (portal/lists_api.py)
+# --- the hot cursor's query class (core/db.py): psycopg reads these attributes of its query
+_._want_formats
+_._parts
