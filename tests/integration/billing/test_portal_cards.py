@@ -38,7 +38,7 @@ def test_workload_page_shows_cost_so_far_and_estimated_total(client, world, runn
     text = page.content.decode()
     # Hour h billed: 0.8 frozen GPU-h @ 1.00 + 7.2 running GPU-h @ 2.50 = 18.80; then 1.5 h
     # unbilled at 8 × 2.50 = 20.00/h = 30.00. So far 48.80.
-    assert "<strong>48.80 EUR</strong>" in text
+    assert '<strong class="cost-so-far">48.80 EUR</strong>' in text
     assert "18.80 billed + 30.00 metered so far, provisional until the hourly rollup" in text
     # Held 2.5 h of its 4 h hint: 1.5 h more at 20.00/h = 30.00 → 78.80 in all.
     assert "78.80 EUR" in text and "(1.50 h more at 20.00 EUR/h)" in text
