@@ -24,7 +24,8 @@ from allot_cli.errors import CliError, Exit
 # schema; tests/unit/cli/test_manifest.py pins these equal to it).
 WORKLOAD_FIELDS = ("name", "queue", "priority_class", "preemptible", "checkpoint", "strategy",
                    "image", "command", "dataset", "duration_hint_s", "termination_grace_s",
-                   "topology", "labels", "pods", "manifest", "flavors")
+                   "topology", "labels", "pods", "manifest", "flavors", "interactive",
+                   "idle_timeout_s")
 POD_SET_FIELDS = ("count", "flavors", "gpus", "cpu", "memory_gib", "gpu_memory_gib",
                   "resources")
 # Flags that set a top-level field (with a manifest they override its value).

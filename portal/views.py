@@ -79,8 +79,12 @@ def tree(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def tree_partial(request: HttpRequest) -> HttpResponse:
-    """The queue tree alone: the partial htmx swaps in to refresh the tree page."""
-    return render(request, "portal/partials/queue_tree.html", _tree_context(request))
+    """The queue tree alone: the partial htmx swaps in to refresh the tree page (its sort
+    kept), and the dashboard's copy (`?embedded=1`: no sort links or CSV, which belong to the
+    tree page)."""
+    context = _tree_context(request)
+    context["embedded"] = request.GET.get("embedded") == "1"
+    return render(request, "portal/partials/queue_tree.html", context)
 
 
 class LoginView(auth_views.LoginView):

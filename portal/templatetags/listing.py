@@ -22,7 +22,11 @@ def _query(request: Any, **changes: str) -> str:
 
 @register.simple_tag(takes_context=True)
 def sort_th(context: Any, sort: Any, column: str, label: str, extra_class: str = "") -> str:
-    """A <th> whose link sorts by `column` (ascending first; again: descending)."""
+    """A <th> whose link sorts by `column` (ascending first; again: descending); a plain <th>
+    where the list is embedded in another page (`embedded`: the dashboard's tree)."""
+    if context.get("embedded"):
+        return format_html('<th{} scope="col">{}</th>',
+                           format_html(' class="{}"', extra_class) if extra_class else "", label)
     request = context["request"]
     current = sort is not None and sort.column == column
     descending = current and sort.descending
@@ -40,6 +44,9 @@ def sort_th(context: Any, sort: Any, column: str, label: str, extra_class: str =
 
 @register.simple_tag(takes_context=True)
 def csv_link(context: Any, label: str = "Download CSV", **extra: str) -> str:
-    """A link to the same list as CSV (its filters and sort kept)."""
+    """A link to the same list as CSV (its filters and sort kept); nothing where the list is
+    embedded in another page."""
+    if context.get("embedded"):
+        return ""
     return format_html('<a class="button csv-link" href="?{}">{}</a>',
                        _query(context["request"], format="csv", **extra), label)

@@ -243,6 +243,21 @@ def test_tree_invoices_history_and_approvals_sort_and_export(client, org, priori
 
 # --- 5. search ---------------------------------------------------------------------------------
 
+def test_the_tree_keeps_its_sort_when_it_refreshes_and_the_dashboards_copy_has_none(
+        client, org, priority_classes):
+    """The tree page refreshes with its own sort; the dashboard's copy of the tree has no sort
+    links or CSV (they would point at the dashboard), so every control it shows is the page's."""
+    _login(client, org.admin)
+    page = client.get("/tree/?sort=-used").content.decode()
+    assert re.search(r'hx-get="/tree/partial/\?sort=-used"', page), page[:2000]
+    embedded = client.get("/tree/partial/?embedded=1").content.decode()
+    assert 'class="sort"' not in embedded and "csv-link" not in embedded
+    assert '<th class="num" scope="col">GPUs used</th>' in embedded
+    dashboard = client.get("/dashboard/").content.decode()
+    assert "/tree/partial/?embedded=1" in dashboard
+    assert 'class="sort"' in client.get("/tree/partial/").content.decode()
+
+
 def test_search_finds_only_what_the_user_may_see(client, org, priority_classes):
     mine = submit(org.alice, name="resnet-vision", pods=_pods(1))
     theirs = submit(org.carol, name="resnet-nlp", queue="rd/nlp", pods=_pods(1))
