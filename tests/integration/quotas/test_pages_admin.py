@@ -44,7 +44,7 @@ def test_home_is_alices_dashboard_linking_the_tree(client, tree):
     assert 'href="/tree/"' in html
     assert '<a href="/dashboard/" aria-current="page">Dashboard</a>' in html
     # The whole tree (min / max / lendable) loads into the home page from its partial.
-    assert 'hx-get="/tree/partial/" hx-trigger="load, every 10s"' in html
+    assert 'hx-get="/tree/partial/?embedded=1" hx-trigger="load, every 10s"' in html
 
 
 def test_tree_page_shows_tree_for_alice(client, tree):
