@@ -9,32 +9,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 from scheduling.replay.loader import load_scenario
 from scheduling.replay.runner import Runner
 from scheduling.replay.scenario import Scenario
-from scheduling.whatif.compare import summary
+from scheduling.whatif.compare import Progress, ProgressRunner, summary
 
-Progress = Callable[[float], None]
 BUCKETS = 96
 QUANTILES = (10, 25, 50, 75, 90, 95, 99)
-
-
-class _ProgressRunner(Runner):
-    """A runner that reports how far through simulated time it is, every few hundred cycles."""
-
-    def __init__(self, sc: Scenario, report: Progress) -> None:
-        super().__init__(sc)
-        self.report = report
-        self.cycles = 0
-
-    def _cycle(self, t: float) -> None:
-        super()._cycle(t)
-        self.cycles += 1
-        if self.cycles % 300 == 0 and self.sc.until > 0:
-            self.report(min(1.0, t / self.sc.until))
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -66,7 +49,7 @@ def replay(doc: dict[str, Any], report: Progress | None = None
            ) -> tuple[Scenario, dict[str, Any]]:
     """Replay one scenario through the engine: (the scenario loaded, the runner's output)."""
     sc = load_scenario(doc)
-    runner = _ProgressRunner(sc, report) if report else Runner(sc)
+    runner = ProgressRunner(sc, report, every=300) if report else Runner(sc)
     return sc, runner.run()
 
 

@@ -15,25 +15,27 @@ from scheduling.replay.scenario import Scenario
 Progress = Callable[[float], None]
 
 
-class _ProgressRunner(Runner):
-    """A runner that reports how far through simulated time it is, every few hundred cycles."""
+class ProgressRunner(Runner):
+    """A runner that reports how far through simulated time it is, every `every` cycles (the
+    what-if's and the trace replay's progress bars)."""
 
-    def __init__(self, sc: Scenario, report: Progress) -> None:
+    def __init__(self, sc: Scenario, report: Progress, every: int = 500) -> None:
         super().__init__(sc)
         self.report = report
+        self.every = every
         self.cycles = 0
 
     def _cycle(self, t: float) -> None:
         super()._cycle(t)
         self.cycles += 1
-        if self.cycles % 500 == 0 and self.sc.until > 0:
+        if self.cycles % self.every == 0 and self.sc.until > 0:
             self.report(min(1.0, t / self.sc.until))
 
 
 def _replay(sc: Scenario, report: Progress | None) -> dict[str, Any]:
     if report is None:
         return run_scenario(sc)
-    return _ProgressRunner(sc, report).run()
+    return ProgressRunner(sc, report).run()
 
 
 def summary(sc: Scenario, out: dict[str, Any]) -> dict[str, Any]:
