@@ -4,6 +4,16 @@ at the scenario's times.
 
     python -m bench.fullstack --scenario FILE [--json] [--workers 2] [--scale 1.0]
     python -m bench.fullstack --write-kueue FILE     # Kueue's baseline as a scenario file
+    python -m bench.fullstack --kinds mixed [...]    # the same, submitted as manifests
+
+With `--kinds mixed` the workloads go in as manifests of the kinds teams run, in turn by their
+order within each queue: Allot's own request, `batch/v1` Job, JobSet, PyTorchJob, RayJob (HTTP
+submission mode: no submitter pod, so the requests stay the scenario's), TFJob and Volcano
+Job, each with the scenario workload's pods and requests (the serving kinds, LeaderWorkerSet,
+Deployment, StatefulSet and RayCluster, are left out: they run until deleted, and the run ends
+when every workload has). The simulated clusters run
+every kind, so the figure is the cost of the kinds' derivation, gating and status on the whole
+path.
 
 With no --scenario it writes Kueue's baseline (5 cohorts x 6 queues, min 20 max 120 CPU,
 15,000 workloads; see bench/engine.py) to var/ and plays it. Prints wall time, admissions per
@@ -250,7 +260,66 @@ def request_of(w: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
     return body
 
 
-def play(data: dict[str, Any], user: Any, *, timeout_s: float) -> dict[str, Any]:
+# The kinds of `--kinds mixed`, in turn (None: Allot's own request with pods).
+MIXED_KINDS = (None, "Job", "JobSet", "PyTorchJob", "RayJob", "TFJob", "VolcanoJob")
+
+
+def _template(pod: dict[str, Any]) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": str(pod.get("cpu", 0) or 0),
+                                "memory": f"{pod.get('memory_gib', 0) or 0}Gi"}
+    limits = {"nvidia.com/gpu": str(pod["gpus"])} if pod.get("gpus") else {}
+    return {"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "main", "image": "ghcr.io/example/bench:1",
+        "resources": {"requests": requests, **({"limits": limits} if limits else {})}}]}}
+
+
+def manifest_of(kind: str, name: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """A manifest of `kind` whose pods are `pod["count"]` pods of `pod`'s requests."""
+    n, t = int(pod.get("count", 1)), _template(pod)
+    meta = {"name": name}
+    if kind == "Job":
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                "spec": {"parallelism": n, "completions": n, "template": t}}
+    if kind == "JobSet":
+        return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
+                "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {
+                    "spec": {"parallelism": n, "completions": n, "template": t}}}]}}
+    if kind == "PyTorchJob":
+        specs: dict[str, Any] = {"Master": {"replicas": 1, "template": t}}
+        if n > 1:
+            specs["Worker"] = {"replicas": n - 1, "template": t}
+        return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
+                "spec": {"pytorchReplicaSpecs": specs}}
+    if kind == "RayJob":
+        cluster: dict[str, Any] = {"headGroupSpec": {"template": t}}
+        if n > 1:
+            cluster["workerGroupSpecs"] = [{"groupName": "w", "replicas": n - 1,
+                                            "template": t}]
+        return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta,
+                "spec": {"entrypoint": "python train.py", "submissionMode": "HTTPMode",
+                         "rayClusterSpec": cluster}}
+    if kind == "TFJob":
+        return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": meta,
+                "spec": {"tfReplicaSpecs": {"Worker": {"replicas": n, "template": t}}}}
+    if kind == "VolcanoJob":
+        return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
+                "spec": {"minAvailable": n, "tasks": [{"name": "w", "replicas": n,
+                                                       "template": t}]}}
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def as_manifest(body: dict[str, Any], kind: str | None) -> dict[str, Any]:
+    """A submission body as a manifest submission of `kind` (None: unchanged); one pod set."""
+    if kind is None or len(body["pods"]) != 1:
+        return body
+    pod = body.pop("pods")[0]
+    body["flavors"] = pod["flavors"]
+    body["manifest"] = manifest_of(kind, body["name"], pod)
+    return body
+
+
+def play(data: dict[str, Any], user: Any, *, timeout_s: float,
+         kinds: tuple[str | None, ...] = (None,)) -> dict[str, Any]:
     """Submit at the scenario's times; wait until every workload ended; sample usage."""
     from django.db.models import Sum
 
@@ -271,6 +340,12 @@ def play(data: dict[str, Any], user: Any, *, timeout_s: float) -> dict[str, Any]
     last_sample = 0.0
     i = 0
     total = len(todo)
+    # The kind of each workload: in turn by its order within its queue.
+    turn: dict[str, int] = defaultdict(int)
+    kind_of: dict[str, str | None] = {}
+    for w in todo:
+        kind_of[w["name"]] = kinds[turn[w["queue"]] % len(kinds)]
+        turn[w["queue"]] += 1
     while True:
         now = time.monotonic() - start
         due = []
@@ -279,7 +354,8 @@ def play(data: dict[str, Any], user: Any, *, timeout_s: float) -> dict[str, Any]
             i += 1
         if due:
             # The submissions due now go in as one batch (the bulk form of workload_submit).
-            workloads_submit(user=user, items=[request_of(w, paths) for w in due],
+            workloads_submit(user=user, items=[as_manifest(request_of(w, paths),
+                                                           kind_of[w["name"]]) for w in due],
                              nudge=False)
             cycle_nudge()
         if now - last_sample >= 1.0:
@@ -336,6 +412,16 @@ def measure(play_result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _kinds_count() -> dict[str, int]:
+    """Workloads per kind, as stored (`request`: Allot's own)."""
+    from django.db.models import Count
+
+    from scheduling.models import Workload
+
+    return {(row["kind"] or "request"): row["n"] for row in
+            Workload.objects.values("kind").annotate(n=Count("id")).order_by("kind")}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fullstack", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -346,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="keep this fraction of each queue's workloads (quick runs)")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--kinds", choices=("plain", "mixed"), default="plain",
+                        help="submit Allot's own requests, or a mix of manifest kinds")
     parser.add_argument("--write-kueue", type=Path, metavar="FILE",
                         help="write Kueue's baseline scenario to FILE and exit")
     args = parser.parse_args(argv)
@@ -387,14 +475,17 @@ def main(argv: list[str] | None = None) -> int:
     procs = start_workers(args.workers, args.concurrency, env)
     cpu_start = workers_cpu_s(procs)
     try:
-        result = play(data, user, timeout_s=args.timeout)
+        result = play(data, user, timeout_s=args.timeout,
+                      kinds=MIXED_KINDS if args.kinds == "mixed" else (None,))
         cpu = workers_cpu_s(procs) - cpu_start
     finally:
         stop_workers(procs)
     figures = measure(result)
     figures["workers_cpu_s"] = round(cpu, 1)
     figures["load_avg"] = [round(v, 2) for v in os.getloadavg()]
-    figures["scenario"] = data.get("name", path.stem)
+    figures["scenario"] = data.get("name", path.stem) + (
+        " (mixed kinds)" if args.kinds == "mixed" else "")
+    figures["kinds"] = _kinds_count()
     if args.json:
         # Exactly the issue's object on stdout; the run's details on stderr.
         print(json.dumps({k: figures[k] for k in JSON_KEYS}))
@@ -409,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  time to admit      {cls}: {avg} s")
     print(f"  average usage      {figures['queue_usage']:.1%} of the fleet")
     print(f"  finished           {figures['finished']} ({figures['states']})")
+    print(f"  kinds              {figures['kinds']}")
     print(f"  workers CPU        {figures['workers_cpu_s']} s (load average "
           f"{figures['load_avg'][0]})")
     return 0
