@@ -337,3 +337,5 @@ _.estimated_start_range  # serializer field (portal/lists_api.py)
 # --- the hot cursor's query class (core/db.py): psycopg reads these attributes of its query
 _._want_formats
 _._parts
+_.gpus_total  # written for the position SQL (scheduling/selectors.py position_sql)
+SILENCED_SYSTEM_CHECKS  # a Django setting (portal/settings.py, SQLite only)

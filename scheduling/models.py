@@ -205,6 +205,12 @@ class Workload(models.Model):
     idle_since = models.DateTimeField(null=True, blank=True,
                                       help_text="Its GPUs idle since (telemetry).")
     idle_warned_at = models.DateTimeField(null=True, blank=True)
+    # What its pod sets ask for, summed (count x gpus), written with them by the services, so
+    # that a queue position sums the GPUs ahead from the pending-head index alone. NULL: not
+    # written (rows from before it, or pod sets written elsewhere, or changed since: a trigger
+    # on the pod sets clears it): read from the pod sets.
+    gpus_total = models.DecimalField(max_digits=12, decimal_places=3, null=True, blank=True,
+                                     editable=False)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -215,8 +221,10 @@ class Workload(models.Model):
             # 50 rows from this index instead of sorting every workload.
             models.Index(fields=["-submitted_at", "-id"], name="workload_newest_first"),
             # The heads of the queues the cycle reads (scheduling/workers/rows.py, _pending_heads).
+            # Holding the GPUs too (PostgreSQL), a queue position reads only this index.
             models.Index(fields=["queue", "priority_class", "submitted_at", "id"],
-                         condition=models.Q(state="pending"), name="workload_pending_head"),
+                         include=["gpus_total"], condition=models.Q(state="pending"),
+                         name="workload_pending_head"),
             # Nominated preemptors the cycle reads beyond the heads (workers/rows.py).
             models.Index(fields=["id"], name="workload_nominated",
                          condition=models.Q(state="pending", nomination__isnull=False)),

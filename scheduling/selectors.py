@@ -297,11 +297,13 @@ def position_sql(me: str) -> tuple[str, str]:
     admissions, one row each: id, gpus, duration hint, progress, running_at, reserved_at).
 
     The order is the engine's within one queue: higher priority first, then earlier
-    submission, then lower id. `me` is the SQL of the workload's id (`%s`, or a sub-select
-    when the workload is being inserted by the same statement). Parameters, in order:
-    `position_params`."""
-    ahead = f"""SELECT COUNT(*) AS n, COALESCE(SUM((SELECT SUM(p.count * p.gpus)
-       FROM scheduling_podset p WHERE p.workload_id = qw.id)), 0) AS g
+    submission, then lower id. The GPUs are each workload's `gpus_total` (in the pending-head
+    index), its pod sets' where that is NULL. `me` is the SQL of the workload's id (`%s`, or a
+    sub-select when the workload is being inserted by the same statement). Parameters, in
+    order: `position_params`."""
+    ahead = f"""SELECT COUNT(*) AS n, COALESCE(SUM(COALESCE(qw.gpus_total, (
+       SELECT SUM(p.count * p.gpus) FROM scheduling_podset p WHERE p.workload_id = qw.id))),
+       0) AS g
 FROM scheduling_workload qw JOIN scheduling_priorityclass c ON c.id = qw.priority_class_id
 WHERE qw.queue_id = %s AND qw.state = %s AND qw.id <> {me}
   AND (c.value > %s OR (c.value = %s AND (qw.submitted_at < %s

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -222,6 +223,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                        resources=p["resources"])
                 for p in clean["pods"]
             ]
+            workload.gpus_total = sum((p.count * p.gpus for p in pod_sets), Decimal(0))
             reasons = list(verdict.deny) or checker.check(workload, pod_sets)
             if reasons:
                 workload.state = S.REJECTED

@@ -283,8 +283,10 @@ def workload_update(
             w.needs_approval = False
             w.reason_code, w.reason_message = "", ""
         w.save(update_fields=fields)
-        PodSet.objects.filter(workload=w).delete()
+        PodSet.objects.filter(workload=w).delete()  # clears its gpus_total (a trigger)
         PodSet.objects.bulk_create(pod_sets)
+        Workload.objects.filter(pk=w.pk).update(gpus_total=new_gpus)
+        w.gpus_total = new_gpus
         gpus = gpus_shown(sum(p.count * p.gpus for p in pod_sets))
         events.insert(0, WorkloadEvent(
             workload=w, at=now, type=EventType.UPDATED, actor=user, code=EventCode.UPDATED,
