@@ -48,7 +48,9 @@ def server(tmp_path):
 def test_an_idle_keep_alive_connection_outlives_a_pause_between_requests(server) -> None:
     # Gunicorn's own default closes an idle connection after 2 s: a request sent on it just
     # then is reset, and a POST is not retried. Requests 3 s apart share one connection.
-    conn = http.client.HTTPConnection("127.0.0.1", server, timeout=10)
+    # The port opens before the worker has loaded the portal: on a loaded machine its first
+    # answer took over 10 s.
+    conn = http.client.HTTPConnection("127.0.0.1", server, timeout=60)
     for _ in range(2):
         conn.request("GET", "/login/")
         response = conn.getresponse()
