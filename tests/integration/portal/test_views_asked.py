@@ -129,6 +129,44 @@ def test_borrowing_view_shows_the_trees_borrowed_and_lent(client, org, priority_
     assert 'id="borrowing-link"' in client.get("/tree/").content.decode()
 
 
+def test_lent_is_attributed_once_when_several_siblings_are_idle(client, org, priority_classes):
+    """vision borrows 4 while nlp, speech and audio are idle (min 8 each): the 4 lent are shared
+    among them (docs/quota-tree.md: 2, 1, 1), the same on the tree page, its CSV, the borrowing
+    page and both APIs; they add up to what is borrowed, not 4 per idle sibling."""
+    from tests.factories import QueueFactory, QuotaEntryFactory
+
+    for name in ("speech", "audio"):
+        queue = QueueFactory(name=name, parent=org.rd, namespace=f"rd-{name}")
+        QuotaEntryFactory(queue=queue, flavor=org.a100, min=Decimal(8), max=Decimal(32))
+    big = submit(org.alice, name="big", pods=[{"count": 3, "flavors": ["a100-80g"], "gpus": 4,
+                                               "cpu": 8, "memory_gib": 64}])
+    _admit(big, org.cluster, org.a100)
+    expected = {"rd/audio": Decimal(2), "rd/nlp": Decimal(1), "rd/speech": Decimal(1)}
+    admin = api_for(org.admin)
+    listed = {p: admin.get(f"/api/v1/queues/{p}").json()["quota"]["a100-80g"]["gpu"]
+              for p in ("rd/vision", "rd/nlp", "rd/speech", "rd/audio")}
+    assert {p: Decimal(str(c["lent"])) for p, c in listed.items() if c["lent"]} == expected
+    assert sum(Decimal(str(c["lent"])) for c in listed.values()) == Decimal(
+        str(listed["rd/vision"]["borrowed"])) == 4
+    group = next(g for g in admin.get("/api/v1/borrowing").json()["results"]
+                 if g["parent_path"] == "rd")
+    assert {x["queue"]: Decimal(x["lent"]) for x in group["lenders"]} == expected
+    assert Decimal(group["lent"]) == Decimal(group["borrowed"]) == 4
+    assert Decimal(group["from_above"]) == 0
+
+    _login(client, org.admin)
+    rows = _csv(client.get("/tree/?format=csv"))
+    lent_col = rows[0].index("a100-80g/gpu lent")
+    assert {r[0]: Decimal(r[lent_col]) for r in rows[1:] if r[0] in expected} == expected
+    html = client.get("/tree/").content.decode()
+    for path, lent in expected.items():
+        row = re.search(rf'<tr data-path="{path}">.*?</tr>', html, re.S).group(0)
+        assert re.findall(r'<td class="num">([\d.]+)</td>', row)[1] == str(lent), row
+    page = client.get("/queues/borrowing/").content.decode()
+    for path, lent in expected.items():
+        assert re.search(rf'data-path="{path}">.*?class="num l-lent">{lent}<', page, re.S)
+
+
 def test_borrowing_view_says_when_nobody_borrows(client, org):
     _login(client, org.alice)
     assert 'id="no-borrowing"' in client.get("/queues/borrowing/").content.decode()
