@@ -6,7 +6,7 @@ from datetime import date, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
@@ -87,7 +87,7 @@ INVOICE_SORT = {"number": ("number",), "cost_center": ("cost_center__code",),
 
 
 @login_required
-def invoice_list(request: HttpRequest) -> HttpResponse:
+def invoice_list(request: HttpRequest) -> HttpResponseBase:
     """Invoices the user may see (admins, and leads of the cost center's teams)."""
     sort = sort_from(request, INVOICE_SORT, "-month")
     invoices = selectors.visible_invoices(request.user).select_related("cost_center").order_by(
@@ -96,7 +96,8 @@ def invoice_list(request: HttpRequest) -> HttpResponse:
         return csv_response("invoices.csv", ("number", "cost_center", "month", "total",
                                              "currency", "issued_at"), (
             (i.number, i.cost_center.code, i.period_start.strftime("%Y-%m"), i.total,
-             i.currency, i.issued_at.isoformat() if i.issued_at else "") for i in invoices))
+             i.currency, i.issued_at.isoformat() if i.issued_at else "")
+            for i in invoices.iterator(chunk_size=2000)))
     return render(request, "billing/invoice_list.html",
                   {"invoices": invoices[:500], "sort": sort},
                   status=400 if sort.error else 200)

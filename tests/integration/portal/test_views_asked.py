@@ -39,8 +39,10 @@ def _login(client, user):
 
 
 def _csv(response):
+    """A list's CSV export: streamed (not built in memory), read as rows."""
     assert response["Content-Type"].startswith("text/csv"), response.status_code
-    body = response.content.decode()
+    assert response.streaming
+    body = b"".join(response.streaming_content).decode()
     return list(csv.reader(io.StringIO(body)))
 
 
