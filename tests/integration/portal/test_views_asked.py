@@ -405,3 +405,43 @@ def test_approval_needed_and_decision_are_notified(org, priority_classes,
                                    format="json").json() == {"marked": 1}
     bad = api_for(org.alice).post("/api/v1/notifications/read", {"ids": ["x"]}, format="json")
     assert bad.status_code == 400
+
+
+def test_capacity_requests_list_sorts_and_exports_what_its_filters_select(client, org):
+    from quotas.capacity.models import CapacityRequest
+
+    now = timezone.now()
+
+    def request(queue, by, state, gib, days):
+        return CapacityRequest.objects.create(
+            queue=queue, flavor=org.a100, min=Decimal(gib), justification="j",
+            starts_at=now + timedelta(days=days), requested_by=by, state=state)
+
+    a = request(org.vision, org.alice, "submitted", 16, 3)
+    b = request(org.vision, org.bob, "denied", 12, 1)
+    c = request(org.nlp, org.carol, "submitted", 10, 2)
+    _login(client, org.admin)
+
+    def ids(query):
+        html = client.get(f"/capacity-requests/?{query}").content.decode()
+        return [int(i) for i in re.findall(r'<a href="/capacity-requests/(\d+)/">#', html)]
+
+    assert ids("") == [c.pk, b.pk, a.pk]  # newest first
+    assert ids("sort=starts") == [b.pk, c.pk, a.pk]
+    assert ids("sort=-min") == [a.pk, b.pk, c.pk]
+    assert ids("sort=by&state=submitted") == [a.pk, c.pk]  # alice, carol; the filter holds
+    html = client.get("/capacity-requests/?sort=queue").content.decode()
+    assert 'aria-sort="ascending" scope="col"><a class="sort" href="?sort=-queue"' in html
+    assert 'class="button csv-link" href="?sort=queue&amp;format=csv"' in html
+    rows = _csv(client.get("/capacity-requests/?format=csv&state=submitted&sort=-min"))
+    assert rows[0][:6] == ["id", "queue", "flavor", "resource", "min", "max"]
+    assert [(int(r[0]), r[1], r[4], r[8], r[9]) for r in rows[1:]] == [
+        (a.pk, "rd/vision", "16.000", "submitted", "alice"),
+        (c.pk, "rd/nlp", "10.000", "submitted", "carol")]
+    bad = client.get("/capacity-requests/?sort=justification")
+    assert bad.status_code == 400 and "sort: &#x27;justification&#x27; is not a column" in (
+        bad.content.decode())
+    # alice sees her own and her teams' queues' requests only, in the CSV too.
+    _login(client, org.alice)
+    rows = _csv(client.get("/capacity-requests/?format=csv"))
+    assert sorted(int(r[0]) for r in rows[1:]) == [a.pk, b.pk]
