@@ -407,6 +407,105 @@ def test_approval_needed_and_decision_are_notified(org, priority_classes,
     assert bad.status_code == 400
 
 
+def test_a_workload_cancelled_by_someone_else_notifies_its_owner_unless_muted(
+        client, org, priority_classes, django_capture_on_commit_callbacks):
+    """bob (vision's lead) cancels alice's workload from its page: she is told by the bell and
+    by email who cancelled it; her own cancel tells nobody; muted, nothing is stored or sent."""
+    from scheduling.services import workload_cancel
+
+    org.alice.email = "alice@example.org"
+    org.alice.save()
+    w = submit(org.alice, name="sweep", pods=_pods(1))
+    mail.outbox.clear()
+    _login(client, org.bob)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/workloads/{w.pk}/cancel/")
+    assert Workload.objects.get(pk=w.pk).state == "cancelled"
+    note = Notification.objects.get(user=org.alice)
+    assert (note.kind, note.subject) == ("cancelled", "Workload sweep was cancelled by bob")
+    assert note.body == "sweep in rd/vision was cancelled by bob."
+    assert (note.url, note.workload_id) == (f"/workloads/{w.pk}/", w.pk)
+    assert [(m.to, m.subject) for m in mail.outbox] == [
+        (["alice@example.org"], "Workload sweep was cancelled by bob")]
+    assert not Notification.objects.filter(user=org.bob).exists()
+
+    own = submit(org.alice, name="mine", pods=_pods(1))
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        workload_cancel(user=org.alice, workload=own)
+    assert Notification.objects.filter(user=org.alice).count() == 1 and mail.outbox == []
+
+    UserSettings.objects.update_or_create(user=org.alice, defaults={"muted_kinds": ["cancelled"]})
+    muted = submit(org.alice, name="quiet", pods=_pods(1))
+    with django_capture_on_commit_callbacks(execute=True):
+        workload_cancel(user=org.admin, workload=muted)
+    assert Notification.objects.filter(user=org.alice).count() == 1 and mail.outbox == []
+    _login(client, org.alice)
+    assert "My workload was cancelled by someone else" in client.get("/account/").content.decode()
+
+
+def test_capacity_request_decisions_and_a_deciders_cancel_notify_the_requester(org):
+    """The requester hears of an approval, a refusal (with the decider's reason) and a cancel by
+    a decider, by the bell and email, unless they muted decisions; their own cancel is silent."""
+    from quotas.capacity import services as capacity
+
+    org.alice.email = "alice@example.org"
+    org.alice.save()
+
+    def ask(gpus):
+        return capacity.capacity_request_submit(
+            user=org.alice, queue=org.vision, flavor=org.a100, resource="gpu",
+            justification="a deadline", min=Decimal(gpus))
+
+    def told():
+        return list(Notification.objects.filter(user=org.alice, kind="decision").order_by(
+            "id").values_list("subject", "body", "url"))
+
+    approved, refused, withdrawn, own = ask(10), ask(12), ask(14), ask(9)
+    mail.outbox.clear()
+    capacity.capacity_request_approve(user=org.bob, request=approved, comment="go ahead")
+    capacity.capacity_request_deny(user=org.bob, request=refused,
+                                   comment="the fleet is full until March")
+    capacity.capacity_request_cancel(user=org.bob, request=withdrawn)
+    capacity.capacity_request_cancel(user=org.alice, request=own)
+    assert told() == [
+        (f"Capacity request #{approved.pk} approved",
+         "rd/vision a100-80g/gpu: approved by bob.\ngo ahead",
+         f"/capacity-requests/{approved.pk}/"),
+        (f"Capacity request #{refused.pk} denied",
+         "rd/vision a100-80g/gpu: denied by bob.\nthe fleet is full until March",
+         f"/capacity-requests/{refused.pk}/"),
+        (f"Capacity request #{withdrawn.pk} cancelled",
+         "rd/vision a100-80g/gpu: cancelled by bob.", f"/capacity-requests/{withdrawn.pk}/")]
+    assert [m.subject for m in mail.outbox if m.to == ["alice@example.org"]] == [
+        s for s, _, _ in told()]
+    # Muted: the next refusal is neither stored nor emailed.
+    UserSettings.objects.update_or_create(user=org.alice, defaults={"muted_kinds": ["decision"]})
+    mail.outbox.clear()
+    capacity.capacity_request_deny(user=org.bob, request=ask(11), comment="no")
+    assert len(told()) == 3 and [m for m in mail.outbox if m.to == ["alice@example.org"]] == []
+
+
+def test_an_approved_capacity_request_the_tree_refuses_at_its_start_is_told_once(org):
+    from quotas.capacity import services as capacity
+    from quotas.capacity.models import CapacityRequest
+
+    now = timezone.now()
+    req = capacity.capacity_request_submit(
+        user=org.alice, queue=org.vision, flavor=org.a100, resource="gpu",
+        justification="later", min=Decimal(16), starts_at=now + timedelta(hours=1))
+    capacity.capacity_request_approve(user=org.bob, request=req, comment="")
+    # Meanwhile the parent's min shrinks: vision's 16 plus nlp's 8 no longer fit under rd.
+    from quotas.models import QuotaEntry
+
+    QuotaEntry.objects.filter(queue=org.rd).update(min=Decimal(20), min_base=20000)
+    for _ in range(2):
+        capacity.capacity_requests_process_due(now=now + timedelta(hours=2))
+    assert CapacityRequest.objects.get(pk=req.pk).state == "approved"
+    (note,) = Notification.objects.filter(user=org.alice, subject__contains="could not be applied")
+    assert note.kind == "decision" and "the quota tree refuses the change now" in note.body
+
+
 def test_capacity_requests_list_sorts_and_exports_what_its_filters_select(client, org):
     from quotas.capacity.models import CapacityRequest
 
