@@ -206,12 +206,15 @@ def active_firings(cost_center_id: int, now: datetime) -> list[BudgetFiring]:
         threshold__budget__cost_center_id=cost_center_id, threshold__budget__active=True,
         period_start__lte=now, period_end__gt=now,
     ).select_related("threshold__budget__cost_center")
+    spent_by_period: dict[tuple[datetime, datetime], Decimal] = {}
     for firing in qs:
         budget = firing.threshold.budget
         # A budget raised since the firing lifts it once spend is below the threshold again
-        # (so does a provisional amount the rollup priced lower).
-        spent = spent_in(budget.cost_center_id, firing.period_start, firing.period_end,
-                         now=now)
+        # (so does a provisional amount the rollup priced lower). One read per period.
+        period = (firing.period_start, firing.period_end)
+        if period not in spent_by_period:
+            spent_by_period[period] = spent_in(budget.cost_center_id, *period, now=now)
+        spent = spent_by_period[period]
         if spent >= budget.amount * firing.threshold.percent / 100:
             out.append(firing)
     return out
