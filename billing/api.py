@@ -199,7 +199,12 @@ class BudgetOut(serializers.Serializer):
     period = serializers.CharField()
     amount = serializers.DecimalField(**MONEY)
     currency = serializers.CharField()
-    spent = serializers.DecimalField(**MONEY)
+    spent = serializers.DecimalField(
+        **MONEY, help_text="billed + provisional: the figure thresholds compare")
+    billed = serializers.DecimalField(**MONEY, help_text="priced by the hourly rollup")
+    provisional = serializers.DecimalField(
+        **MONEY, help_text="metered from admissions since the last rollup, at today's rates")
+    as_of = serializers.DateTimeField()
     percent = serializers.DecimalField(max_digits=8, decimal_places=1)
     forecast = serializers.DecimalField(**MONEY)
     committed = serializers.DecimalField(**MONEY)

@@ -34,6 +34,12 @@ def rollup_recent_hours(self) -> dict:
             "fired": len(fired)}
 
 
+@shared_task(name="billing.evaluate_budgets")
+def evaluate_budgets() -> dict:
+    """Fire the budget thresholds reached by billed plus provisional spend (between rollups)."""
+    return {"fired": len(budgets_evaluate(now=timezone.now()))}
+
+
 @shared_task(name="billing.cull_idle_sessions")
 def cull_idle_sessions() -> dict:
     """Stop interactive sessions whose GPUs stayed idle (scheduling/sessions.py), from the

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
@@ -38,9 +38,27 @@ def _chart(key: str, title: str, figure: dict) -> dict:
             "json": figure}
 
 
+# The usage table's sortable columns (?sort=col / -col; "name": the team, queue or GPU model)
+# and its CSV columns (?format=csv; the first is the grouping's name).
+USAGE_SORT = {"name": ("name",), "reserved": ("reserved_gpu_hours",),
+              "frozen": ("frozen_gpu_hours",), "active": ("active_gpu_hours",),
+              "efficiency": ("efficiency",), "unmetered": ("gap_gpu_hours",),
+              "core_hours": ("core_hours",), "cost": ("cost",)}
+USAGE_CSV = ("reserved_gpu_hours", "frozen_gpu_hours", "active_gpu_hours", "efficiency",
+             "gap_gpu_hours", "core_hours", "billed", "provisional", "cost", "currency")
+
+
+def _usage_csv(rows: list[dict], group_by: str, start: datetime,
+               end: datetime) -> HttpResponseBase:
+    return csv_response(f"usage-by-{group_by}-{start:%Y%m%d}-{end:%Y%m%d}.csv",
+                        (group_by, *USAGE_CSV),
+                        ((r[group_by], *(r[c] for c in USAGE_CSV)) for r in rows))
+
+
 @login_required
-def overview(request: HttpRequest) -> HttpResponse:
-    """Cost over a date range (default: month to date) for the teams the user may see."""
+def overview(request: HttpRequest) -> HttpResponseBase:
+    """Cost over a date range (default: month to date) for the teams the user may see; the
+    usage table sortable (?sort=) and as CSV (?format=csv)."""
     now = timezone.now()
     month_start, _ = period_bounds("monthly", now)
     # A bad date is a 400 that says which and why, showing the default period meanwhile.
@@ -51,6 +69,12 @@ def overview(request: HttpRequest) -> HttpResponse:
     if group_by not in selectors.GROUPS:
         group_by = "team"
     user = request.user
+    sort = sort_from(request, USAGE_SORT, "name")
+    rows = selectors.usage_summary(user=user, group_by=group_by, start=start, end=end, now=now)
+    if not (sort.column == "name" and not sort.descending):
+        rows = sort.rows_sorted(rows, lambda r, f: r[group_by] if f == "name" else r[f])
+    if wants_csv(request) and not sort.error and not errors:
+        return _usage_csv(rows, group_by, start, end)
     currency = selectors.default_currency()
     gpu_series = selectors.gpu_hours_daily(user=user, start=start, end=end)
     top = selectors.top_workloads(user=user, start=start, end=end)
@@ -74,11 +98,11 @@ def overview(request: HttpRequest) -> HttpResponse:
                               charts.burndown_figure(selectors.budget_burndown(budget, now),
                                                      budget.currency)))
     return render(request, "billing/overview.html", {
-        "rows": selectors.usage_summary(user=user, group_by=group_by, start=start, end=end),
-        "group_by": group_by, "start": start, "end": end, "figures": figures,
+        "rows": rows, "sort": sort, "group_by": group_by, "start": start, "end": end,
+        "figures": figures,
         "budgets": budgets, "idle": idle, "top": top, "currency": currency,
         "is_admin": selectors.is_admin(user), "errors": errors,
-    }, status=400 if errors else 200)
+    }, status=400 if errors or sort.error else 200)
 
 
 # The invoice list's sortable columns (?sort=col / -col).
@@ -87,7 +111,7 @@ INVOICE_SORT = {"number": ("number",), "cost_center": ("cost_center__code",),
 
 
 @login_required
-def invoice_list(request: HttpRequest) -> HttpResponse:
+def invoice_list(request: HttpRequest) -> HttpResponseBase:
     """Invoices the user may see (admins, and leads of the cost center's teams)."""
     sort = sort_from(request, INVOICE_SORT, "-month")
     invoices = selectors.visible_invoices(request.user).select_related("cost_center").order_by(
@@ -96,7 +120,8 @@ def invoice_list(request: HttpRequest) -> HttpResponse:
         return csv_response("invoices.csv", ("number", "cost_center", "month", "total",
                                              "currency", "issued_at"), (
             (i.number, i.cost_center.code, i.period_start.strftime("%Y-%m"), i.total,
-             i.currency, i.issued_at.isoformat() if i.issued_at else "") for i in invoices))
+             i.currency, i.issued_at.isoformat() if i.issued_at else "")
+            for i in invoices.iterator(chunk_size=2000)))
     return render(request, "billing/invoice_list.html",
                   {"invoices": invoices[:500], "sort": sort},
                   status=400 if sort.error else 200)

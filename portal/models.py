@@ -74,6 +74,7 @@ class NotificationKind(models.TextChoices):
     PREEMPTED = "preempted", "My workload was preempted"
     FINISHED = "finished", "My workload finished"
     FAILED = "failed", "My workload failed"
+    CANCELLED = "cancelled", "My workload was cancelled by someone else"
     APPROVAL_NEEDED = "approval_needed", "A request waits for my approval"
     DECISION = "decision", "A decision on my request was made"
 

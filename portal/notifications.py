@@ -1,5 +1,6 @@
-"""Notifications: what a user is told of (their workload preempted, finished or failed; a
-request waiting for their approval; a decision on their request), stored per user for the
+"""Notifications: what a user is told of (their workload preempted, finished or failed, or
+cancelled by a lead or an admin; a request waiting for their approval; a decision on their
+request, or its cancel by a decider), stored per user for the
 bell in the navigation and emailed, unless the user muted that kind on their profile page.
 
 They come from the state changes themselves, never from polling: workload events reach
@@ -27,6 +28,7 @@ EVENT_KINDS = {
     "preempted": NotificationKind.PREEMPTED,
     "finished": NotificationKind.FINISHED,
     "failed": NotificationKind.FAILED,
+    "cancelled": NotificationKind.CANCELLED,
 }
 
 
@@ -67,17 +69,26 @@ def workload_events_told(notes: Sequence[Any]) -> None:
 
     rows = {w["id"]: w for w in Workload.objects.filter(
         pk__in={n.workload_id for n in wanted}).values("id", "name", "owner_id", "queue__path")}
+    actors = dict(User.objects.filter(pk__in={n.actor_id for n in wanted if n.actor_id})
+                  .values_list("pk", "username"))
     for n in wanted:
         w = rows.get(n.workload_id)
         if w is None or w["owner_id"] is None:
             continue
-        kind = EVENT_KINDS[n.type]
-        verb = {"preempted": "was preempted", "finished": "finished",
-                "failed": "failed"}[n.type]
-        notify(user_ids=[w["owner_id"]], kind=kind,
+        if n.type == "cancelled":
+            # The owner knows of their own cancel; one by a lead or an admin is news.
+            if n.actor_id is None or n.actor_id == w["owner_id"]:
+                continue
+            verb = f"was cancelled by {actors.get(n.actor_id, 'someone else')}"
+            detail = ""
+        else:
+            verb = {"preempted": "was preempted", "finished": "finished",
+                    "failed": "failed"}[n.type]
+            detail = n.message
+        notify(user_ids=[w["owner_id"]], kind=EVENT_KINDS[n.type],
                subject=f"Workload {w['name']} {verb}",
                body=f"{w['name']} in {w['queue__path']} {verb}"
-               + (f": {n.message}" if n.message else "."),
+               + (f": {detail}" if detail else "."),
                url=reverse("workload-detail", args=[w["id"]]), workload_id=w["id"])
 
 

@@ -365,6 +365,11 @@ CELERY_BEAT_SCHEDULE = {
     # Billing (billing/tasks.py): meter, price and check budgets after each hour; reconcile
     # the previous day and check the ledger; invoice the previous month on the 1st.
     "billing-rollup": {"task": "billing.rollup_recent_hours", "schedule": crontab(minute=5)},
+    # Budgets count provisional spend (billed + metered since the last rollup): checked
+    # between rollups too, so a threshold reached by work in progress fires within minutes.
+    "billing-budgets": {"task": "billing.evaluate_budgets",
+                        "schedule": env.float("ALLOT_BUDGET_EVALUATE_S", default=300.0),
+                        "options": {"expires": 300.0}},
     "billing-reconcile": {"task": "billing.reconcile_yesterday",
                           "schedule": crontab(hour=2, minute=15)},
     "billing-invoices": {"task": "billing.issue_last_month_invoices",

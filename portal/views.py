@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -50,7 +50,7 @@ def _tree_context(request: HttpRequest) -> dict:
             "as_of": as_of}
 
 
-def _tree_csv(context: dict) -> HttpResponse:
+def _tree_csv(context: dict) -> HttpResponseBase:
     header = ["queue", "depth", "namespace", *(f"{f}/{r} {fig}" for f, r in context["columns"]
                                                 for fig in FIGURES)]
     return csv_response("queues.csv", header, (
@@ -67,7 +67,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def tree(request: HttpRequest) -> HttpResponse:
+def tree(request: HttpRequest) -> HttpResponseBase:
     """The whole queue tree with min/max/lendable and usage per flavor (read-only); sortable
     (?sort=) and as CSV (?format=csv)."""
     context = _tree_context(request)

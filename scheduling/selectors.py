@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
 from django.db.models import Count, DecimalField, F, Prefetch, Q, QuerySet, Sum
@@ -192,12 +192,49 @@ def queue_usage() -> dict[str, dict[Key, dict[str, Decimal]]]:
             cell["borrowed"] = max(ZERO, cell["used"] - qmin)
         for group in siblings.values():
             borrowed = sum((usage[s][key]["borrowed"] for s in group), ZERO)
+            idle = {}
             for path in group:
                 qmin, lendable = per_queue.get(path, (ZERO, ZERO))
-                cell = usage[path][key]
-                idle = min(lendable, max(ZERO, qmin - cell["used"]))
-                cell["lent"] = min(idle, borrowed - cell["borrowed"])
+                idle[path] = min(lendable, max(ZERO, qmin - usage[path][key]["used"]))
+            for path, lent in lent_shares(idle, borrowed).items():
+                usage[path][key]["lent"] = lent
     return {path: dict(keys) for path, keys in usage.items()}
+
+
+LENT_UNIT = Decimal("0.001")  # the quota's resolution (QuotaEntry: 3 decimal places)
+
+
+def lent_shares(idle: dict[str, Decimal], borrowed: Decimal) -> dict[str, Decimal]:
+    """What each of a group of siblings lends: the group's borrowed total (as far as their
+    idle lendable parts cover it) attributed in proportion to each one's idle part (`idle`:
+    path -> idle lendable part of its min). Shares are rounded down to whole units (one GPU
+    when every amount is whole, else 0.001); the units left go one each to the largest
+    remainders, ties to the larger idle part, then the path in alphabetical order. So the
+    lent figures add up to exactly what is borrowed from the siblings, no lender shows more
+    than its idle part, and the same tree always gives the same figures (docs/quota-tree.md,
+    "Borrowed and lent")."""
+    out = {path: ZERO for path in idle}
+    pool = sum((v for v in idle.values() if v > 0), ZERO)
+    total = min(max(borrowed, ZERO), pool)
+    if total <= 0:
+        return out
+    whole = all(v == v.to_integral_value() for v in (*idle.values(), total))
+    unit = Decimal(1) if whole else LENT_UNIT
+    remainders = []
+    for path, part in idle.items():
+        if part <= 0:
+            continue
+        exact = total * part / pool
+        share = (exact / unit).to_integral_value(rounding=ROUND_FLOOR) * unit
+        out[path] = share
+        remainders.append((exact - share, part, path))
+    left = total - sum(out.values(), ZERO)
+    for _, _, path in sorted(remainders, key=lambda r: (-r[0], -r[1], r[2])):
+        if left < unit:
+            break
+        out[path] += unit
+        left -= unit
+    return out
 
 
 def fleet_usage() -> dict[tuple[str, str], dict[str, Decimal]]:

@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -66,7 +66,7 @@ class WorkloadPageFilter(WorkloadFilter):
 
 
 @login_required
-def workload_list(request: HttpRequest) -> HttpResponse:
+def workload_list(request: HttpRequest) -> HttpResponseBase:
     """The workloads the user may see, filterable and sortable."""
     as_of = timezone.now()  # the time of the data: read before the rows
     qs = selectors.workload_list(user=request.user)

@@ -24,8 +24,9 @@ for a top-level queue).
 
 Evidence: the demand's 50th and 90th percentile for each hour of the day (UTC) and each day of
 the week, the GPU-hours demanded, used and pending, the GPU-hours borrowed (used above the
-current min) and lent (the current min left unused while other queues of the key borrowed,
-up to what they borrowed), and how many hours the demand was above the current and the
+current min) and lent (what other queues of the key borrowed, up to the siblings' unused
+min, credited to each idle sibling in proportion to its unused min: the lenders' hours add up
+to the hours borrowed from them), and how many hours the demand was above the current and the
 proposed min and max.
 """
 
@@ -126,6 +127,11 @@ def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: fl
     borrowed_by: dict[str, list[float]] = {
         q.path: [max(0.0, u - q.current_min) for u in q.used] for q in queues}
     all_borrowed = [sum(col) for col in zip(*borrowed_by.values(), strict=True)] if queues else []
+    # Each hour the borrowed total is credited to the idle siblings in proportion to their
+    # unused min (the tree's rule, docs/quota-tree.md "Borrowed and lent", in GPU-hours), so
+    # the lenders' hours add up to what was borrowed from them, not that once per lender.
+    idle_by = {q.path: [max(0.0, q.current_min - u) for u in q.used] for q in queues}
+    idle_pool = [sum(col) for col in zip(*idle_by.values(), strict=True)] if queues else []
     out = []
     for q in queues:
         p_max = math.ceil(percentile(active[q.path], max_percentile) - 1e-9)
@@ -135,9 +141,9 @@ def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: fl
         if not active[q.path]:
             # No demand in the window says nothing of its peak: the max stays.
             new_max = None if q.current_max is None else int(math.floor(q.current_max))
-        lent = sum(min(max(0.0, q.current_min - u), other - mine)
-                   for u, other, mine in zip(q.used, all_borrowed, borrowed_by[q.path],
-                                             strict=True))
+        lent = sum(idle * min(borrowed, pool) / pool
+                   for idle, borrowed, pool in zip(idle_by[q.path], all_borrowed, idle_pool,
+                                                   strict=True) if pool > 0)
         n = len(q.demand)
         evidence = {
             "hours": n,

@@ -24,7 +24,7 @@ from billing.selectors.access import is_admin, visible_team_ids
 from billing.selectors.cost_centers import cost_center_of, default_currency
 from billing.selectors.provisional import team_provisional
 from billing.selectors.rates import admission_hourly_cost
-from billing.services.budgets import active_firings, period_bounds, spent_in
+from billing.services.budgets import active_firings, budget_message, period_bounds, spend_in
 from billing.services.usage import rate_versions, slice_cards
 
 
@@ -58,6 +58,10 @@ def team_month_to_date(team, now: datetime | None = None) -> dict[str, Any]:
 def budget_forecast(budget: Budget, now: datetime | None = None) -> dict[str, Any]:
     """End-of-period forecast: spend so far + running workloads' remaining hours + run rate.
 
+    Spend so far (`spent`) is `billed` (the ledger) plus `provisional` (metered since the last
+    hourly rollup, `cost_center_spend`): the figure the dashboard's month to date and the
+    usage rows add up the same way.
+
     Running workloads add their hourly cost for the hours their duration hint still needs
     (or to the period's end without a hint); the rest of the period adds the run rate of the
     other work seen in the last 24 h.
@@ -66,7 +70,8 @@ def budget_forecast(budget: Budget, now: datetime | None = None) -> dict[str, An
 
     now = now or timezone.now()
     start, end = period_bounds(budget.period, now)
-    spent = spent_in(budget.cost_center_id, start, end)
+    spend = spend_in(budget.cost_center_id, start, end, now=now)
+    spent = spend.spent
     teams = list(TeamCostCenter.objects.filter(cost_center=budget.cost_center_id)
                  .values_list("team_id", flat=True))
     hours_left = max(exact_hours(end - now), Decimal(0))
@@ -97,7 +102,8 @@ def budget_forecast(budget: Budget, now: datetime | None = None) -> dict[str, An
     span = exact_hours(hour_floor(now) - day_ago)
     run_rate = recent / span if span > 0 else Decimal(0)
     forecast = round_money(spent + committed + run_rate * hours_left)
-    return {"spent": spent, "committed": round_money(committed),
+    return {"spent": spent, "billed": spend.billed, "provisional": spend.provisional,
+            "as_of": now, "committed": round_money(committed),
             "run_rate_per_hour": round_money(run_rate), "forecast": forecast,
             "period_start": start, "period_end": end}
 
@@ -142,4 +148,8 @@ def budget_banner(user, now: datetime | None = None) -> dict[str, str] | None:
     }
     top = max(firings, key=lambda f: (rank[f.threshold.action], f.threshold.percent))
     level = "danger" if top.threshold.action == BudgetAction.BLOCK else "warning"
-    return {"level": level, "message": top.message}
+    # Today's spend, not the firing's: the banner reads what the budget page reads.
+    budget = top.threshold.budget
+    spend = spend_in(budget.cost_center_id, top.period_start, top.period_end, now=now)
+    return {"level": level, "message": budget_message(budget, spend.spent, top.threshold,
+                                                      spend.provisional)}

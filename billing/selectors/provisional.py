@@ -19,7 +19,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Max, OuterRef, Q, Subquery
+from django.db.models import Max, OuterRef, Q, Subquery, Sum
 
 from billing.metering import HOUR, exact_hours
 from billing.models import UsageRecord, round_money
@@ -113,3 +113,51 @@ def team_provisional(team: Any, *, since: datetime, now: datetime) -> Provisiona
         Admission.objects.filter(workload__team=team).filter(
             Q(ended_at__isnull=True) | Q(ended_at__gt=since)),
         now=now, since=since)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """A cost center's spend over a period: `billed` (its ledger), `provisional` (metered
+    since the last rollup covered it, `provisional_by`) and `spent`, their sum."""
+
+    billed: Decimal
+    provisional: Decimal
+
+    @property
+    def spent(self) -> Decimal:
+        return round_money(self.billed + self.provisional)
+
+
+def cost_center_admissions(cost_center_id: int) -> Any:
+    """The admissions a cost center pays for, by the rule the hourly rollup prices them with
+    (`team_cost_centers`): its teams', and for the default cost center also those of teams
+    without one and of workloads without a team."""
+    from billing.models import CostCenter, TeamCostCenter
+    from scheduling.models import Admission
+
+    teams = TeamCostCenter.objects.filter(cost_center_id=cost_center_id).values("team_id")
+    mine = Q(workload__team_id__in=teams)
+    if CostCenter.objects.filter(pk=cost_center_id, is_default=True).exists():
+        mine |= Q(workload__team__isnull=True) | ~Q(
+            workload__team_id__in=TeamCostCenter.objects.values("team_id"))
+    return Admission.objects.filter(mine)
+
+
+def cost_center_spend(cost_center_id: int, start: datetime, end: datetime, *,
+                      now: datetime) -> Spend:
+    """What a cost center spent in [start, end): its ledger for those hours plus the
+    provisional cost of its admissions over the part of the period up to `now` that the
+    rollup has not priced yet. The one figure budgets, their thresholds, the forecast, the
+    banner, the submission check and the cost-center rules read."""
+    from billing.models import LedgerEntry
+
+    billed = LedgerEntry.objects.filter(
+        cost_center_id=cost_center_id, hour__gte=start, hour__lt=end
+    ).aggregate(t=Sum("amount"))["t"]
+    provisional = ZERO
+    if start < now:
+        admissions = cost_center_admissions(cost_center_id).filter(reserved_at__lt=end).filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+        part = provisional_by(admissions, now=now, since=start, until=end).get("")
+        provisional = part.cost if part is not None else ZERO
+    return Spend(billed=round_money(Decimal(billed or 0)), provisional=round_money(provisional))

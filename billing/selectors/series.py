@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Sum
 from django.db.models.functions import TruncDay
 from django.utils import timezone
+from django.utils.timezone import localtime
 
 from billing.metering import exact_hours
 from billing.models import Budget, LedgerEntry, RateCard, UsageRecord, round_money, round_quantity
@@ -109,6 +110,15 @@ def budget_burndown(budget: Budget, now: datetime | None = None) -> dict[str, An
         total += r["a"]
         days.append(r["day"])
         cumulative.append(float(total))
+    # What ran since the last rollup counts today (provisional): the line ends at the
+    # budget's spent, the figure beside it.
+    if status["provisional"]:
+        today = localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+        if days and days[-1] >= today:
+            cumulative[-1] = float(status["spent"])
+        else:
+            days.append(today)
+            cumulative.append(float(status["spent"]))
     return {"days": days, "cumulative": cumulative, "amount": float(budget.amount),
             "start": start, "end": end, "forecast": float(status["forecast"]),
             "title": f"{budget.cost_center.code} {budget.period} budget"}

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from billing.models import (
@@ -20,10 +20,12 @@ from billing.models import (
     BudgetPeriod,
     BudgetThreshold,
     CostCenter,
-    LedgerEntry,
     TeamCostCenter,
     round_money,
 )
+
+if TYPE_CHECKING:
+    from billing.selectors.provisional import Spend
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +49,19 @@ def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
     return start, end
 
 
-def spent_in(cost_center_id: int, start: datetime, end: datetime) -> Decimal:
-    """What a cost center's ledger holds for hours in [start, end)."""
-    total = LedgerEntry.objects.filter(
-        cost_center_id=cost_center_id, hour__gte=start, hour__lt=end
-    ).aggregate(t=Sum("amount"))["t"]
-    return round_money(Decimal(total or 0))
+def spent_in(cost_center_id: int, start: datetime, end: datetime, *,
+             now: datetime | None = None) -> Decimal:
+    """What a cost center spent in [start, end): billed plus provisional
+    (`billing.selectors.provisional.cost_center_spend`, the figure every budget shows)."""
+    return spend_in(cost_center_id, start, end, now=now).spent
+
+
+def spend_in(cost_center_id: int, start: datetime, end: datetime, *,
+             now: datetime | None = None) -> Spend:
+    """A cost center's spend in [start, end), billed and provisional apart."""
+    from billing.selectors.provisional import cost_center_spend
+
+    return cost_center_spend(cost_center_id, start, end, now=now or timezone.now())
 
 
 def _percent(spent: Decimal, amount: Decimal) -> Decimal:
@@ -61,13 +70,17 @@ def _percent(spent: Decimal, amount: Decimal) -> Decimal:
     return (spent * 100 / amount).quantize(Decimal("0.1"))
 
 
-def budget_message(budget: Budget, spent: Decimal, threshold: BudgetThreshold) -> str:
-    """The human text of a threshold reached, with the numbers."""
+def budget_message(budget: Budget, spent: Decimal, threshold: BudgetThreshold,
+                   provisional: Decimal = Decimal(0)) -> str:
+    """The human text of a threshold reached, with the numbers (and the provisional part of
+    the spend, metered since the last hourly rollup, when there is one)."""
     word = "month" if budget.period == BudgetPeriod.MONTHLY else "week"
+    part = (f", of which {provisional} {budget.currency} metered since the last hourly "
+            "rollup (provisional)") if provisional else ""
     return (
         f"Cost center {budget.cost_center.code}: spent {spent} of {budget.amount} "
-        f"{budget.currency} this {word} ({_percent(spent, budget.amount)}%), reaching the "
-        f"{threshold.percent}% threshold ({threshold.get_action_display()})"
+        f"{budget.currency} this {word} ({_percent(spent, budget.amount)}%{part}), reaching "
+        f"the {threshold.percent}% threshold ({threshold.get_action_display()})"
     )
 
 
@@ -135,17 +148,23 @@ def _recipients(cost_center: CostCenter) -> list[str]:
 
 
 def budgets_evaluate(*, now: datetime | None = None) -> list[BudgetFiring]:
-    """Fire every threshold reached this period that has not fired yet (each fires once)."""
+    """Fire every threshold reached this period that has not fired yet (each fires once).
+
+    A threshold compares the spend the budget page shows: billed plus provisional (metered
+    since the last hourly rollup), so it fires as soon as work in progress reaches it, not an
+    hour later; the message says how much of the spend is provisional (docs/api.md,
+    "Budgets")."""
     now = now or timezone.now()
     fired: list[BudgetFiring] = []
     budgets = Budget.objects.filter(active=True).select_related("cost_center")
     for budget in budgets.prefetch_related("thresholds"):
         start, end = period_bounds(budget.period, now)
-        spent = spent_in(budget.cost_center_id, start, end)
+        spend = spend_in(budget.cost_center_id, start, end, now=now)
+        spent = spend.spent
         for threshold in budget.thresholds.all():
             if spent < budget.amount * threshold.percent / 100:
                 continue
-            firing = _fire(budget, threshold, start, end, spent, now)
+            firing = _fire(budget, threshold, start, end, spend, now)
             if firing is not None:
                 fired.append(firing)
     return fired
@@ -153,9 +172,10 @@ def budgets_evaluate(*, now: datetime | None = None) -> list[BudgetFiring]:
 
 def _fire(
     budget: Budget, threshold: BudgetThreshold, start: datetime, end: datetime,
-    spent: Decimal, now: datetime,
+    spend: Spend, now: datetime,
 ) -> BudgetFiring | None:
-    message = budget_message(budget, spent, threshold)
+    spent = spend.spent
+    message = budget_message(budget, spent, threshold, spend.provisional)
     try:
         with transaction.atomic():
             firing = BudgetFiring.objects.create(
@@ -186,10 +206,15 @@ def active_firings(cost_center_id: int, now: datetime) -> list[BudgetFiring]:
         threshold__budget__cost_center_id=cost_center_id, threshold__budget__active=True,
         period_start__lte=now, period_end__gt=now,
     ).select_related("threshold__budget__cost_center")
+    spent_by_period: dict[tuple[datetime, datetime], Decimal] = {}
     for firing in qs:
         budget = firing.threshold.budget
-        # A budget raised since the firing lifts it once spend is below the threshold again.
-        spent = spent_in(budget.cost_center_id, firing.period_start, firing.period_end)
+        # A budget raised since the firing lifts it once spend is below the threshold again
+        # (so does a provisional amount the rollup priced lower). One read per period.
+        period = (firing.period_start, firing.period_end)
+        if period not in spent_by_period:
+            spent_by_period[period] = spent_in(budget.cost_center_id, *period, now=now)
+        spent = spent_by_period[period]
         if spent >= budget.amount * firing.threshold.percent / 100:
             out.append(firing)
     return out
@@ -263,8 +288,8 @@ def budget_submission_check(ctx, *, now: datetime | None = None):
     for firing in active_firings(cc.pk, now):
         budget = firing.threshold.budget
         start, end = firing.period_start, firing.period_end
-        spent = spent_in(cc.pk, start, end)
-        text = budget_message(budget, spent, firing.threshold)
+        spend = spend_in(cc.pk, start, end, now=now)
+        text = budget_message(budget, spend.spent, firing.threshold, spend.provisional)
         if firing.threshold.action == BudgetAction.BLOCK:
             verdict.deny.append((
                 BUDGET_EXCEEDED,

@@ -8,7 +8,13 @@ from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseBase,
+    QueryDict,
+)
 from django.shortcuts import render
 from django.urls import reverse
 
@@ -25,7 +31,7 @@ SECTION_ROWS = 10
 
 
 @login_required
-def history_list(request: HttpRequest) -> HttpResponse:
+def history_list(request: HttpRequest) -> HttpResponseBase:
     """Changes by object type, object, user, path and date range (400 on a bad filter)."""
     filterset = HistoryFilter(request.GET or None,
                               parts=selectors.history_querysets(user=request.user))

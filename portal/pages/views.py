@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -61,7 +61,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def approval_inbox(request: HttpRequest) -> HttpResponse:
+def approval_inbox(request: HttpRequest) -> HttpResponseBase:
     """Capacity requests and held workloads the user may decide."""
     scope = user_scope(request.user)
     max_gpus, max_hours = approvals.approval_thresholds()
@@ -88,17 +88,18 @@ def approval_inbox(request: HttpRequest) -> HttpResponse:
     }, status=400 if error else 200)
 
 
-def _inbox_csv(table: str, requests: Any, workloads: Any) -> HttpResponse:
+def _inbox_csv(table: str, requests: Any, workloads: Any) -> HttpResponseBase:
     if table == "requests":
         return csv_response("capacity-requests.csv", (
             "id", "queue", "flavor", "resource", "min", "max", "starts_at", "ends_at",
             "requested_by", "created_at"), (
             (r.pk, r.queue.path, r.flavor.name, r.resource, r.min, r.max, r.starts_at,
-             r.ends_at, r.requested_by.username, r.created_at.isoformat()) for r in requests))
+             r.ends_at, r.requested_by.username, r.created_at.isoformat())
+            for r in requests.iterator(chunk_size=2000)))
     return csv_response("held-workloads.csv", (
         "id", "name", "queue", "owner", "gpus", "duration_hint_s", "submitted_at"), (
         (w.pk, w.name, w.queue.path, w.owner.username, w.gpus, w.duration_hint_s,
-         w.submitted_at.isoformat()) for w in workloads))
+         w.submitted_at.isoformat()) for w in workloads.iterator(chunk_size=2000)))
 
 
 @login_required

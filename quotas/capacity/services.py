@@ -309,6 +309,9 @@ def capacity_request_cancel(
     _move(request, S.CANCELLED)
     request.save()
     _event(request, type="cancelled", actor=user)
+    if request.requested_by_id != user.pk:  # withdrawn by a decider: the requester is told
+        _notify(request, f"Capacity request #{request.pk} cancelled",
+                f"{request.queue.path} {request.key}: cancelled by {user.get_username()}.")
     return request
 
 
@@ -385,3 +388,7 @@ def _failed_once(req: CapacityRequest, type: str, exc: ValidationError, now: dt.
     last = req.events.order_by("-at", "-id").first()
     if last is None or last.type != type or last.message != message:
         _event(req, type=type, at=now, message=message)
+        if type == "apply_failed":  # approved, but the tree refuses it now: say why, once
+            _notify(req, f"Capacity request #{req.pk} could not be applied",
+                    f"{req.queue.path} {req.key}: approved, but the quota tree refuses the "
+                    f"change now: {message}. An admin has to resolve it.")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from core.listing import csv_response, sort_from, wants_csv
 from portal.pages.access import signed_in, user_scope
 from quotas.capacity import services
 from quotas.capacity.filters import CapacityRequestFilter
@@ -26,13 +29,40 @@ def _form_errors(form, exc: ValidationError) -> None:  # type: ignore[no-untyped
         form.add_error(None, exc.messages)
 
 
+# The list's sortable columns (?sort=col / -col) and its CSV columns (?format=csv).
+CAPACITY_SORT = {"id": ("id",), "queue": ("queue__path",), "key": ("flavor__name", "resource"),
+                 "min": ("min",), "max": ("max",), "starts": ("starts_at",),
+                 "state": ("state",), "by": ("requested_by__username",),
+                 "created": ("created_at",)}
+CAPACITY_CSV = ("id", "queue", "flavor", "resource", "min", "max", "starts_at", "ends_at",
+                "state", "requested_by", "decided_by", "decided_at", "created_at")
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if value is not None else ""
+
+
 @login_required
-def capacity_request_list(request: HttpRequest) -> HttpResponse:
-    """Capacity requests the user may see, filterable (same FilterSet as the API)."""
+def capacity_request_list(request: HttpRequest) -> HttpResponseBase:
+    """Capacity requests the user may see, filterable (same FilterSet as the API), sortable
+    (?sort=) and as CSV (?format=csv)."""
     qs = capacity_requests_visible(request.user).order_by("-created_at", "-id")
     filterset = CapacityRequestFilter(request.GET, queryset=qs)
-    page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
-    return render(request, "capacity/list.html", {"filter": filterset, "page": page})
+    sort = sort_from(request, CAPACITY_SORT, "-created")
+    rows = filterset.qs
+    if "ordering" not in request.GET or "sort" in request.GET:
+        rows = rows.order_by(*sort.order_by(), "-id")
+    if wants_csv(request) and not sort.error:
+        return csv_response("capacity-requests.csv", CAPACITY_CSV, (
+            (r.pk, r.queue.path, r.flavor.name, r.resource, r.min, r.max, _iso(r.starts_at),
+             _iso(r.ends_at), r.state, r.requested_by.username,
+             r.decided_by.username if r.decided_by else "", _iso(r.decided_at),
+             _iso(r.created_at))
+            for r in rows.iterator(chunk_size=2000)))
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
+    return render(request, "capacity/list.html", {"filter": filterset, "page": page,
+                                                  "sort": sort},
+                  status=400 if sort.error else 200)
 
 
 @login_required

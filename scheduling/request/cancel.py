@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from quotas.models import TeamRole
 from scheduling import enqueue, outbox
+from scheduling.extensions import events_written
 from scheduling.locks import workload_writer
 from scheduling.models import (
     OPEN_STATES,
@@ -62,6 +63,9 @@ def workload_cancel(*, user: Any, workload: Workload, now: datetime | None = Non
         workload.save(update_fields=["state", "state_changed_at", "finished_at",
                                      "preempt_deadline", "nomination"])
         event.save()
+        # Listeners (the portal's notifications) hear of it once the cancel commits: an
+        # owner whose workload a lead or an admin cancelled is told who and when.
+        events_written([event])
         admission = admission_close(workload=workload, at=now, reason=EndReason.CANCELLED)
         if admission is not None:
             outbox.messages_write([outbox.message_delete(

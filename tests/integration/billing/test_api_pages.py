@@ -285,3 +285,46 @@ def test_reconciliation_page_shows_a_bad_day_as_a_400(client, world):
     page = client.get(reverse("billing-reconciliation"), {"day": "2026-13-01"})
     assert page.status_code == 400
     assert "day: &#x27;2026-13-01&#x27; is not a date (YYYY-MM-DD)" in page.content.decode()
+
+
+def _csv_rows(response):
+    import csv
+    import io
+
+    assert response["Content-Type"].startswith("text/csv") and response.streaming
+    return list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+
+
+def test_cost_overview_sorts_its_usage_table_and_exports_it_as_csv(client, world, billed):
+    client.force_login(AdminFactory())
+    since = {"from": billed["last_month"].date().isoformat()}
+    url = reverse("billing-overview")
+
+    def teams(html):
+        import re
+
+        return re.findall(r'<tr class="usage-row" data-key="([^"]*)">', html)
+
+    assert teams(client.get(url, since).content.decode()) == ["nlp", "vision"]
+    page = client.get(url, {**since, "sort": "-cost"}).content.decode()
+    assert teams(page) == ["vision", "nlp"]
+    assert 'aria-sort="descending" scope="col"><a class="sort"' in page and "csv-link" in page
+    rows = _csv_rows(client.get(url, {**since, "sort": "-cost", "format": "csv"}))
+    assert rows[0] == ["team", "reserved_gpu_hours", "frozen_gpu_hours", "active_gpu_hours",
+                       "efficiency", "gap_gpu_hours", "core_hours", "billed", "provisional",
+                       "cost", "currency"]
+    body = {r[0]: r for r in rows[1:]}
+    assert list(body) == ["vision", "nlp"]
+    assert body["vision"][rows[0].index("cost")] == "37.60"
+    assert body["nlp"][rows[0].index("cost")] == "10.00"
+    assert body["vision"][rows[0].index("billed")] == "37.60"
+    assert body["vision"][rows[0].index("currency")] == "EUR"
+    # The same figures as the page and the API.
+    api_rows = api(AdminFactory()).get("/api/v1/usage", {**since, "group_by": "team"}).json()
+    assert {r["key"]: r["cost"] for r in api_rows["rows"]} == {
+        k: v[rows[0].index("cost")] for k, v in body.items()}
+    bad = client.get(url, {"sort": "owner"})
+    assert bad.status_code == 400 and "sort: &#x27;owner&#x27; is not a column" in (
+        bad.content.decode())
+    assert client.get(url, {"sort": "owner", "format": "csv"})["Content-Type"].startswith(
+        "text/html")

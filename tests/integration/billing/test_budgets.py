@@ -103,6 +103,56 @@ def test_month_end_forecast_from_run_rate_and_running_workloads(world, admit):
     admit(gpus=8, reserved=now - timedelta(hours=2), running=now - timedelta(hours=2),
           name="long")  # 4 h duration hint: 2 h more at 8 x 2.50 = 40.00
     f = budget_forecast(budget, now)
-    assert (f["spent"], f["committed"], f["run_rate_per_hour"]) == (
-        Decimal("10.00"), Decimal("40.00"), Decimal("0.42"))
-    assert f["forecast"] == Decimal("265.00")  # 10 + 40 + 10/24 x 516
+    # Spent: 10.00 billed + the 2 h "long" ran, not rolled up yet: 8 x 2.50 x 2 = 40.00.
+    assert (f["spent"], f["billed"], f["provisional"]) == (
+        Decimal("50.00"), Decimal("10.00"), Decimal("40.00"))
+    assert (f["committed"], f["run_rate_per_hour"]) == (Decimal("40.00"), Decimal("0.42"))
+    assert f["forecast"] == Decimal("305.00")  # 50 + 40 + 10/24 x 516
+
+
+def test_thresholds_count_provisional_spend_once_before_and_after_the_rollup(world, admit):
+    """Work in progress counts toward a budget before the hourly rollup prices it (billed +
+    provisional, the budget page's figure): a block fires on it, and when the rollup bills the
+    hour the spend stays the same (the billed part replaces the provisional one)."""
+    from billing.selectors import budget_status
+
+    budget = budget_create(cost_center=world["cc"], amount=Decimal("100"),
+                           thresholds=[(50, "notify"), (100, "block")])
+    admit(gpus=16, reserved=H, running=H, name="big")  # 16 x 2.50 = 40.00 an hour, open
+    at = H + minutes(90)  # 60.00 so far, nothing rolled up
+    (fired,) = budgets_evaluate(now=at)
+    assert (fired.threshold.percent, fired.spent) == (50, Decimal("60.00"))
+    assert "(60.0%, of which 60.00 EUR metered since the last hourly rollup (provisional))" in (
+        fired.message)
+    before = budget_status(budget, at)
+    assert (before["spent"], before["billed"], before["provisional"]) == (
+        Decimal("60.00"), Decimal("0.00"), Decimal("60.00"))
+    usage_rollup_hour(hour=H, now=at, telemetry={})
+    charges_post_hour(hour=H, now=at)
+    after = budget_status(budget, at)
+    assert (after["spent"], after["billed"], after["provisional"]) == (
+        Decimal("60.00"), Decimal("40.00"), Decimal("20.00"))
+    assert budgets_evaluate(now=at) == []  # the same spend: nothing new
+    assert budget_submission_check(ctx(world), now=at) is None
+    later = H + minutes(150)  # 100.00: the block fires on 60.00 provisional
+    (block,) = budgets_evaluate(now=later)
+    assert (block.threshold.action, block.spent) == ("block", Decimal("100.00"))
+    ((code, message),) = budget_submission_check(ctx(world), now=later).deny
+    assert code == "BUDGET_EXCEEDED"
+    assert "spent 100.00 of 100.00 EUR this month (100.0%, of which 60.00 EUR" in message
+
+
+def test_the_default_cost_center_pays_for_teams_without_one(world, admit):
+    """Provisional spend follows the rollup's rule: a team without a cost center is the
+    default one's."""
+    from billing.selectors.provisional import cost_center_spend
+    from billing.services import cost_center_create
+    from tests.factories import TeamFactory
+
+    default = cost_center_create(code="org", name="Org", is_default=True)
+    loose = TeamFactory(name="loose")
+    admit(gpus=4, reserved=H, running=H, ended=H + minutes(30), name="l", team=loose)
+    admit(gpus=8, reserved=H, running=H, ended=H + minutes(30), name="v")
+    end = H + timedelta(days=1)
+    assert cost_center_spend(default.pk, H, end, now=NOW).provisional == Decimal("5.00")
+    assert cost_center_spend(world["cc"].pk, H, end, now=NOW).provisional == Decimal("10.00")

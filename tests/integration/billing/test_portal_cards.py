@@ -109,3 +109,50 @@ def test_a_finished_workload_keeps_its_cost_until_the_rollup(world, admit):
     if h >= hour_floor(real_now).replace(day=1, hour=0):
         assert (mtd["spent"], mtd["billed"], mtd["provisional"]) == (
             Decimal("8.80"), Decimal("8.80"), Decimal("0.00"))
+
+
+def test_a_budget_reads_the_same_spent_on_every_page_and_the_api(client, world, running,
+                                                                  monkeypatch):
+    """A budget's spent is billed + provisional (`cost_center_spend`): the budget table, the
+    dashboard's card, the API and the banner read the same figure as the month to date, and
+    thresholds fire on it before the rollup (docs/api.md, "Budgets")."""
+    import re
+
+    from billing import api as billing_api
+    from billing import views as billing_views
+    from billing.services import budget_create, budgets_evaluate
+    from tests.integration.portal.conftest import api_for
+
+    clock = running["h"] + timedelta(hours=2, minutes=30)
+    for module in (billing_api, billing_views):
+        monkeypatch.setattr(module, "timezone", SimpleNamespace(now=lambda: clock))
+    budget = budget_create(cost_center=world["cc"], amount=Decimal("100"),
+                           thresholds=[(40, "notify"), (100, "block")])
+    in_month = running["h"] >= clock.replace(day=1, hour=0, minute=0)
+    status = selectors.budget_status(budget, clock)
+    mtd = selectors.team_month_to_date(world["team"], now=clock)
+    assert status["spent"] == status["billed"] + status["provisional"] == mtd["spent"]
+    if in_month:  # hour h billed 18.80, then 1.5 h not rolled up: 30.00 provisional
+        assert (status["spent"], status["billed"], status["provisional"]) == (
+            Decimal("48.80"), Decimal("18.80"), Decimal("30.00"))
+        fired = budgets_evaluate(now=clock)
+        assert [f.threshold.percent for f in fired] == [40] and fired[0].spent == Decimal("48.80")
+        assert ("spent 48.80 of 100.00 EUR this month (48.8%, of which 30.00 EUR metered since "
+                "the last hourly rollup (provisional)), reaching the 40% threshold") in (
+            fired[0].message)
+    admin = AdminFactory()
+    (row,) = api_for(admin).get("/api/v1/budgets").json()
+    assert (Decimal(row["spent"]), Decimal(row["billed"]), Decimal(row["provisional"])) == (
+        status["spent"], status["billed"], status["provisional"])
+    client.force_login(admin)
+    overview = client.get(reverse("billing-overview")).content.decode()
+    assert f'<strong class="budget-spent">{status["spent"]} EUR</strong>' in overview
+    if status["provisional"]:
+        assert (f'{status["billed"]} billed + {status["provisional"]} metered so far '
+                "(provisional)") in overview
+    client.force_login(world["user"])
+    dashboard = client.get(reverse("dashboard")).content.decode()
+    assert re.findall(r'class="budget-spent">([\d.]+)<', dashboard) == [str(status["spent"])]
+    assert re.findall(r'class="mtd-spent">([\d.]+) EUR<', dashboard) == [str(mtd["spent"])]
+    if in_month:
+        assert "spent 48.80 of 100.00 EUR this month (48.8%, of which 30.00 EUR" in dashboard

@@ -73,3 +73,23 @@ def test_hours_due_catch_up_after_an_outage(world, admit):
     UsageRecord.objects.all().delete()
     usage_rollup_hour(hour=ancient, now=now, telemetry={})
     assert len(hours_due(now=now)) == 7 * 24 + 1  # capped at 7 days back
+
+
+def test_budgets_are_evaluated_between_rollups_on_provisional_spend(world, admit):
+    """The beat's `billing.evaluate_budgets` fires a threshold that work in progress reached
+    before the rollup billed any of it (billed + provisional)."""
+    from django.conf import settings as django_settings
+
+    from billing.models import BudgetFiring
+    from billing.services import budget_create
+
+    now = timezone.now()
+    start = max(hour_floor(now).replace(day=1, hour=0), now - timedelta(minutes=30))
+    budget_create(cost_center=world["cc"], amount=Decimal("1"), thresholds=[(50, "notify")])
+    admit(gpus=8, reserved=start - timedelta(minutes=1), running=start)  # 20.00 an hour
+    assert tasks.evaluate_budgets.apply().get() == {"fired": 1}
+    (firing,) = BudgetFiring.objects.all()
+    assert "metered since the last hourly rollup (provisional)" in firing.message
+    assert tasks.evaluate_budgets.apply().get() == {"fired": 0}
+    entry = django_settings.CELERY_BEAT_SCHEDULE["billing-budgets"]
+    assert entry["task"] == "billing.evaluate_budgets" and entry["schedule"] == 300.0

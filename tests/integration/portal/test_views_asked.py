@@ -39,8 +39,10 @@ def _login(client, user):
 
 
 def _csv(response):
+    """A list's CSV export: streamed (not built in memory), read as rows."""
     assert response["Content-Type"].startswith("text/csv"), response.status_code
-    body = response.content.decode()
+    assert response.streaming
+    body = b"".join(response.streaming_content).decode()
     return list(csv.reader(io.StringIO(body)))
 
 
@@ -127,6 +129,44 @@ def test_borrowing_view_shows_the_trees_borrowed_and_lent(client, org, priority_
     html = client.get("/queues/borrowing/").content.decode()
     assert "another team's queue" in html and "rd/nlp</a>" not in html
     assert 'id="borrowing-link"' in client.get("/tree/").content.decode()
+
+
+def test_lent_is_attributed_once_when_several_siblings_are_idle(client, org, priority_classes):
+    """vision borrows 4 while nlp, speech and audio are idle (min 8 each): the 4 lent are shared
+    among them (docs/quota-tree.md: 2, 1, 1), the same on the tree page, its CSV, the borrowing
+    page and both APIs; they add up to what is borrowed, not 4 per idle sibling."""
+    from tests.factories import QueueFactory, QuotaEntryFactory
+
+    for name in ("speech", "audio"):
+        queue = QueueFactory(name=name, parent=org.rd, namespace=f"rd-{name}")
+        QuotaEntryFactory(queue=queue, flavor=org.a100, min=Decimal(8), max=Decimal(32))
+    big = submit(org.alice, name="big", pods=[{"count": 3, "flavors": ["a100-80g"], "gpus": 4,
+                                               "cpu": 8, "memory_gib": 64}])
+    _admit(big, org.cluster, org.a100)
+    expected = {"rd/audio": Decimal(2), "rd/nlp": Decimal(1), "rd/speech": Decimal(1)}
+    admin = api_for(org.admin)
+    listed = {p: admin.get(f"/api/v1/queues/{p}").json()["quota"]["a100-80g"]["gpu"]
+              for p in ("rd/vision", "rd/nlp", "rd/speech", "rd/audio")}
+    assert {p: Decimal(str(c["lent"])) for p, c in listed.items() if c["lent"]} == expected
+    assert sum(Decimal(str(c["lent"])) for c in listed.values()) == Decimal(
+        str(listed["rd/vision"]["borrowed"])) == 4
+    group = next(g for g in admin.get("/api/v1/borrowing").json()["results"]
+                 if g["parent_path"] == "rd")
+    assert {x["queue"]: Decimal(x["lent"]) for x in group["lenders"]} == expected
+    assert Decimal(group["lent"]) == Decimal(group["borrowed"]) == 4
+    assert Decimal(group["from_above"]) == 0
+
+    _login(client, org.admin)
+    rows = _csv(client.get("/tree/?format=csv"))
+    lent_col = rows[0].index("a100-80g/gpu lent")
+    assert {r[0]: Decimal(r[lent_col]) for r in rows[1:] if r[0] in expected} == expected
+    html = client.get("/tree/").content.decode()
+    for path, lent in expected.items():
+        row = re.search(rf'<tr data-path="{path}">.*?</tr>', html, re.S).group(0)
+        assert re.findall(r'<td class="num">([\d.]+)</td>', row)[1] == str(lent), row
+    page = client.get("/queues/borrowing/").content.decode()
+    for path, lent in expected.items():
+        assert re.search(rf'data-path="{path}">.*?class="num l-lent">{lent}<', page, re.S)
 
 
 def test_borrowing_view_says_when_nobody_borrows(client, org):
@@ -365,3 +405,142 @@ def test_approval_needed_and_decision_are_notified(org, priority_classes,
                                    format="json").json() == {"marked": 1}
     bad = api_for(org.alice).post("/api/v1/notifications/read", {"ids": ["x"]}, format="json")
     assert bad.status_code == 400
+
+
+def test_a_workload_cancelled_by_someone_else_notifies_its_owner_unless_muted(
+        client, org, priority_classes, django_capture_on_commit_callbacks):
+    """bob (vision's lead) cancels alice's workload from its page: she is told by the bell and
+    by email who cancelled it; her own cancel tells nobody; muted, nothing is stored or sent."""
+    from scheduling.services import workload_cancel
+
+    org.alice.email = "alice@example.org"
+    org.alice.save()
+    w = submit(org.alice, name="sweep", pods=_pods(1))
+    mail.outbox.clear()
+    _login(client, org.bob)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/workloads/{w.pk}/cancel/")
+    assert Workload.objects.get(pk=w.pk).state == "cancelled"
+    note = Notification.objects.get(user=org.alice)
+    assert (note.kind, note.subject) == ("cancelled", "Workload sweep was cancelled by bob")
+    assert note.body == "sweep in rd/vision was cancelled by bob."
+    assert (note.url, note.workload_id) == (f"/workloads/{w.pk}/", w.pk)
+    assert [(m.to, m.subject) for m in mail.outbox] == [
+        (["alice@example.org"], "Workload sweep was cancelled by bob")]
+    assert not Notification.objects.filter(user=org.bob).exists()
+
+    own = submit(org.alice, name="mine", pods=_pods(1))
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        workload_cancel(user=org.alice, workload=own)
+    assert Notification.objects.filter(user=org.alice).count() == 1 and mail.outbox == []
+
+    UserSettings.objects.update_or_create(user=org.alice, defaults={"muted_kinds": ["cancelled"]})
+    muted = submit(org.alice, name="quiet", pods=_pods(1))
+    with django_capture_on_commit_callbacks(execute=True):
+        workload_cancel(user=org.admin, workload=muted)
+    assert Notification.objects.filter(user=org.alice).count() == 1 and mail.outbox == []
+    _login(client, org.alice)
+    assert "My workload was cancelled by someone else" in client.get("/account/").content.decode()
+
+
+def test_capacity_request_decisions_and_a_deciders_cancel_notify_the_requester(org):
+    """The requester hears of an approval, a refusal (with the decider's reason) and a cancel by
+    a decider, by the bell and email, unless they muted decisions; their own cancel is silent."""
+    from quotas.capacity import services as capacity
+
+    org.alice.email = "alice@example.org"
+    org.alice.save()
+
+    def ask(gpus):
+        return capacity.capacity_request_submit(
+            user=org.alice, queue=org.vision, flavor=org.a100, resource="gpu",
+            justification="a deadline", min=Decimal(gpus))
+
+    def told():
+        return list(Notification.objects.filter(user=org.alice, kind="decision").order_by(
+            "id").values_list("subject", "body", "url"))
+
+    approved, refused, withdrawn, own = ask(10), ask(12), ask(14), ask(9)
+    mail.outbox.clear()
+    capacity.capacity_request_approve(user=org.bob, request=approved, comment="go ahead")
+    capacity.capacity_request_deny(user=org.bob, request=refused,
+                                   comment="the fleet is full until March")
+    capacity.capacity_request_cancel(user=org.bob, request=withdrawn)
+    capacity.capacity_request_cancel(user=org.alice, request=own)
+    assert told() == [
+        (f"Capacity request #{approved.pk} approved",
+         "rd/vision a100-80g/gpu: approved by bob.\ngo ahead",
+         f"/capacity-requests/{approved.pk}/"),
+        (f"Capacity request #{refused.pk} denied",
+         "rd/vision a100-80g/gpu: denied by bob.\nthe fleet is full until March",
+         f"/capacity-requests/{refused.pk}/"),
+        (f"Capacity request #{withdrawn.pk} cancelled",
+         "rd/vision a100-80g/gpu: cancelled by bob.", f"/capacity-requests/{withdrawn.pk}/")]
+    assert [m.subject for m in mail.outbox if m.to == ["alice@example.org"]] == [
+        s for s, _, _ in told()]
+    # Muted: the next refusal is neither stored nor emailed.
+    UserSettings.objects.update_or_create(user=org.alice, defaults={"muted_kinds": ["decision"]})
+    mail.outbox.clear()
+    capacity.capacity_request_deny(user=org.bob, request=ask(11), comment="no")
+    assert len(told()) == 3 and [m for m in mail.outbox if m.to == ["alice@example.org"]] == []
+
+
+def test_an_approved_capacity_request_the_tree_refuses_at_its_start_is_told_once(org):
+    from quotas.capacity import services as capacity
+    from quotas.capacity.models import CapacityRequest
+
+    now = timezone.now()
+    req = capacity.capacity_request_submit(
+        user=org.alice, queue=org.vision, flavor=org.a100, resource="gpu",
+        justification="later", min=Decimal(16), starts_at=now + timedelta(hours=1))
+    capacity.capacity_request_approve(user=org.bob, request=req, comment="")
+    # Meanwhile the parent's min shrinks: vision's 16 plus nlp's 8 no longer fit under rd.
+    from quotas.models import QuotaEntry
+
+    QuotaEntry.objects.filter(queue=org.rd).update(min=Decimal(20), min_base=20000)
+    for _ in range(2):
+        capacity.capacity_requests_process_due(now=now + timedelta(hours=2))
+    assert CapacityRequest.objects.get(pk=req.pk).state == "approved"
+    (note,) = Notification.objects.filter(user=org.alice, subject__contains="could not be applied")
+    assert note.kind == "decision" and "the quota tree refuses the change now" in note.body
+
+
+def test_capacity_requests_list_sorts_and_exports_what_its_filters_select(client, org):
+    from quotas.capacity.models import CapacityRequest
+
+    now = timezone.now()
+
+    def request(queue, by, state, gib, days):
+        return CapacityRequest.objects.create(
+            queue=queue, flavor=org.a100, min=Decimal(gib), justification="j",
+            starts_at=now + timedelta(days=days), requested_by=by, state=state)
+
+    a = request(org.vision, org.alice, "submitted", 16, 3)
+    b = request(org.vision, org.bob, "denied", 12, 1)
+    c = request(org.nlp, org.carol, "submitted", 10, 2)
+    _login(client, org.admin)
+
+    def ids(query):
+        html = client.get(f"/capacity-requests/?{query}").content.decode()
+        return [int(i) for i in re.findall(r'<a href="/capacity-requests/(\d+)/">#', html)]
+
+    assert ids("") == [c.pk, b.pk, a.pk]  # newest first
+    assert ids("sort=starts") == [b.pk, c.pk, a.pk]
+    assert ids("sort=-min") == [a.pk, b.pk, c.pk]
+    assert ids("sort=by&state=submitted") == [a.pk, c.pk]  # alice, carol; the filter holds
+    html = client.get("/capacity-requests/?sort=queue").content.decode()
+    assert 'aria-sort="ascending" scope="col"><a class="sort" href="?sort=-queue"' in html
+    assert 'class="button csv-link" href="?sort=queue&amp;format=csv"' in html
+    rows = _csv(client.get("/capacity-requests/?format=csv&state=submitted&sort=-min"))
+    assert rows[0][:6] == ["id", "queue", "flavor", "resource", "min", "max"]
+    assert [(int(r[0]), r[1], r[4], r[8], r[9]) for r in rows[1:]] == [
+        (a.pk, "rd/vision", "16.000", "submitted", "alice"),
+        (c.pk, "rd/nlp", "10.000", "submitted", "carol")]
+    bad = client.get("/capacity-requests/?sort=justification")
+    assert bad.status_code == 400 and "sort: &#x27;justification&#x27; is not a column" in (
+        bad.content.decode())
+    # alice sees her own and her teams' queues' requests only, in the CSV too.
+    _login(client, org.alice)
+    rows = _csv(client.get("/capacity-requests/?format=csv"))
+    assert sorted(int(r[0]) for r in rows[1:]) == [a.pk, b.pk]

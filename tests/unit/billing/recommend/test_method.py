@@ -65,6 +65,19 @@ def test_lent_hours_are_the_unused_min_others_borrowed():
     assert (ra.min, rb.min) == (0, 5)
 
 
+def test_lent_hours_are_shared_by_the_idle_siblings_not_counted_once_each():
+    # b borrows 6 above its min 0 while a (min 8) and c (min 4) are idle: 6 borrowed, shared
+    # 8:4 between them (4 and 2 each hour), not 6 each.
+    a = QueueHistory("p/a", flat(0), flat(0), 8, 16)
+    b = QueueHistory("p/b", flat(6), flat(6), 0, 16)
+    c = QueueHistory("p/c", flat(0), flat(0), 4, 16)
+    ra, rb, rc = recommend([a, b, c], HOURS, capacity=16)
+    assert ra.evidence["lent_gpu_hours"] == 4 * len(HOURS)
+    assert rc.evidence["lent_gpu_hours"] == 2 * len(HOURS)
+    assert ra.evidence["lent_gpu_hours"] + rc.evidence["lent_gpu_hours"] == rb.evidence[
+        "borrowed_gpu_hours"]
+
+
 def test_percentile_is_nearest_rank():
     assert percentile([], 50) == 0
     assert percentile([1, 2, 3, 4], 50) == 2 and percentile([1, 2, 3, 4], 95) == 4
