@@ -53,7 +53,7 @@ def cull_idle_sessions() -> dict:
 
     report = sessions_cull(utilisation=utilisation, now=now)
     return {"sessions": report.sessions, "read": report.read, "warned": report.warned,
-            "stopped": report.stopped}
+            "stopped": report.stopped, "timed_out": report.timed_out}
 
 
 @shared_task(name="billing.reconcile_yesterday")

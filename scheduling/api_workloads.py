@@ -74,6 +74,10 @@ class WorkloadInputSerializer(serializers.Serializer):
         min_value=limits.MIN_IDLE_S, max_value=limits.MAX_IDLE_S, required=False,
         allow_null=True, help_text="A session's own idle limit (the queue's applies when "
         "shorter).")
+    time_limit_s = serializers.IntegerField(
+        min_value=limits.MIN_TIME_LIMIT_S, max_value=limits.MAX_DURATION_S, required=False,
+        allow_null=True, help_text="A session's time limit (seconds of running), capped by "
+        "its session policy's longest; POST .../extend adds to it.")
     pods = PodSetInputSerializer(many=True, allow_empty=False, required=False)
     manifest = serializers.DictField(
         required=False,

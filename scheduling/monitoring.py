@@ -58,7 +58,7 @@ from scheduling.models import (
     WorkloadState,
 )
 from scheduling.selectors import fleet_usage, queue_usage
-from scheduling.tallies import INF, SUM, WAIT_BUCKETS, Series, le_text
+from scheduling.tallies import INF, ORPHANS, SUM, WAIT_BUCKETS, Series, le_text
 
 LATE_S = 600  # events are folded into the tallies once this old
 STEP_S = 60  # the fold mark moves by whole minutes
@@ -78,7 +78,19 @@ def scheduling_families(now: datetime) -> list[Metric]:
         q["id"]: dict(q) for q in Queue.objects.values("id", "path", "parent_id", "depth")}
     paths = {pk: q["path"] for pk, q in queues.items()}
     return [*_workload_gauges(paths, now), *_quota_gauges(queues),
-            *_event_families(paths, now), *_cycle_families(), *_cluster_gauges(now)]
+            *_event_families(paths, now), *_cycle_families(), *_cluster_gauges(now),
+            _orphans_family()]
+
+
+def _orphans_family() -> Metric:
+    swept = CounterMetricFamily(
+        "allot_orphan_objects_deleted", "Workloads whose objects the orphan sweep deleted from "
+        "a cluster: left there after their workload was gone or ended "
+        "(scheduling/fleet/orphans.py).", labels=["cluster"])
+    for cluster, value in MetricTally.objects.filter(family=ORPHANS).values_list(
+            "label", "value"):
+        swept.add_metric([cluster], value)
+    return swept
 
 
 # --- gauges --------------------------------------------------------------------------------
