@@ -78,19 +78,7 @@ def scheduling_families(now: datetime) -> list[Metric]:
         q["id"]: dict(q) for q in Queue.objects.values("id", "path", "parent_id", "depth")}
     paths = {pk: q["path"] for pk, q in queues.items()}
     return [*_workload_gauges(paths, now), *_quota_gauges(queues),
-            *_event_families(paths, now), *_cycle_families(), *_cluster_gauges(now),
-            _orphans_family()]
-
-
-def _orphans_family() -> Metric:
-    swept = CounterMetricFamily(
-        "allot_orphan_objects_deleted", "Workloads whose objects the orphan sweep deleted from "
-        "a cluster: left there after their workload was gone or ended "
-        "(scheduling/fleet/orphans.py).", labels=["cluster"])
-    for cluster, value in MetricTally.objects.filter(family=ORPHANS).values_list(
-            "label", "value"):
-        swept.add_metric([cluster], value)
-    return swept
+            *_event_families(paths, now), *_cycle_families(), *_cluster_gauges(now)]
 
 
 # --- gauges --------------------------------------------------------------------------------
@@ -328,7 +316,19 @@ def _event_families(paths: dict[int, str], now: datetime) -> list[Metric]:
     for path, counts in sorted(waits.items()):
         buckets, total = _cumulated(counts, tallies.WAIT_BUCKETS)
         wait.add_metric([path], buckets, total)
-    return [admitted, preempted, evicted, refused, wait, _cycle_histogram(totals)]
+    return [admitted, preempted, evicted, refused, wait, _cycle_histogram(totals),
+            _orphans_counter(totals)]
+
+
+def _orphans_counter(rows: Counter[Series]) -> Metric:
+    swept = CounterMetricFamily(
+        "allot_orphan_objects_deleted", "Workloads whose objects the orphan sweep deleted from "
+        "a cluster: left there after their workload was gone or ended "
+        "(scheduling/fleet/orphans.py).", labels=["cluster"])
+    for (family, _, cluster), value in sorted(rows.items()):
+        if family == ORPHANS:
+            swept.add_metric([cluster], value)
+    return swept
 
 
 def _cumulated(counts: Mapping[str, float],
