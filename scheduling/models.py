@@ -384,6 +384,7 @@ class EventCode(enum.StrEnum):
     IDLE_STOPPED = "IDLE_STOPPED"
     SESSION_EXTENDED = "SESSION_EXTENDED"  # a session's time limit extended by its owner
     EXTENSION_REFUSED = "EXTENSION_REFUSED"  # ... or not: the quota or a policy refused
+    TIME_LIMIT_WARNING = "TIME_LIMIT_WARNING"  # a session about to reach its time limit
     TIME_LIMIT_STOPPED = "TIME_LIMIT_STOPPED"  # a session stopped at its time limit
     ORPHAN_DELETED = "ORPHAN_DELETED"  # its objects, left on a cluster, swept away
 

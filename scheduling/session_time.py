@@ -1,4 +1,14 @@
-"""A session's time limit extended in one click, while the quota and the policies allow.
+"""A session's time limit: the stop when it is reached, the warning before, and the extension
+in one click while the quota and the policies allow.
+
+`sessions_time_limit` runs with the idle cull every minute (billing.cull_idle_sessions). A
+running session whose open admission has run its time limit (`session_time_limit`:
+its own, else its policy's longest) is stopped: cancelled with the end reason `time_limit`
+(event `TIME_LIMIT_STOPPED`, an email), its quota released at once and its objects deleted
+through the outbox, a volume it mounts kept. The limit is read again under the workload's lock,
+so an extension committed meanwhile counts. A tenth of the limit before (at most 10 minutes)
+its owner is warned once per limit: a `TIME_LIMIT_WARNING` event and an email (the page shows
+a banner from then on) saying when it stops and how to extend it.
 
 `session_extend` adds hours to an interactive session's time limit (`Workload.time_limit_s`,
 the running time after which scheduling/sessions.py stops it). It is refused, with the reason
@@ -15,6 +25,7 @@ session now ends. The owner, a lead of its team or an admin may extend it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -24,18 +35,30 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling import extensions
+from scheduling import enqueue, extensions, outbox
 from scheduling.locks import workload_writer
 from scheduling.models import (
     Admission,
+    EndReason,
     EventCode,
     EventType,
     Workload,
+    WorkloadEvent,
     WorkloadState,
 )
 from scheduling.request.cancel import user_may_manage
-from scheduling.sessions import running_since, session_idle_limit, session_time_limit
-from scheduling.transitions import event_new
+from scheduling.sessions import (
+    MAX_WARNING_S,
+    IdleLimit,
+    minutes_text,
+    notify,
+    running_since,
+    session_idle_limit,
+    session_time_limit,
+)
+from scheduling.transitions import admission_close, event_new, workload_transition
+
+logger = logging.getLogger(__name__)
 
 MAX_EXTENSION_H = 168  # one extension: at most a week
 EXTENDABLE = (WorkloadState.PENDING, WorkloadState.RESERVED, WorkloadState.RUNNING)
@@ -157,3 +180,93 @@ def session_extend(*, user: Any, workload: Workload, hours: Any,
                   payload={"hours": extra_s / 3600, "time_limit_s": new,
                            "ends_at": out.ends_at.isoformat() if out.ends_at else None}).save()
     return out
+
+
+def warning_lead_s(time_limit: int) -> int:
+    """How long before its time limit a session's owner is warned."""
+    return min(MAX_WARNING_S, time_limit // 10)
+
+
+@dataclass
+class TimeLimitReport:
+    """What one pass did: sessions warned of their time limit, and stopped at it."""
+
+    warned: list[int] = field(default_factory=list)
+    stopped: list[int] = field(default_factory=list)
+
+
+def _stop(workload: Workload, time_limit: int, source: str, now: datetime) -> None:
+    message = (f"stopped at its time limit: {minutes_text(time_limit)} of running ({source}); "
+               "extend it before it ends to carry on")
+    event = workload_transition(workload, WorkloadState.CANCELLED, at=now,
+                                event_type=EventType.CANCELLED,
+                                code=EventCode.TIME_LIMIT_STOPPED, message=message,
+                                payload={"time_limit_s": time_limit, "source": source})
+    workload.preempt_deadline = None
+    workload.nomination = None
+    workload.save(update_fields=["state", "state_changed_at", "finished_at",
+                                 "preempt_deadline", "nomination"])
+    event.save()
+    admission = admission_close(workload=workload, at=now, reason=EndReason.TIME_LIMIT)
+    if admission is not None:
+        outbox.messages_write([outbox.message_delete(
+            admission_id=admission.pk, cluster_id=admission.cluster_id, at=now)])
+    transaction.on_commit(lambda: notify(
+        workload, f"Session {workload.name} reached its time limit",
+        f"{workload.name} in {workload.queue.path} was {message}. Its files on its volume "
+        "are kept: resubmit it to carry on."))
+
+
+def _warn(workload: Workload, time_limit: int, ends_at: datetime, now: datetime) -> bool:
+    """Warn once per limit (False: already warned of this one)."""
+    if WorkloadEvent.objects.filter(workload=workload, code=EventCode.TIME_LIMIT_WARNING,
+                                    payload__time_limit_s=time_limit).exists():
+        return False
+    left = max(0, int((ends_at - now).total_seconds()))
+    message = (f"time limit: it will be stopped in {minutes_text(left)} ({ends_at:%H:%M} UTC) "
+               f"after {hours_text(time_limit)} of running, unless it is extended")
+    event_new(workload, EventType.POLICY, at=now, code=EventCode.TIME_LIMIT_WARNING,
+              message=message, payload={"time_limit_s": time_limit,
+                                        "ends_at": ends_at.isoformat()}).save()
+    transaction.on_commit(lambda: notify(
+        workload, f"Session {workload.name} reaches its time limit soon",
+        f"{workload.name} in {workload.queue.path}: {message} (its page's Extend buttons, or "
+        f"allot extend {workload.pk} --hours N). Files on its volume are kept."))
+    return True
+
+
+def sessions_time_limit(*, now: datetime | None = None) -> TimeLimitReport:
+    """One pass over the running sessions with a time limit: warn, stop (see the module)."""
+    now = now or timezone.now()
+    report = TimeLimitReport()
+    sessions = list(Workload.objects.filter(
+        interactive=True, state=WorkloadState.RUNNING).select_related("queue", "owner"))
+    since = running_since(w.pk for w in sessions)
+    cache: dict[tuple[int, str], IdleLimit] = {}
+    for workload in sessions:
+        start = since.get(workload.pk)
+        if start is None:
+            continue
+        limit = session_idle_limit(workload, cache=cache)
+        time_limit, _ = session_time_limit(workload, limit)
+        if time_limit is None or (now - start).total_seconds() < (
+                time_limit - warning_lead_s(time_limit)):
+            continue
+        with transaction.atomic(), workload_writer():
+            locked = Workload.objects.select_for_update().select_related(
+                "queue", "owner").get(pk=workload.pk)
+            time_limit, source = session_time_limit(locked, limit)
+            if locked.state != WorkloadState.RUNNING or time_limit is None:
+                continue
+            ran = (now - start).total_seconds()
+            if ran >= time_limit:
+                _stop(locked, time_limit, source, now)
+                report.stopped.append(locked.pk)
+                logger.info("session %s (%s) stopped at its time limit of %s s", locked.pk,
+                            locked.name, time_limit)
+            elif ran >= time_limit - warning_lead_s(time_limit) and _warn(
+                    locked, time_limit, start + timedelta(seconds=time_limit), now):
+                report.warned.append(locked.pk)
+    if report.stopped:
+        enqueue.cycle_nudge()
+    return report

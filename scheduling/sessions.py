@@ -9,9 +9,9 @@ ancestors' count at their depth, a policy winning at the same depth; equally spe
 the stricter value). The threshold defaults to 5 %. Its own `idle_timeout_s` applies when
 shorter; with no timeout anywhere it is never stopped idle.
 
-Its time limit is its own `time_limit_s` (extensions included, session_time.py), capped by the
-longest its policies allow, else that longest; with neither it has none. A session that has
-run (its open admission) that long is stopped, with the end reason `time_limit`.
+Its time limit is its own `time_limit_s` (extensions included), capped by the longest its
+policies allow, else that longest; with neither it has none (`session_time_limit`; the stop at
+the limit, its warning and the extension are in session_time.py).
 
 `sessions_cull` runs every minute (billing.cull_idle_sessions, which reads the telemetry as
 metering does: DCGM through Prometheus, else a simulated cluster's exporter directly). Each
@@ -188,6 +188,9 @@ def session_idle_state(workload: Workload, now: datetime | None = None) -> dict[
         if workload.idle_since is not None and running else None,
         "time_limit_s": time_limit, "max_time_s": limit.max_time_s,
         "running_since": since, "ends_at": ends_at,
+        # Within the warning lead of its time limit (session_time.py warns then).
+        "ends_soon": ends_at is not None and time_limit is not None
+        and (ends_at - now).total_seconds() <= min(MAX_WARNING_S, time_limit // 10),
         "sources": {**limit.sources, "time_limit_s": time_source},
     }
 
@@ -214,14 +217,15 @@ class CullReport:
     idle: int = 0
     warned: list[int] = field(default_factory=list)
     stopped: list[int] = field(default_factory=list)
-    timed_out: list[int] = field(default_factory=list)  # stopped at their time limit
 
 
-def _minutes(seconds: int) -> str:
+def minutes_text(seconds: int) -> str:
+    """Seconds as people read them: 1800 -> "30 min", 90 -> "90 s"."""
     return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
 
 
-def _notify(workload: Workload, subject: str, body: str) -> None:
+def notify(workload: Workload, subject: str, body: str) -> None:
+    """Email a session's owner (if they have an address; a mail failure is ignored)."""
     if workload.owner.email:
         send_mail(subject, body, None, [workload.owner.email], fail_silently=True)
 
@@ -232,14 +236,14 @@ def _warn(workload: Workload, limit: IdleLimit, util: Decimal, now: datetime) ->
     left = max(0, int((stop_at - now).total_seconds()))
     message = (f"idle: its GPUs below {limit.threshold_pct}% since "
                f"{workload.idle_since:%H:%M} UTC (now {util:.0f}%); it will be stopped in "
-               f"{_minutes(left)} ({stop_at:%H:%M} UTC) unless they are used")
+               f"{minutes_text(left)} ({stop_at:%H:%M} UTC) unless they are used")
     event_new(workload, EventType.POLICY, at=now, code=EventCode.IDLE_WARNING,
               message=message, payload={"stops_at": stop_at.isoformat(),
                                         "threshold_pct": limit.threshold_pct,
                                         "timeout_s": limit.timeout_s}).save()
     workload.idle_warned_at = now
     workload.save(update_fields=["idle_warned_at"])
-    transaction.on_commit(lambda: _notify(
+    transaction.on_commit(lambda: notify(
         workload, f"Session {workload.name} is idle and will be stopped",
         f"{workload.name} in {workload.queue.path}: {message}.\n\nIts files on its volume are "
         "kept when it is stopped."))
@@ -248,7 +252,7 @@ def _warn(workload: Workload, limit: IdleLimit, util: Decimal, now: datetime) ->
 def _stop(workload: Workload, limit: IdleLimit, util: Decimal, now: datetime) -> None:
     assert workload.idle_since is not None and limit.timeout_s is not None
     message = (f"stopped idle: its GPUs below {limit.threshold_pct}% for "
-               f"{_minutes(limit.timeout_s)} (since {workload.idle_since:%H:%M} UTC, now "
+               f"{minutes_text(limit.timeout_s)} (since {workload.idle_since:%H:%M} UTC, now "
                f"{util:.0f}%)")
     event = workload_transition(workload, WorkloadState.CANCELLED, at=now,
                                 event_type=EventType.CANCELLED, code=EventCode.IDLE_STOPPED,
@@ -265,73 +269,21 @@ def _stop(workload: Workload, limit: IdleLimit, util: Decimal, now: datetime) ->
     if admission is not None:
         outbox.messages_write([outbox.message_delete(
             admission_id=admission.pk, cluster_id=admission.cluster_id, at=now)])
-    transaction.on_commit(lambda: _notify(
+    transaction.on_commit(lambda: notify(
         workload, f"Session {workload.name} was stopped idle",
         f"{workload.name} in {workload.queue.path} was {message}. Its quota is released; "
         "its files on its volume are kept: resubmit it to carry on."))
 
 
-def _stop_at_time_limit(workload: Workload, time_limit: int, source: str,
-                        now: datetime) -> None:
-    message = (f"stopped at its time limit: {_minutes(time_limit)} of running ({source}); "
-               "extend it before it ends to carry on")
-    event = workload_transition(workload, WorkloadState.CANCELLED, at=now,
-                                event_type=EventType.CANCELLED,
-                                code=EventCode.TIME_LIMIT_STOPPED, message=message,
-                                payload={"time_limit_s": time_limit, "source": source})
-    workload.preempt_deadline = None
-    workload.nomination = None
-    workload.save(update_fields=["state", "state_changed_at", "finished_at",
-                                 "preempt_deadline", "nomination"])
-    event.save()
-    admission = admission_close(workload=workload, at=now, reason=EndReason.TIME_LIMIT)
-    if admission is not None:
-        outbox.messages_write([outbox.message_delete(
-            admission_id=admission.pk, cluster_id=admission.cluster_id, at=now)])
-    transaction.on_commit(lambda: _notify(
-        workload, f"Session {workload.name} reached its time limit",
-        f"{workload.name} in {workload.queue.path} was {message}. Its files on its volume "
-        "are kept: resubmit it to carry on."))
-
-
-def _cull_time_limits(limited: list[tuple[Workload, IdleLimit]], now: datetime,
-                      report: CullReport) -> set[int]:
-    """Stop the sessions past their time limit (read again under their lock: an extension
-    committed meanwhile counts); the ids stopped."""
-    since = running_since(w.pk for w, _ in limited)
-    stopped: set[int] = set()
-    for workload, limit in limited:
-        time_limit, _ = session_time_limit(workload, limit)
-        start = since.get(workload.pk)
-        if time_limit is None or start is None or (now - start).total_seconds() < time_limit:
-            continue
-        with transaction.atomic(), workload_writer():
-            locked = Workload.objects.select_for_update().select_related(
-                "queue", "owner").get(pk=workload.pk)
-            time_limit, source = session_time_limit(locked, limit)
-            if (locked.state != WorkloadState.RUNNING or time_limit is None
-                    or (now - start).total_seconds() < time_limit):
-                continue
-            _stop_at_time_limit(locked, time_limit, source, now)
-        stopped.add(workload.pk)
-        report.timed_out.append(workload.pk)
-        logger.info("session %s (%s) stopped at its time limit of %s s", workload.pk,
-                    workload.name, time_limit)
-    return stopped
-
-
 def sessions_cull(*, utilisation: Utilisation, now: datetime | None = None) -> CullReport:
-    """One pass over the running sessions: stop those past their time limit; record idling,
-    warn, stop (see the module)."""
+    """One pass over the running sessions: record idling, warn, stop (see the module)."""
     now = now or timezone.now()
     report = CullReport()
     sessions = list(Workload.objects.filter(
         interactive=True, state=WorkloadState.RUNNING).select_related("queue", "owner"))
     cache: dict[tuple[int, str], IdleLimit] = {}
     limited = [(w, session_idle_limit(w, cache=cache)) for w in sessions]
-    stopped = _cull_time_limits(limited, now, report)
-    limited = [(w, limit) for w, limit in limited
-               if limit.timeout_s is not None and w.pk not in stopped]
+    limited = [(w, limit) for w, limit in limited if limit.timeout_s is not None]
     report.sessions = len(limited)
     if limited:
         readings = utilisation([w for w, _ in limited])
@@ -346,7 +298,7 @@ def sessions_cull(*, utilisation: Utilisation, now: datetime | None = None) -> C
                 if locked.state != WorkloadState.RUNNING:
                     continue
                 _step(locked, limit, util, now, report)
-    if report.stopped or report.timed_out:
+    if report.stopped:
         enqueue.cycle_nudge()
     return report
 

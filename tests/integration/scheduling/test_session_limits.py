@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core import mail
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
@@ -24,7 +25,7 @@ from scheduling.models import (
     WorkloadState,
 )
 from scheduling.services import workload_submit
-from scheduling.session_time import session_extend
+from scheduling.session_time import session_extend, sessions_time_limit
 from scheduling.sessions import session_idle_limit, session_idle_state, sessions_cull
 from tests.integration.api.conftest import client_for
 from tests.integration.scheduling.test_sessions import QUIET, notebook, running, sim
@@ -32,17 +33,30 @@ from tests.integration.scheduling.world import request
 
 pytestmark = pytest.mark.django_db
 S = WorkloadState
-NO_READINGS = lambda sessions: {}  # noqa: E731  (telemetry down: only time limits act)
 
 
 def started(w: Workload):
     return Admission.objects.get(workload=w, ended_at__isnull=True).running_at
 
 
-def test_an_extension_moves_the_stop_and_the_cull_honours_it(world):
+def test_an_extension_moves_the_stop_and_the_cull_honours_it(world, client,
+                                                             django_capture_on_commit_callbacks):
+    world.alice.email = "alice@example.org"
+    world.alice.save()
     w = running(world, notebook(world, time_limit_s=3600))
     t0 = started(w)
-    assert sessions_cull(utilisation=NO_READINGS, now=t0 + timedelta(seconds=3599)).timed_out == []
+    assert sessions_time_limit(now=t0 + timedelta(seconds=3000)).warned == []
+    with django_capture_on_commit_callbacks(execute=True):
+        report = sessions_time_limit(now=t0 + timedelta(seconds=3240))  # 6 min before
+    assert (report.warned, report.stopped) == ([w.pk], [])
+    warning = w.events.get(code=EventCode.TIME_LIMIT_WARNING)
+    assert "stopped in 6 min" in warning.message and "unless it is extended" in warning.message
+    assert mail.outbox[-1].subject == "Session nb reaches its time limit soon"
+    assert f"allot extend {w.pk} --hours N" in mail.outbox[-1].body
+    assert sessions_time_limit(now=t0 + timedelta(seconds=3500)).warned == []  # once
+    client.force_login(world.alice)
+    page = client.get(reverse("workload-detail", args=[w.pk])).content.decode()
+    assert 'id="time-limit-warning"' not in page  # the page reads the real clock: not yet
 
     api = client_for(world.alice)
     answer = api.post(f"/api/v1/workloads/{w.pk}/extend", {"hours": 1}, format="json")
@@ -55,11 +69,12 @@ def test_an_extension_moves_the_stop_and_the_cull_honours_it(world):
     assert event.payload["time_limit_s"] == 7200 and "by 1 h to 2 h" in event.message
     assert event.actor == world.alice
 
-    assert sessions_cull(utilisation=NO_READINGS, now=t0 + timedelta(seconds=3601)).timed_out == []
+    assert sessions_time_limit(now=t0 + timedelta(seconds=3601)).stopped == []
     w.refresh_from_db()
     assert w.state == S.RUNNING  # the old limit passed: the new one counts
-    report = sessions_cull(utilisation=NO_READINGS, now=t0 + timedelta(seconds=7200))
-    assert report.timed_out == [w.pk]
+    assert sessions_time_limit(now=t0 + timedelta(seconds=6700)).warned == [w.pk]  # new limit
+    report = sessions_time_limit(now=t0 + timedelta(seconds=7200))
+    assert report.stopped == [w.pk]
     w.refresh_from_db()
     assert w.state == S.CANCELLED
     assert Admission.objects.get(workload=w).end_reason == EndReason.TIME_LIMIT
@@ -147,7 +162,10 @@ def test_bad_extensions_are_refused_naming_the_field_and_numbers(world):
 def test_the_page_has_keyboard_reachable_extend_buttons_that_extend(world, client):
     w = running(world, notebook(world, time_limit_s=3600))
     client.force_login(world.alice)
+    Admission.objects.filter(workload=w).update(
+        running_at=timezone.now() - timedelta(seconds=3300))  # 5 min left: the banner
     page = client.get(reverse("workload-detail", args=[w.pk])).content.decode()
+    assert 'id="time-limit-warning"' in page and "unless it is extended" in page
     assert '<button type="submit" name="hours" value="1" id="extend-1h">+1 h</button>' in page
     assert 'id="session-time-limit">3600 s of running (from the session&#x27;s own)' in page
     answer = client.post(reverse("workload-extend", args=[w.pk]), {"hours": "4"}, follow=True)

@@ -226,7 +226,7 @@ def test_the_task_reads_the_simulated_exporter_without_prometheus(limits, settin
     world = limits
     w = running(world, notebook(world, labels=QUIET))
     assert cull_idle_sessions() == {"sessions": 1, "read": 1, "warned": [], "stopped": [],
-                                    "timed_out": []}
+                                    "time_warned": [], "timed_out": []}
     w.refresh_from_db()
     assert w.idle_since is not None
 
