@@ -38,6 +38,7 @@ from django.utils import timezone
 from scheduling import enqueue, extensions, outbox
 from scheduling.locks import workload_writer
 from scheduling.models import (
+    TERMINAL_STATES,
     Admission,
     EndReason,
     EventCode,
@@ -61,7 +62,6 @@ from scheduling.transitions import admission_close, event_new, workload_transiti
 logger = logging.getLogger(__name__)
 
 MAX_EXTENSION_H = 168  # one extension: at most a week
-EXTENDABLE = (WorkloadState.PENDING, WorkloadState.RESERVED, WorkloadState.RUNNING)
 
 # Refusal codes (with a message naming the numbers).
 ENDED = "SESSION_ENDED"
@@ -120,9 +120,9 @@ def _reclaim_pending(workload: Workload) -> str | None:
 def _refusals(workload: Workload, extra_s: int, now: datetime
               ) -> tuple[list[tuple[str, str]], int | None]:
     """The reasons the extension is refused, and the new limit."""
-    if workload.state not in EXTENDABLE:
-        return [(ENDED, f"{workload.name} is {workload.state}: only a pending or running "
-                 "session can be extended")], None
+    if workload.state in TERMINAL_STATES:
+        return [(ENDED, f"{workload.name} is {workload.state}: only a session that has not "
+                 "ended can be extended")], None
     limit = session_idle_limit(workload)
     current, _ = session_time_limit(workload, limit)
     if current is None:

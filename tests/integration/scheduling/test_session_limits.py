@@ -128,6 +128,10 @@ def test_a_reclaim_pending_on_borrowed_capacity_or_a_budget_check_refuses(world)
     assert w.time_limit_s == 3600
     assert w.events.filter(code=EventCode.EXTENSION_REFUSED).count() == 2
     assert session_extend(user=world.alice, workload=w, hours=1).time_limit_s == 7200
+    Workload.objects.filter(pk=w.pk).update(state=S.PREEMPTING)
+    done = session_extend(user=world.alice, workload=w, hours=1)
+    assert done.refused == [("RECLAIM_PENDING",
+                             "nb is being preempted: its capacity is being reclaimed")]
 
 
 def test_bad_extensions_are_refused_naming_the_field_and_numbers(world):
