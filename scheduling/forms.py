@@ -47,7 +47,7 @@ class SchedulingFields(forms.Form):
         required=False, min_value=limits.MIN_IDLE_S // 60, max_value=limits.MAX_IDLE_S // 60,
         label="Idle limit (minutes)", help_text="A session's own, if shorter than the queue's.")
     time_limit_h = forms.DecimalField(
-        required=False, min_value=Decimal(limits.MIN_TIME_LIMIT_S) / 3600,
+        required=False, min_value=Decimal("0.1"),  # 6 minutes: above the API's 300 s
         max_value=limits.MAX_DURATION_S // 3600, decimal_places=2,
         label="Time limit (hours)", help_text="A session stops after running this long; "
         "extend it from its page while the quota allows.")
