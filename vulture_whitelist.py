@@ -316,6 +316,7 @@ _.gpus_billed  # serializer field (workload preview API)
 # --- interactive sessions
 _.idle_gpu_util_pct  # model field (Queue), read by values_list in scheduling/sessions.py
 _.idle_timeout_min  # form field (the request forms)
+_.time_limit_h  # form field (the request forms)
 # --- capacity planner
 _.file  # serializer field (TraceReplayInputSerializer: the upload, read from request.FILES)
 _.parser_classes  # DRF APIView option (the trace replay API takes multipart and JSON)

@@ -153,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
             ("cancel", workloads.run_cancel, "cancel a workload")):
         command(name, run, text).add_argument("id", type=_positive, metavar="ID")
 
+    p = command("extend", workloads.run_extend,
+                "extend a session's time limit, while the quota allows")
+    p.add_argument("id", type=_positive, metavar="ID")
+    p.add_argument("--hours", type=float, default=1.0,
+                   help="hours to add (default 1; at most 168)")
+
     p = command("queues", fleet.run_queues, "the queue tree with quota and usage")
     p.add_argument("path", nargs="?", metavar="PATH", help="one queue and its subtree")
     p.add_argument("--resource", choices=("gpu", "cpu", "memory"), default="gpu",

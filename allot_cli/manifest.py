@@ -25,7 +25,7 @@ from allot_cli.errors import CliError, Exit
 WORKLOAD_FIELDS = ("name", "queue", "priority_class", "preemptible", "checkpoint", "strategy",
                    "image", "command", "dataset", "duration_hint_s", "termination_grace_s",
                    "topology", "labels", "pods", "manifest", "flavors", "interactive",
-                   "idle_timeout_s")
+                   "idle_timeout_s", "time_limit_s")
 POD_SET_FIELDS = ("count", "flavors", "gpus", "cpu", "memory_gib", "gpu_memory_gib",
                   "resources")
 # Flags that set a top-level field (with a manifest they override its value).

@@ -12,6 +12,7 @@ from billing.prometheus import TelemetryUnavailable, default_client, fetch_sessi
 from billing.services import budgets_evaluate, ledger_check, reconciliation_run, rollup_and_post
 from billing.services.usage import hours_due
 from scheduling.selectors import pod_owners
+from scheduling.session_time import sessions_time_limit
 from scheduling.sessions import sessions_cull, simulated_utilisation
 
 logger = logging.getLogger(__name__)
@@ -42,8 +43,9 @@ def evaluate_budgets() -> dict:
 
 @shared_task(name="billing.cull_idle_sessions")
 def cull_idle_sessions() -> dict:
-    """Stop interactive sessions whose GPUs stayed idle (scheduling/sessions.py), from the
-    telemetry metering reads: Prometheus, else the simulated clusters' exporters."""
+    """Warn and stop interactive sessions at their time limit (scheduling/session_time.py), and
+    those whose GPUs stayed idle (scheduling/sessions.py), from the telemetry metering reads:
+    Prometheus, else the simulated clusters' exporters."""
     now = timezone.now()
     client = default_client()
 
@@ -57,9 +59,10 @@ def cull_idle_sessions() -> dict:
             logger.warning("idle sessions: %s", exc)
             return {}
 
+    timed = sessions_time_limit(now=now)
     report = sessions_cull(utilisation=utilisation, now=now)
     return {"sessions": report.sessions, "read": report.read, "warned": report.warned,
-            "stopped": report.stopped}
+            "stopped": report.stopped, "time_warned": timed.warned, "timed_out": timed.stopped}
 
 
 @shared_task(name="billing.reconcile_yesterday")

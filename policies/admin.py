@@ -4,7 +4,7 @@ from django.contrib import admin
 
 from core.history_admin import HistoryAdmin
 
-from .models import Policy, PolicyVersion, PolicyViolation, TeamApproval
+from .models import Policy, PolicyVersion, PolicyViolation, SessionPolicy, TeamApproval
 
 
 @admin.register(Policy)
@@ -36,3 +36,11 @@ class PolicyViolationAdmin(admin.ModelAdmin):
 class TeamApprovalAdmin(admin.ModelAdmin):
     list_display = ("team", "name", "granted_by", "granted_at", "expires_at")
     list_filter = ("name",)
+
+
+@admin.register(SessionPolicy)
+class SessionPolicyAdmin(admin.ModelAdmin):
+    list_display = ("name", "queues", "users", "idle_timeout_s", "idle_gpu_util_pct",
+                    "max_time_s", "enabled")
+    list_filter = ("enabled",)
+    search_fields = ("name", "description")

@@ -8,6 +8,7 @@ scheduling cycle, and only narrow what pending work may get: nothing admitted is
 from __future__ import annotations
 
 from .cycle import policy_cycle_adjuster
+from .sessions import session_rules
 from .submission import policy_submission_check
 
 
@@ -19,6 +20,7 @@ def register() -> None:
         return
     extensions.register_submission_check(policy_submission_check)
     extensions.register_cycle_adjuster(policy_cycle_adjuster)
+    extensions.register_session_rules(session_rules)
     from .whatif import whatif_policy_effects  # noqa: PLC0415
 
     extensions.register_whatif_policies(whatif_policy_effects)

@@ -168,3 +168,52 @@ class TeamApproval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.name}: {self.name}"
+
+
+class SessionPolicy(models.Model):
+    """Interactive sessions' limits (idle culling, the longest time limit) for some queues and
+    users; the most specific policy that sets a value wins (policies/sessions.py)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    queues = models.JSONField(
+        default=list, blank=True, help_text='Queue subtrees (paths, ["rd/vision"]) it applies '
+        "to; empty: every queue.")
+    users = models.JSONField(
+        default=list, blank=True, help_text='User names (["alice"]) it applies to; empty: '
+        "every user.")
+    idle_timeout_s = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(60)],
+        help_text="Stop sessions idle this long (seconds); empty: no opinion.")
+    idle_gpu_util_pct = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="A session is idle while its GPUs stay below this percent; empty: no opinion.")
+    max_time_s = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(300)],
+        help_text="The longest time limit a session may have, extensions included (seconds); "
+        "empty: no opinion.")
+    enabled = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "session policies"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Lists of names, and at least one setting."""
+        from django.core.exceptions import ValidationError
+
+        errors = {}
+        for field in ("queues", "users"):
+            value = getattr(self, field)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                errors[field] = [f"{value!r} is not a list of names"]
+        if self.idle_timeout_s is None and self.idle_gpu_util_pct is None and (
+                self.max_time_s is None):
+            errors["idle_timeout_s"] = ["set at least one of idle_timeout_s, idle_gpu_util_pct, "
+                                        "max_time_s"]
+        if errors:
+            raise ValidationError(errors)

@@ -353,6 +353,10 @@ CELERY_BEAT_SCHEDULE = {
                          "options": {"expires": 10.0}},
     "scheduling-maintain": {"task": "scheduling.maintain", "schedule": 30.0,
                             "options": {"expires": 120.0}},
+    # Objects left on the clusters by workloads gone or ended (scheduling/fleet/orphans.py).
+    "scheduling-orphans": {"task": "scheduling.sweep_orphans",
+                           "schedule": env.float("ALLOT_ORPHAN_SWEEP_S", default=600.0),
+                           "options": {"expires": 600.0}},
     # Delivers the cluster calls of the outbox that are due (each write also nudges it), so a
     # broker outage only delays a delete, a suspend or a dispatch (docs/architecture.md).
     "scheduling-outbox": {"task": "scheduling.outbox_deliver", "schedule": _OUTBOX_S,

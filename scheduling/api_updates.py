@@ -7,6 +7,9 @@ pending one.
   the workload; 409 with `reasons` when a policy or the engine refuses the change (the workload
   is left as it was).
 - The workload page's "Resubmit" button (POST /workloads/{id}/resubmit/).
+- `POST /api/v1/workloads/{id}/extend` (body `{"hours": N}`): a session's time limit extended
+  (scheduling/session_time.py): 200 with `time_limit_s`, `ends_at` and the workload; 409 with
+  `reasons` when the quota or a policy refuses it. The page's "Extend" button does the same.
 
 Bad input answers 400 naming each field; a workload the caller may not see answers 404, one
 they may see but not manage 403.
@@ -28,7 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling import selectors
+from scheduling import selectors, session_time
 from scheduling.api_workloads import (
     WorkloadDetailApi,
     WorkloadDetailSerializer,
@@ -119,3 +122,63 @@ def workload_resubmit_page(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"{new.name} resubmitted as #{new.pk}.")
     return redirect("workload-detail", pk=new.pk)
+
+
+class WorkloadExtendApi(APIView):
+    """Extend an interactive session's time limit by some hours, while the quota allows."""
+
+    @extend_schema(
+        request=inline_serializer("SessionExtend", {"hours": serializers.DecimalField(
+            max_digits=8, decimal_places=4, help_text="Hours to add (0 < hours <= "
+            f"{session_time.MAX_EXTENSION_H}).")}),
+        responses={200: inline_serializer("SessionExtended", {
+            "time_limit_s": serializers.IntegerField(),
+            "ends_at": serializers.DateTimeField(allow_null=True),
+            "workload": WorkloadDetailSerializer()}),
+            409: inline_serializer("SessionExtendRefused", {
+                "detail": serializers.CharField(),
+                "reasons": serializers.ListField(child=serializers.DictField()),
+                "workload": WorkloadDetailSerializer()})})
+    def post(self, request: Request, pk: int) -> Response:
+        workload = _visible(request, pk)
+        body: dict[str, Any] = dict(request.data) if hasattr(request.data, "keys") else {}
+        unknown = sorted(set(body.keys()) - {"hours"})
+        if unknown or "hours" not in body:
+            raise serializers.ValidationError(
+                {**{name: ["unknown field (only: hours)"] for name in unknown},
+                 **({} if "hours" in body else {"hours": ["required: the hours to add"]})})
+        try:
+            done = session_time.session_extend(user=request.user, workload=workload,
+                                               hours=body["hours"])
+        except ValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from exc
+        detail = _detail(request, pk)
+        if done.refused:
+            return Response({
+                "detail": f"extension of {workload.name} refused: "
+                          + "; ".join(m for _, m in done.refused),
+                "reasons": [{"code": c, "message": m} for c, m in done.refused],
+                "workload": detail}, status=status.HTTP_409_CONFLICT)
+        return Response({"time_limit_s": done.time_limit_s, "ends_at": done.ends_at,
+                         "workload": detail})
+
+
+@login_required
+@require_POST
+def workload_extend_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """The session page's Extend button: the same service as the API."""
+    workload = _visible(request, pk)
+    try:
+        done = session_time.session_extend(user=request.user, workload=workload,
+                                           hours=request.POST.get("hours", ""))
+    except (ValidationError, PermissionDenied) as exc:
+        text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        messages.error(request, f"Extension refused: {text}")
+        return redirect("workload-detail", pk=pk)
+    if done.refused:
+        messages.error(request, "Extension refused: " + "; ".join(m for _, m in done.refused))
+    else:
+        ends = f", ending at {done.ends_at:%H:%M} UTC" if done.ends_at else ""
+        messages.success(request, f"{workload.name}'s time limit is now "
+                         f"{session_time.hours_text(done.time_limit_s or 0)}{ends}.")
+    return redirect("workload-detail", pk=pk)

@@ -40,6 +40,8 @@ urlpatterns[:0] = [
          name="api-workload-update"),
     path("workloads/<int:pk>/resubmit", api_updates.WorkloadResubmitApi.as_view(),
          name="api-workload-resubmit"),
+    path("workloads/<int:pk>/extend", api_updates.WorkloadExtendApi.as_view(),
+         name="api-workload-extend"),
 ]
 
 # What-if on the live state (scheduling/whatif/).

@@ -74,6 +74,10 @@ class WorkloadInputSerializer(serializers.Serializer):
         min_value=limits.MIN_IDLE_S, max_value=limits.MAX_IDLE_S, required=False,
         allow_null=True, help_text="A session's own idle limit (the queue's applies when "
         "shorter).")
+    time_limit_s = serializers.IntegerField(
+        min_value=limits.MIN_TIME_LIMIT_S, max_value=limits.MAX_DURATION_S, required=False,
+        allow_null=True, help_text="A session's time limit (seconds of running), capped by "
+        "its session policy's longest; POST .../extend adds to it.")
     pods = PodSetInputSerializer(many=True, allow_empty=False, required=False)
     manifest = serializers.DictField(
         required=False,
@@ -150,8 +154,10 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
     interactive = serializers.BooleanField()
     idle = serializers.DictField(
         allow_null=True, read_only=True,
-        help_text="A session's idling: {timeout_s, threshold_pct, idle_since, warned_at, "
-        "stops_at, idle_s}; null for a batch workload.")
+        help_text="A session's limits and idling: {timeout_s, threshold_pct, idle_since, "
+        "warned_at, stops_at, idle_s, time_limit_s, max_time_s, running_since, ends_at, "
+        "ends_soon, sources: {timeout_s, threshold_pct, max_time_s, time_limit_s}}; null for "
+        "a batch workload.")
     backoff_count = serializers.IntegerField()
     not_before = serializers.DateTimeField(allow_null=True)
     queue_position = serializers.DictField(allow_null=True, read_only=True)

@@ -18,6 +18,13 @@ imports them:
 - `register_cycle_adjuster(fn)`: `fn(ctx: CycleContext) -> None`, called while the scheduling
   cycle builds the engine snapshot. It may lower a queue key's max (naming the policy, so a
   `QUOTA_MAX` reason names it) and restrict the clusters a pending workload may use.
+- `register_session_rules(fn)`: `fn(queue_path: str, username: str) -> list[SessionRule]`,
+  the admin policies that set interactive sessions' limits (idle timeout and threshold, the
+  longest time limit) for that queue and user (policies/sessions.py); scheduling/sessions.py
+  picks the most specific.
+- `register_session_extension_check(fn)`: `fn(workload, extra_s: int, now) -> list[(code,
+  message)]`, the reasons a session's time limit may not grow by `extra_s` seconds now
+  (billing: a budget blocking new work); an empty list allows it.
 """
 
 from __future__ import annotations
@@ -288,3 +295,47 @@ def events_written(events: Sequence[Any]) -> None:
                 logger.exception("event listener %r failed", fn)
 
     transaction.on_commit(tell)
+
+
+@dataclass(frozen=True)
+class SessionRule:
+    """An admin policy's settings for interactive sessions, and how specific it is: whether it
+    names the user, and the depth of the queue path it names (0: every queue)."""
+
+    source: str  # how the session page names it: "policy night-owls"
+    user_specific: bool
+    depth: int
+    idle_timeout_s: int | None = None
+    idle_gpu_util_pct: int | None = None
+    max_time_s: int | None = None
+
+
+SessionRules = Callable[[str, str], Sequence[SessionRule]]
+SessionExtensionCheck = Callable[[Any, int, datetime], list[tuple[str, str]]]
+_session_rules: list[SessionRules] = []
+_session_extension_checks: list[SessionExtensionCheck] = []
+
+
+def register_session_rules(fn: SessionRules) -> SessionRules:
+    """Add a source of session rules (idempotent)."""
+    if fn not in _session_rules:
+        _session_rules.append(fn)
+    return fn
+
+
+def session_rules(queue_path: str, username: str) -> list[SessionRule]:
+    """Every registered source's rules for a session of `username` in `queue_path`."""
+    return [rule for fn in list(_session_rules) for rule in fn(queue_path, username)]
+
+
+def register_session_extension_check(fn: SessionExtensionCheck) -> SessionExtensionCheck:
+    """Add a check run before a session's time limit is extended (idempotent)."""
+    if fn not in _session_extension_checks:
+        _session_extension_checks.append(fn)
+    return fn
+
+
+def run_session_extension_checks(workload: Any, extra_s: int, now: datetime
+                                 ) -> list[tuple[str, str]]:
+    """Every registered check's refusals of extending `workload` by `extra_s` seconds."""
+    return [r for fn in list(_session_extension_checks) for r in fn(workload, extra_s, now)]

@@ -46,6 +46,11 @@ class SchedulingFields(forms.Form):
     idle_timeout_min = forms.IntegerField(
         required=False, min_value=limits.MIN_IDLE_S // 60, max_value=limits.MAX_IDLE_S // 60,
         label="Idle limit (minutes)", help_text="A session's own, if shorter than the queue's.")
+    time_limit_h = forms.DecimalField(
+        required=False, min_value=Decimal("0.1"),  # 6 minutes: above the API's 300 s
+        max_value=limits.MAX_DURATION_S // 3600, decimal_places=2,
+        label="Time limit (hours)", help_text="A session stops after running this long; "
+        "extend it from its page while the quota allows.")
 
     def scheduling_submission(self) -> dict[str, Any]:
         """These fields as the submission's keys (the API's JSON shape)."""
@@ -59,6 +64,8 @@ class SchedulingFields(forms.Form):
             "interactive": bool(d.get("interactive")),
             **({"idle_timeout_s": d["idle_timeout_min"] * 60}
                if d.get("idle_timeout_min") else {}),
+            **({"time_limit_s": int(d["time_limit_h"] * 3600)}
+               if d.get("time_limit_h") else {}),
         }
 
 
@@ -279,4 +286,6 @@ def submission_errors_to_form(form: forms.Form, errors: dict[str, list[str]],
             field = "duration_h"
         if field == "idle_timeout_s":
             field = "idle_timeout_min"
+        if field == "time_limit_s":
+            field = "time_limit_h"
         form.add_error(field if field in form.fields else None, messages)

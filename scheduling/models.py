@@ -211,6 +211,11 @@ class Workload(models.Model):
     # on the pod sets clears it): read from the pod sets.
     gpus_total = models.DecimalField(max_digits=12, decimal_places=3, null=True, blank=True,
                                      editable=False)
+    # A session's time limit: stopped once it has run this long (its open admission's running
+    # time), extensions included; empty: the longest its session policy allows, else none.
+    time_limit_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A session's time limit (seconds of running), "
+        "extensions included; empty: its policy's longest, else none.")
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -283,6 +288,7 @@ class EndReason(models.TextChoices):
     FAILED = "failed", "Failed"
     RECLAIMED_STUCK = "reclaimed_stuck", "Reclaimed (stuck)"
     IDLE = "idle", "Stopped idle"
+    TIME_LIMIT = "time_limit", "Stopped at its time limit"
 
 
 # Ends the portal decided while the pods may still run (the cluster did not end them): an
@@ -290,7 +296,7 @@ class EndReason(models.TextChoices):
 # confirms the delete (`cleaned_at`). Finished and failed pods hold nothing.
 UNCONFIRMED_END_REASONS = (EndReason.CANCELLED, EndReason.PREEMPTED,
                            EndReason.PODS_READY_TIMEOUT, EndReason.RECLAIMED_STUCK,
-                           EndReason.IDLE)
+                           EndReason.IDLE, EndReason.TIME_LIMIT)
 
 
 class Admission(models.Model):
@@ -384,6 +390,11 @@ class EventCode(enum.StrEnum):
     SUSPEND_UNCONFIRMED = "SUSPEND_UNCONFIRMED"
     IDLE_WARNING = "IDLE_WARNING"  # an interactive session about to be stopped idle
     IDLE_STOPPED = "IDLE_STOPPED"
+    SESSION_EXTENDED = "SESSION_EXTENDED"  # a session's time limit extended by its owner
+    EXTENSION_REFUSED = "EXTENSION_REFUSED"  # ... or not: the quota or a policy refused
+    TIME_LIMIT_WARNING = "TIME_LIMIT_WARNING"  # a session about to reach its time limit
+    TIME_LIMIT_STOPPED = "TIME_LIMIT_STOPPED"  # a session stopped at its time limit
+    ORPHAN_DELETED = "ORPHAN_DELETED"  # its objects, left on a cluster, swept away
 
 
 class WorkloadEvent(models.Model):

@@ -58,7 +58,7 @@ from scheduling.models import (
     WorkloadState,
 )
 from scheduling.selectors import fleet_usage, queue_usage
-from scheduling.tallies import INF, SUM, WAIT_BUCKETS, Series, le_text
+from scheduling.tallies import INF, ORPHANS, SUM, WAIT_BUCKETS, Series, le_text
 
 LATE_S = 600  # events are folded into the tallies once this old
 STEP_S = 60  # the fold mark moves by whole minutes
@@ -316,7 +316,19 @@ def _event_families(paths: dict[int, str], now: datetime) -> list[Metric]:
     for path, counts in sorted(waits.items()):
         buckets, total = _cumulated(counts, tallies.WAIT_BUCKETS)
         wait.add_metric([path], buckets, total)
-    return [admitted, preempted, evicted, refused, wait, _cycle_histogram(totals)]
+    return [admitted, preempted, evicted, refused, wait, _cycle_histogram(totals),
+            _orphans_counter(totals)]
+
+
+def _orphans_counter(rows: Counter[Series]) -> Metric:
+    swept = CounterMetricFamily(
+        "allot_orphan_objects_deleted", "Workloads whose objects the orphan sweep deleted from "
+        "a cluster: left there after their workload was gone or ended "
+        "(scheduling/fleet/orphans.py).", labels=["cluster"])
+    for (family, _, cluster), value in sorted(rows.items()):
+        if family == ORPHANS:
+            swept.add_metric([cluster], value)
+    return swept
 
 
 def _cumulated(counts: Mapping[str, float],

@@ -21,6 +21,8 @@ CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 # admission_wait_time_seconds (1 s, then 2.5 s doubling up to 10,240 s).
 WAIT_BUCKETS = (1.0, *(2.5 * 2 ** k for k in range(13)))
 SUM = "sum"
+# Per cluster (the label): workloads whose orphaned objects the sweep deleted (fleet/orphans.py).
+ORPHANS = "orphans_deleted"
 INF = "+Inf"
 
 Series = tuple[str, int, str]  # (family, queue id or 0, label)

@@ -19,6 +19,7 @@ from scheduling import outbox
 from scheduling.fleet.delivery import outbox_deliver, outbox_prune
 from scheduling.fleet.dispatch import cluster_dispatch
 from scheduling.fleet.maintenance import workloads_maintain
+from scheduling.fleet.orphans import orphans_sweep
 from scheduling.fleet.sync import cluster_sync
 from scheduling.fleet.watch import cluster_watch
 from scheduling.models import Admission, Cluster
@@ -178,6 +179,12 @@ def watch_clusters(seconds: float | None = None) -> None:
     runner.join()
     if any(watched):
         watch_clusters.apply_async(expires=30)
+
+
+@shared_task(name="scheduling.sweep_orphans", ignore_result=True)
+def sweep_orphans() -> None:
+    """Delete objects left on the clusters by workloads gone or ended (fleet/orphans.py)."""
+    orphans_sweep()
 
 
 @shared_task(name="scheduling.maintain", ignore_result=True)

@@ -21,6 +21,8 @@ urlpatterns = [
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
     path("workloads/<int:pk>/resubmit/", api_updates.workload_resubmit_page,
          name="workload-resubmit"),
+    path("workloads/<int:pk>/extend/", api_updates.workload_extend_page,
+         name="workload-extend"),
     path("what-if/", whatif_views.what_if_page, name="what-if"),
     path("what-if/<int:pk>/", whatif_views.what_if_detail, name="what-if-detail"),
     path("what-if/<int:pk>/scenario.json", whatif_views.what_if_download,

@@ -1,4 +1,4 @@
-"""Workloads: `submit`, `list`, `status`, `why`, `cancel` (/api/v1/workloads)."""
+"""Workloads: `submit`, `list`, `status`, `why`, `cancel`, `extend` (/api/v1/workloads)."""
 
 from __future__ import annotations
 
@@ -241,4 +241,15 @@ def run_cancel(ctx: Context) -> int:
     """POST /api/v1/workloads/ID/cancel."""
     w = ctx.api().post(f"workloads/{ctx.args.id}/cancel")
     emit(w, ctx.output, lambda: f"{w['name']} (#{w['id']}): {w['state']}.")
+    return Exit.OK
+
+
+def run_extend(ctx: Context) -> int:
+    """POST /api/v1/workloads/ID/extend: a session's time limit extended (exit 1 with the
+    reasons when the quota or a policy refuses)."""
+    out = ctx.api().post(f"workloads/{ctx.args.id}/extend", {"hours": ctx.args.hours})
+    w = out["workload"]
+    ends = f", ending {when(out['ends_at'], datetime.now(UTC))}" if out.get("ends_at") else ""
+    emit(out, ctx.output, lambda: f"{w['name']} (#{w['id']}): time limit "
+         f"{number(round(out['time_limit_s'] / 3600, 2))} h{ends}.")
     return Exit.OK

@@ -302,3 +302,22 @@ def budget_submission_check(ctx, *, now: datetime | None = None):
     if not verdict.deny and not verdict.priority_class:
         return None
     return verdict
+
+
+def budget_extension_check(workload, extra_s: int, now: datetime) -> list[tuple[str, str]]:
+    """Refuse (BUDGET_EXCEEDED) a session's time-limit extension while a budget blocking new
+    work is in force for its team's cost center (a scheduling.extensions session check)."""
+    if not _any_firing_in_force(now):
+        return []
+    cc = cost_center_of_team(workload.team)
+    if cc is None:
+        return []
+    out = []
+    for firing in active_firings(cc.pk, now):
+        if firing.threshold.action != BudgetAction.BLOCK:
+            continue
+        spent = spent_in(cc.pk, firing.period_start, firing.period_end)
+        text = budget_message(firing.threshold.budget, spent, firing.threshold)
+        out.append((BUDGET_EXCEEDED, f"{text}: sessions may not be extended until "
+                    f"{firing.period_end:%Y-%m-%d} or the budget is raised"))
+    return out

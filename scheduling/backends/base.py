@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
@@ -166,6 +167,9 @@ class WorkloadRef:
     # `object_name`, whose pods carry the pod set label; "" = a Job per pod set.
     kind: str = ""
     adopted_name: str = ""  # the object's own name when the user created it (the webhook)
+    # When its oldest object was created (list_workloads; None: not known): the orphan sweep
+    # waits the TTL from it for an object whose workload is gone.
+    created_at: datetime | None = field(default=None, compare=False)
 
     @property
     def object_name(self) -> str:

@@ -215,6 +215,7 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                 termination_grace_s=clean["termination_grace_s"], topology=clean["topology"],
                 labels=clean["labels"], kind=clean["kind"], manifest=clean["manifest"],
                 interactive=clean["interactive"], idle_timeout_s=clean["idle_timeout_s"],
+                time_limit_s=clean["time_limit_s"],
                 submitted_at=now, state_changed_at=now,
             )
             pod_sets = [

@@ -52,7 +52,7 @@ S = WorkloadState
 RESUBMIT_FIELDS = frozenset({
     "name", "queue", "priority_class", "preemptible", "checkpoint", "strategy", "image",
     "command", "dataset", "duration_hint_s", "termination_grace_s", "topology", "labels", "pods",
-    "manifest", "flavors", "interactive", "idle_timeout_s",
+    "manifest", "flavors", "interactive", "idle_timeout_s", "time_limit_s",
 })
 # A pending workload may change all of them but its queue (moving is cancel + resubmit).
 UPDATE_FIELDS = RESUBMIT_FIELDS - {"queue"}
@@ -82,6 +82,7 @@ def _plain_input(workload: Workload) -> dict[str, Any]:
         "termination_grace_s": workload.termination_grace_s,
         "topology": dict(workload.topology or {}), "labels": dict(workload.labels or {}),
         "interactive": workload.interactive, "idle_timeout_s": workload.idle_timeout_s,
+        "time_limit_s": workload.time_limit_s,
         "pods": [
             {"count": p.count, "flavors": list(p.flavors), "gpus": p.gpus, "cpu": p.cpu,
              "memory_gib": p.memory_gib, "gpu_memory_gib": p.gpu_memory_gib,
@@ -242,7 +243,7 @@ def workload_update(
                                                         lookups.classes)
         for name in ("name", "preemptible", "checkpoint", "strategy", "dataset", "image",
                      "command", "duration_hint_s", "termination_grace_s", "topology", "labels",
-                     "kind", "manifest", "interactive", "idle_timeout_s"):
+                     "kind", "manifest", "interactive", "idle_timeout_s", "time_limit_s"):
             setattr(w, name, clean[name])
         w.priority_class = priority_class
         pod_sets = [
@@ -274,7 +275,7 @@ def workload_update(
         held = approval_reason(clean) if (bigger or w.needs_approval) else ""
         fields = ["name", "preemptible", "checkpoint", "strategy", "dataset", "image", "command",
                   "duration_hint_s", "termination_grace_s", "topology", "labels", "kind",
-                  "manifest", "interactive", "idle_timeout_s",
+                  "manifest", "interactive", "idle_timeout_s", "time_limit_s",
                   "priority_class", "needs_approval", "reason_code", "reason_message"]
         if held:
             w.needs_approval = True

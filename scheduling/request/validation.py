@@ -31,6 +31,7 @@ MAX_DATASET = 200
 MAX_LABEL_VALUE = 63
 MAX_DURATION_S = 366 * 86400  # an expected duration hint: at most a year
 MIN_IDLE_S, MAX_IDLE_S = 300, 7 * 86400  # an interactive session's own idle limit
+MIN_TIME_LIMIT_S = 300  # an interactive session's time limit
 MAX_GPU_MEMORY_GIB = 1024  # per card
 MAX_CPU = Decimal(4096)  # cores per pod
 MAX_MEMORY_GIB = Decimal(65536)  # per pod
@@ -253,6 +254,14 @@ def _validate(user: Any, data: Mapping[str, Any], lk: SubmitLookups) -> dict[str
         else:
             clean["idle_timeout_s"] = _int(data["idle_timeout_s"], "idle_timeout_s", errors,
                                            minimum=MIN_IDLE_S, maximum=MAX_IDLE_S)
+    clean["time_limit_s"] = None
+    if data.get("time_limit_s") is not None:
+        if interactive is not True:
+            errors["time_limit_s"] = ["only an interactive session (interactive: true) has "
+                                      "a time limit"]
+        else:
+            clean["time_limit_s"] = _int(data["time_limit_s"], "time_limit_s", errors,
+                                         minimum=MIN_TIME_LIMIT_S, maximum=MAX_DURATION_S)
 
     topology = data.get("topology") or {}
     if not isinstance(topology, Mapping) or set(topology) - {"same"} or (

@@ -4,6 +4,7 @@ Allot's workloads on it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -113,17 +114,21 @@ class StatusMixin(ObjectsMixin):
         except k8s.ApiException as error:
             raise self._unexpected("list Allot Jobs", error) from error
         grouped: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        born: dict[tuple[str, int], datetime] = {}
         for job in jobs:
             parsed = parse_job_name(job.metadata.name)
             if parsed is None:
                 continue
             workload_id, index = parsed
-            grouped.setdefault((job.metadata.namespace, workload_id), []).append(
-                (index, job.metadata.name)
-            )
+            key = (job.metadata.namespace, workload_id)
+            grouped.setdefault(key, []).append((index, job.metadata.name))
+            created = _created(job.metadata.creation_timestamp)
+            if created is not None:
+                born[key] = min(created, born.get(key, created))
         refs = [
             WorkloadRef(namespace=ns, workload_id=wid,
-                        job_names=tuple(name for _, name in sorted(names)))
+                        job_names=tuple(name for _, name in sorted(names)),
+                        created_at=born.get((ns, wid)))
             for (ns, wid), names in sorted(grouped.items())
         ]
         for kind, obj in self.allot_objects():
@@ -136,5 +141,20 @@ class StatusMixin(ObjectsMixin):
             refs.append(WorkloadRef(
                 namespace=namespace, workload_id=owner,
                 job_names=(name,) if parsed is not None else (), kind=kind.key,
-                adopted_name="" if parsed is not None else name))
+                adopted_name="" if parsed is not None else name,
+                created_at=_created(meta.get("creationTimestamp"))))
         return refs
+
+
+def _created(value: Any) -> datetime | None:
+    """A creation timestamp as the client gives it (a datetime for Jobs, RFC 3339 text for
+    custom objects), aware; None when missing or unreadable."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if isinstance(value, str) and value:
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from scheduling.backends.base import PodSetStatus, WatchResult, WorkloadRef, WorkloadStatus
 from scheduling.backends.naming import parse_job_name
@@ -55,15 +56,18 @@ class StatusMixin(SimulatedCluster):
         from scheduling.backends.simulated.models import SimJob
 
         grouped: dict[tuple[str, int], list[tuple[int, str]]] = {}
-        for namespace, name in SimJob.objects.filter(cluster__name=self.name).values_list(
-            "namespace", "name"
-        ):
+        born: dict[tuple[str, int], Any] = {}
+        for namespace, name, created in SimJob.objects.filter(
+                cluster__name=self.name).values_list("namespace", "name", "created_at"):
             parsed = parse_job_name(name)
             if parsed is not None:
-                grouped.setdefault((namespace, parsed[0]), []).append((parsed[1], name))
+                key = (namespace, parsed[0])
+                grouped.setdefault(key, []).append((parsed[1], name))
+                born[key] = min(created, born.get(key, created))
         return [
             WorkloadRef(namespace=ns, workload_id=wid,
-                        job_names=tuple(n for _, n in sorted(names)))
+                        job_names=tuple(n for _, n in sorted(names)),
+                        created_at=born.get((ns, wid)))
             for (ns, wid), names in sorted(grouped.items())
         ]
 

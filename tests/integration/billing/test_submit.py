@@ -50,3 +50,25 @@ def test_lower_action_imposes_batch_low(world, spent_12):
     assert WorkloadEvent.objects.filter(
         workload=workload, type="policy", message__contains="priority lowered to batch-low"
     ).exists()
+
+
+def test_a_blocking_budget_refuses_a_session_extension_with_the_numbers(world, spent_12):
+    from scheduling.models import EventCode, Node
+    from scheduling.session_time import session_extend
+
+    Node.objects.create(cluster=world["cluster"], name="bj-a100-0", flavor=world["a100"], gpus=8,
+                        cpu=96, memory_gib=1024)
+    session = workload_submit(user=world["user"], nudge=False, data={
+        **REQUEST, "name": "lab", "interactive": True, "time_limit_s": 3600})
+    assert session.state == "pending", session.reason_message
+    assert session_extend(user=world["user"], workload=session, hours=1).time_limit_s == 7200
+    budget_create(cost_center=world["cc"], amount=Decimal("10"), thresholds=[(100, "block")])
+    budgets_evaluate()
+    done = session_extend(user=world["user"], workload=session, hours=1)
+    assert [code for code, _ in done.refused] == ["BUDGET_EXCEEDED"]
+    assert "spent 12.00 of 10.00 EUR this month (120.0%)" in done.refused[0][1]
+    assert "sessions may not be extended until" in done.refused[0][1]
+    session.refresh_from_db()
+    assert session.time_limit_s == 7200
+    assert WorkloadEvent.objects.filter(workload=session,
+                                        code=EventCode.EXTENSION_REFUSED).count() == 1

@@ -225,7 +225,8 @@ def test_the_task_reads_the_simulated_exporter_without_prometheus(limits, settin
     settings.ALLOT_PROMETHEUS_URL = ""
     world = limits
     w = running(world, notebook(world, labels=QUIET))
-    assert cull_idle_sessions() == {"sessions": 1, "read": 1, "warned": [], "stopped": []}
+    assert cull_idle_sessions() == {"sessions": 1, "read": 1, "warned": [], "stopped": [],
+                                    "time_warned": [], "timed_out": []}
     w.refresh_from_db()
     assert w.idle_since is not None
 

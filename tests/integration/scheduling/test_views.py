@@ -216,3 +216,21 @@ def test_the_cost_estimate_counts_fractions_and_slices(alice, mig_nodes):
     line = html.split('id="request-cost"')[1].split("</li>")[0]
     assert "<strong>5.00 EUR/h</strong> (2.5 GPUs billed, MIG slices as their" in line
     assert "<strong>15.00 EUR</strong> over the expected duration" in line
+
+
+def test_a_notebook_with_a_time_limit_and_a_bad_one_on_its_field(alice):
+    notebook = {**BASE, "name": "lab", "interactive": "on", "image": "quay.io/jupyter/x:1",
+                "command": ""}
+    r = alice.post("/workloads/new/", {**notebook, "time_limit_h": "0.01", **pod_rows(WORKERS)})
+    assert r.status_code == 200 and not Workload.objects.exists()
+    assert "Ensure this value is greater than or equal to 0.1." in r.content.decode()
+    r = alice.post("/workloads/new/", {**{k: v for k, v in notebook.items()
+                                          if k != "interactive"},
+                                       "time_limit_h": "2", **pod_rows(WORKERS)})
+    assert r.status_code == 200 and not Workload.objects.exists()
+    assert "only an interactive session (interactive: true) has a time limit" in \
+        r.content.decode()
+    r = alice.post("/workloads/new/", {**notebook, "time_limit_h": "2.5", **pod_rows(WORKERS)})
+    assert r.status_code == 302
+    w = Workload.objects.get(name="lab")
+    assert w.interactive and w.time_limit_s == 9000
