@@ -148,7 +148,10 @@ class Workload(models.Model):
     """A gang of pods submitted to a leaf queue; the engine admits it whole or not at all."""
 
     name = models.CharField(max_length=63)
-    queue = models.ForeignKey("quotas.Queue", on_delete=models.PROTECT, related_name="workloads")
+    # No index of its own: `workload_queue_state` (queue, state) serves lookups by queue, and a
+    # submission's insert maintains one index fewer.
+    queue = models.ForeignKey("quotas.Queue", on_delete=models.PROTECT, related_name="workloads",
+                              db_index=False)
     team = models.ForeignKey(
         "quotas.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
     )
@@ -400,7 +403,9 @@ class EventCode(enum.StrEnum):
 class WorkloadEvent(models.Model):
     """One step of a workload's timeline: a state change, a reason, a policy decision."""
 
-    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: `event_workload_at` (workload, at) serves lookups by workload.
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events",
+                                 db_index=False)
     at = models.DateTimeField()
     type = models.CharField(max_length=16, choices=EventType.choices)
     actor = models.ForeignKey(

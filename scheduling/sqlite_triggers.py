@@ -7,10 +7,11 @@ allow is refused) was lost that way by later migrations that altered the table. 
 whatever a migration rebuilt. PostgreSQL keeps its triggers through ALTER TABLE: its own are
 the migrations'.
 
-- `scheduling_workload_state_allowed`: the pairs of scheduling/transitions.py
-  (ALLOWED_TRANSITIONS), as the code enforces them.
-- `scheduling_podset_gpus_changed_*` (migration 0021): a workload's `gpus_total` is cleared
-  when its pod sets change or go.
+`scheduling_workload_state_allowed`: the pairs of scheduling/transitions.py
+(ALLOWED_TRANSITIONS), as the code enforces them. (No trigger on one table may name another:
+SQLite checks the triggers when a rebuild renames the new table, and the rename would fail
+while the other table is being rebuilt. `gpus_total`'s trigger is PostgreSQL's only: on SQLite
+the position reads the pod sets.)
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from scheduling.models import WorkloadState
 from scheduling.transitions import ALLOWED_TRANSITIONS
 
 STATE_TRIGGER = "scheduling_workload_state_allowed"
-PODSET_TRIGGER = "scheduling_podset_gpus_changed"
 
 
 def _state_trigger() -> str:
@@ -47,18 +47,7 @@ END"""
 
 def sqlite_triggers() -> list[str]:
     """The statements creating every trigger that is missing."""
-    clear = """
-BEGIN
-    UPDATE scheduling_workload SET gpus_total = NULL
-    WHERE id = OLD.workload_id AND gpus_total IS NOT NULL;
-END"""
-    return [
-        _state_trigger(),
-        f"CREATE TRIGGER IF NOT EXISTS {PODSET_TRIGGER}_delete AFTER DELETE ON "
-        f"scheduling_podset FOR EACH ROW{clear}",
-        f"CREATE TRIGGER IF NOT EXISTS {PODSET_TRIGGER}_update AFTER UPDATE OF count, gpus, "
-        f"workload_id ON scheduling_podset FOR EACH ROW{clear}",
-    ]
+    return [_state_trigger()]
 
 
 def ensure_sqlite_triggers(*, using: str = "default", **_: Any) -> None:
@@ -68,12 +57,7 @@ def ensure_sqlite_triggers(*, using: str = "default", **_: Any) -> None:
     connection = connections[using]
     if connection.vendor != "sqlite":
         return
-    tables = set(connection.introspection.table_names())
-    if not {"scheduling_workload", "scheduling_podset"} <= tables:
-        return
-    columns = {c.name for c in connection.introspection.get_table_description(
-        connection.cursor(), "scheduling_workload")}
-    if "gpus_total" not in columns:  # migrated part of the way: 0021 creates them
+    if "scheduling_workload" not in connection.introspection.table_names():
         return
     with connection.cursor() as cursor:
         for sql in sqlite_triggers():

@@ -8,8 +8,9 @@ a stale sum is never read (NULL falls back to the pod sets):
 
 - PostgreSQL: statement triggers with transition tables, one UPDATE per statement (a
   workload's deletion deletes its pod sets in one statement).
-- SQLite (`make run`): row triggers. The new column is nullable with no default, so SQLite adds
-  it in place: the workload table is not rebuilt, and its state trigger (0010) stays.
+- SQLite (`make run`): none. The position is read through the ORM there, from the pod sets,
+  never from this column; and a trigger on the pod sets naming the workload table would break
+  every later rebuild of that table (SQLite checks the triggers when it renames the new table).
 """
 
 from django.db import migrations, models
@@ -31,19 +32,6 @@ CREATE TRIGGER {FUNCTION}_update AFTER UPDATE ON scheduling_podset
 REFERENCING OLD TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION {FUNCTION}();
 """
 
-SQLITE = [f"""
-CREATE TRIGGER {FUNCTION}_delete AFTER DELETE ON scheduling_podset FOR EACH ROW
-BEGIN
-    UPDATE scheduling_workload SET gpus_total = NULL
-    WHERE id = OLD.workload_id AND gpus_total IS NOT NULL;
-END""", f"""
-CREATE TRIGGER {FUNCTION}_update AFTER UPDATE OF count, gpus, workload_id ON scheduling_podset
-FOR EACH ROW
-BEGIN
-    UPDATE scheduling_workload SET gpus_total = NULL
-    WHERE id = OLD.workload_id AND gpus_total IS NOT NULL;
-END"""]
-
 BACKFILL = """
 UPDATE scheduling_workload SET gpus_total = (
     SELECT COALESCE(SUM(p.count * p.gpus), 0) FROM scheduling_podset p
@@ -54,14 +42,10 @@ WHERE state = 'pending'
 
 def install(apps, schema_editor):  # type: ignore[no-untyped-def]
     vendor = schema_editor.connection.vendor
-    if vendor not in ("postgresql", "sqlite"):
+    if vendor != "postgresql":
         return
     schema_editor.execute(BACKFILL)
-    if vendor == "postgresql":
-        schema_editor.execute(POSTGRES, None)
-    else:
-        for sql in SQLITE:
-            schema_editor.execute(sql, None)
+    schema_editor.execute(POSTGRES, None)
 
 
 def uninstall(apps, schema_editor):  # type: ignore[no-untyped-def]
@@ -71,9 +55,6 @@ def uninstall(apps, schema_editor):  # type: ignore[no-untyped-def]
             schema_editor.execute(
                 f"DROP TRIGGER IF EXISTS {FUNCTION}_{op} ON scheduling_podset")
         schema_editor.execute(f"DROP FUNCTION IF EXISTS {FUNCTION}()")
-    elif vendor == "sqlite":
-        for op in ("delete", "update"):
-            schema_editor.execute(f"DROP TRIGGER IF EXISTS {FUNCTION}_{op}")
 
 
 class Migration(migrations.Migration):
