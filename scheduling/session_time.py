@@ -35,7 +35,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling import enqueue, extensions, outbox
+from scheduling import enqueue, extensions
 from scheduling.locks import workload_writer
 from scheduling.models import (
     TERMINAL_STATES,
@@ -55,9 +55,10 @@ from scheduling.sessions import (
     notify,
     running_since,
     session_idle_limit,
+    session_stop,
     session_time_limit,
 )
-from scheduling.transitions import admission_close, event_new, workload_transition
+from scheduling.transitions import event_new
 
 logger = logging.getLogger(__name__)
 
@@ -198,23 +199,12 @@ class TimeLimitReport:
 def _stop(workload: Workload, time_limit: int, source: str, now: datetime) -> None:
     message = (f"stopped at its time limit: {minutes_text(time_limit)} of running ({source}); "
                "extend it before it ends to carry on")
-    event = workload_transition(workload, WorkloadState.CANCELLED, at=now,
-                                event_type=EventType.CANCELLED,
-                                code=EventCode.TIME_LIMIT_STOPPED, message=message,
-                                payload={"time_limit_s": time_limit, "source": source})
-    workload.preempt_deadline = None
-    workload.nomination = None
-    workload.save(update_fields=["state", "state_changed_at", "finished_at",
-                                 "preempt_deadline", "nomination"])
-    event.save()
-    admission = admission_close(workload=workload, at=now, reason=EndReason.TIME_LIMIT)
-    if admission is not None:
-        outbox.messages_write([outbox.message_delete(
-            admission_id=admission.pk, cluster_id=admission.cluster_id, at=now)])
-    transaction.on_commit(lambda: notify(
-        workload, f"Session {workload.name} reached its time limit",
-        f"{workload.name} in {workload.queue.path} was {message}. Its files on its volume "
-        "are kept: resubmit it to carry on."))
+    session_stop(workload, now=now, code=EventCode.TIME_LIMIT_STOPPED,
+                 reason=EndReason.TIME_LIMIT, message=message,
+                 payload={"time_limit_s": time_limit, "source": source},
+                 subject=f"Session {workload.name} reached its time limit",
+                 body=f"{workload.name} in {workload.queue.path} was {message}. Its files on "
+                 "its volume are kept: resubmit it to carry on.")
 
 
 def _warn(workload: Workload, time_limit: int, ends_at: datetime, now: datetime) -> bool:

@@ -254,25 +254,33 @@ def _stop(workload: Workload, limit: IdleLimit, util: Decimal, now: datetime) ->
     message = (f"stopped idle: its GPUs below {limit.threshold_pct}% for "
                f"{minutes_text(limit.timeout_s)} (since {workload.idle_since:%H:%M} UTC, now "
                f"{util:.0f}%)")
+    session_stop(workload, now=now, code=EventCode.IDLE_STOPPED, reason=EndReason.IDLE,
+                 message=message, payload={"idle_since": workload.idle_since.isoformat(),
+                                           "timeout_s": limit.timeout_s,
+                                           "threshold_pct": limit.threshold_pct},
+                 subject=f"Session {workload.name} was stopped idle",
+                 body=f"{workload.name} in {workload.queue.path} was {message}. Its quota is "
+                 "released; its files on its volume are kept: resubmit it to carry on.")
+
+
+def session_stop(workload: Workload, *, now: datetime, code: str, reason: str, message: str,
+                 payload: dict[str, Any], subject: str, body: str) -> None:
+    """Stop a session (idle, or at its time limit): cancelled with `code` and `message`, its
+    admission closed with `reason`, its objects deleted through the outbox (its volume kept),
+    its owner told after the commit. The caller holds the workload's lock."""
     event = workload_transition(workload, WorkloadState.CANCELLED, at=now,
-                                event_type=EventType.CANCELLED, code=EventCode.IDLE_STOPPED,
-                                message=message,
-                                payload={"idle_since": workload.idle_since.isoformat(),
-                                         "timeout_s": limit.timeout_s,
-                                         "threshold_pct": limit.threshold_pct})
+                                event_type=EventType.CANCELLED, code=code, message=message,
+                                payload=payload)
     workload.preempt_deadline = None
     workload.nomination = None
     workload.save(update_fields=["state", "state_changed_at", "finished_at",
                                  "preempt_deadline", "nomination"])
     event.save()
-    admission = admission_close(workload=workload, at=now, reason=EndReason.IDLE)
+    admission = admission_close(workload=workload, at=now, reason=reason)
     if admission is not None:
         outbox.messages_write([outbox.message_delete(
             admission_id=admission.pk, cluster_id=admission.cluster_id, at=now)])
-    transaction.on_commit(lambda: notify(
-        workload, f"Session {workload.name} was stopped idle",
-        f"{workload.name} in {workload.queue.path} was {message}. Its quota is released; "
-        "its files on its volume are kept: resubmit it to carry on."))
+    transaction.on_commit(lambda: notify(workload, subject, body))
 
 
 def sessions_cull(*, utilisation: Utilisation, now: datetime | None = None) -> CullReport:
