@@ -339,9 +339,12 @@ class WorkloadListCreateApi(generics.ListAPIView):
         payload: Any = request.data  # not a JSON object: a 400 from the service
         done = services.workload_submit_detailed(user=request.user, data=payload)
         # A rejection's reasons name no other workload: no names to look up.
-        return Response(workload_detail_data(done.workload, pod_sets=done.pod_sets,
-                                             events=done.events, admissions=[], names={}),
-                        status=status.HTTP_201_CREATED)
+        data = workload_detail_data(done.workload, pod_sets=done.pod_sets, events=done.events,
+                                    admissions=[], names={})
+        if done.gangs:  # split into gangs (a LeaderWorkerSet's groups): this is the first
+            data["gangs"] = [{"id": w.pk, "name": w.name, "state": str(w.state)}
+                             for w in done.gangs]
+        return Response(data, status=status.HTTP_201_CREATED)
 
 
 class WorkloadDetailApi(APIView):

@@ -262,6 +262,9 @@ class Kind:
     doc: str = ""
     placement_fn: Callable[[dict[str, Any], list[DerivedPodSet], list[Placement]], None] | None \
         = None
+    # A kind made of independent gangs (LeaderWorkerSet's replica groups): the manifest of
+    # each, admitted as a workload of its own; None: the whole object is one gang.
+    gangs_fn: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     @property
     def key(self) -> str:
@@ -282,6 +285,12 @@ class Kind:
         if not sets:
             raise ManifestError(self.kind, "spec", "no pods: every replica count is 0")
         return sets
+
+    def gangs(self, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        """The manifests of its independent gangs, each admitted on its own (one: itself)."""
+        if self.gangs_fn is None:
+            return [manifest]
+        return self.gangs_fn(manifest)
 
     def state(self, obj: Mapping[str, Any]) -> RunState:
         """Finished or failed, from the object's own status."""

@@ -6,6 +6,7 @@ them."""
 from __future__ import annotations
 
 import pytest
+from rest_framework.test import APIClient
 
 from scheduling.backends import registry
 from scheduling.backends.simulated.models import SimJob
@@ -90,3 +91,67 @@ def test_node_sync_records_served_kinds_and_the_fleet_page_shows_them(world, cli
     client.force_login(world.admin)
     page = client.get("/fleet/").content.decode()
     assert "Job (Volcano), Job, RayJob" in page
+
+
+def _lws(groups: int, size: int, gpus: int = 1) -> dict:
+    obj = manifest("LeaderWorkerSet")
+    obj["spec"]["replicas"] = groups
+    lwt = obj["spec"]["leaderWorkerTemplate"]
+    lwt["size"] = size
+    for key in ("leaderTemplate", "workerTemplate"):
+        resources = lwt[key]["spec"]["containers"][0]["resources"]
+        resources["requests"]["nvidia.com/gpu"] = resources["limits"]["nvidia.com/gpu"] = str(gpus)
+    return obj
+
+
+def test_each_lws_group_is_admitted_on_its_own_as_quota_allows(world):
+    # vision may use 24 GPUs: 12 of the 20 groups of 2 pods of one GPU fit, the rest wait.
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    resp = api.post("/api/v1/workloads", {"queue": "rd/vision", "manifest": _lws(20, 2),
+                                          "duration_hint_s": 3600}, format="json")
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert body["name"] == "vllm-0" and len(body["gangs"]) == 20
+    assert [g["name"] for g in body["gangs"]][-1] == "vllm-19"
+    assert [p["count"] for p in body["pod_sets"]] == [1, 1]
+    cycle_run(wait=True)
+    groups = Workload.objects.filter(labels__contains={"allot.io/gang-of": "vllm"})
+    running = [w for w in groups if w.state == S.RUNNING]
+    pending = [w for w in groups if w.state == S.PENDING]
+    assert (len(running), len(pending)) == (12, 8)
+    assert {w.reason_code for w in pending} == {"QUOTA_MAX"}
+    # Each admitted group runs whole on one cluster, as its own LeaderWorkerSet of one group.
+    for w in running:
+        admission = w.admissions.get(ended_at__isnull=True)
+        assert len(admission.nodes) == 2 and admission.gpus == 2
+        assert w.manifest["spec"]["replicas"] == 1
+        assert [j.pods for j in SimJob.objects.filter(workload_id=w.pk)] == [1, 1]
+    admitted = Admission.objects.filter(workload__in=groups, ended_at__isnull=True)
+    assert sum(a.gpus for a in admitted) == 24  # quota counts the admitted groups only
+
+
+def test_preemption_takes_whole_lws_groups(world):
+    obj = _lws(12, 2)
+    ws = workload_submit(user=world.alice, data={
+        "queue": "rd/vision", "manifest": obj, "priority_class": "batch-low",
+        "preemptible": True, "duration_hint_s": 3600}, nudge=False)
+    assert ws.name == "vllm-0"
+    cycle_run(wait=True)
+    groups = Workload.objects.filter(labels__contains={"allot.io/gang-of": "vllm"})
+    assert sorted({w.state for w in groups}) == [S.RUNNING]
+    urgent = workload_submit(user=world.alice, data={
+        "queue": "rd/vision", "name": "urgent", "priority_class": "inference-high",
+        "pods": [{"count": 1, "flavors": ["a100-80g"], "gpus": 3}], "image": "x",
+        "command": ["serve"]}, nudge=False)
+    cycle_run(wait=True)
+    victims = [w for w in Workload.objects.filter(pk__in=[g.pk for g in groups])
+               if w.state != S.RUNNING]
+    # 3 GPUs free up only with two whole groups of 2: never one pod of a group.
+    assert len(victims) == 2
+    for w in victims:
+        assert w.state in (S.PREEMPTING, S.PENDING)
+        assert not w.admissions.filter(ended_at__isnull=True, dispatched_at__isnull=False
+                                       ).exclude(workload__state=S.PREEMPTING).exists()
+    urgent.refresh_from_db()
+    assert urgent.state in (S.PENDING, S.RESERVED, S.RUNNING)
