@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from core.quantity import QuantityError, resource_quantities, to_base
 from scheduling import enqueue, extensions
+from scheduling.fleet import scaling
 from scheduling.locks import scheduling_lock
 from scheduling.models import (
     TERMINAL_STATES,
@@ -221,6 +222,17 @@ def workload_update(
     request meanwhile.
     """
     _check_fields(changes, UPDATE_FIELDS, "an update")
+    if (workload.state == S.RUNNING and scaling.scalable(workload.kind)
+            and set(changes) == {"manifest"}):
+        # A running Deployment or StatefulSet scales: its added pods are a new admission.
+        if not user_may_manage(user, workload):
+            raise PermissionDenied("only the owner, a lead of its team or an admin may scale "
+                                   f"workload {workload.name}")
+        w = scaling.workload_scale(user=user, workload=workload, manifest=changes["manifest"],
+                                   now=now)
+        return UpdateOutcome(
+            Workload.objects.select_related("queue", "team", "owner", "priority_class")
+            .prefetch_related("pod_sets").get(pk=w.pk), [], ["manifest"])
     with scheduling_lock(wait=True):
         now = now or timezone.now()  # read once the lock is held: after what a cycle wrote
         w = _locked(user, workload)

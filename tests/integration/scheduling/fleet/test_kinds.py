@@ -5,15 +5,19 @@ them."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from rest_framework.test import APIClient
 
 from scheduling.backends import registry
 from scheduling.backends.simulated.models import SimJob
+from scheduling.fleet.dispatch import cluster_dispatch
 from scheduling.fleet.sync import sync_nodes
 from scheduling.models import Admission, Cluster, EventType, Workload, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
+from tests.integration.scheduling.world import request
 from tests.manifests import manifest
 
 S = WorkloadState
@@ -155,3 +159,95 @@ def test_preemption_takes_whole_lws_groups(world):
                                        ).exclude(workload__state=S.PREEMPTING).exists()
     urgent.refresh_from_db()
     assert urgent.state in (S.PENDING, S.RESERVED, S.RUNNING)
+
+
+def _deployment(replicas: int, gpus: int = 8) -> dict:
+    obj = manifest("Deployment")
+    obj["spec"]["replicas"] = replicas
+    res = obj["spec"]["template"]["spec"]["containers"][0]["resources"]
+    res["requests"]["nvidia.com/gpu"] = res["limits"]["nvidia.com/gpu"] = str(gpus)
+    return obj
+
+
+def _scale(api, w, replicas: int):
+    obj = copy.deepcopy(Workload.objects.get(pk=w.pk).manifest)
+    obj["spec"]["replicas"] = replicas
+    return api.patch(f"/api/v1/workloads/{w.pk}", {"manifest": obj}, format="json")
+
+
+def _open(w) -> Admission:
+    return Admission.objects.get(workload=w, ended_at__isnull=True)
+
+
+def test_a_deployment_scaled_through_the_api_is_admitted_pod_by_pod(world):
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    w = workload_submit(user=world.alice, data={"queue": "rd/vision",
+                                                "manifest": _deployment(4, gpus=4)}, nudge=False)
+    workload_submit(user=world.alice, data=request("filler", gpus=8), nudge=False)
+    cycle_run(wait=True)
+    w.refresh_from_db()
+    assert w.state == S.RUNNING, (w.state, w.reason_message)
+    assert _open(w).gpus == 16  # with the filler, vision's max (24) is used
+
+    # Scaled up: the added pod is a new admission, waiting with its reason.
+    resp = _scale(api, w, 5)
+    assert resp.status_code == 200, resp.content
+    up = Workload.objects.get(labels__contains={"allot.io/scale-of": str(w.pk)})
+    assert (up.name, up.state) == ("infer-scale-1", S.PENDING)
+    assert [(p.count, p.gpus) for p in up.pod_sets.all()] == [(1, 4)]
+    assert up.labels["allot.io/cluster"] == _open(w).cluster.name
+    cycle_run(wait=True)
+    up.refresh_from_db()
+    assert up.state == S.PENDING and up.reason_code == "QUOTA_MAX"
+    assert _open(w).gpus == 16 and w.pod_sets.get().count == 4
+
+    # Scaled down below what is admitted: the waiting pod is dropped and one admitted pod's
+    # quota released at once (no cycle needed).
+    assert _scale(api, w, 3).status_code == 200
+    up.refresh_from_db()
+    assert up.state == S.CANCELLED
+    adm = _open(w)
+    assert (adm.gpus, len(adm.nodes), w.pod_sets.get().count) == (12, 3, 3)
+    assert SimJob.objects.get(workload_id=w.pk).pods == 3
+    scaled = w.events.filter(type=EventType.UPDATED).order_by("pk").last()
+    assert "4 -> 3 pods; the quota of 1 pods (4 GPUs) released" in scaled.message
+
+    # Scaled up again with room: admitted by the next cycle, merged into the running one.
+    assert _scale(api, w, 4).status_code == 200
+    up2 = Workload.objects.get(labels__contains={"allot.io/scale-of": str(w.pk)},
+                               state=S.PENDING)
+    cycle_run(wait=True)
+    up2.refresh_from_db()
+    assert up2.state == S.RESERVED  # admitted; merged by the dispatch pass after the cycle
+    cluster_dispatch(cluster_id=_open(w).cluster_id)
+    up2.refresh_from_db()
+    assert up2.state == S.FINISHED, (up2.state, up2.reason_message)
+    assert "joined infer" in up2.events.get(type=EventType.FINISHED).message
+    w.refresh_from_db()
+    adm = _open(w)
+    assert w.state == S.RUNNING and (adm.gpus, len(adm.nodes)) == (16, 4)
+    assert w.pod_sets.get().count == 4
+    assert SimJob.objects.get(workload_id=w.pk).pods == 4
+    assert Workload.objects.get(pk=w.pk).manifest["spec"]["replicas"] == 4
+    # Each size is its own admission interval (metering bills each for its own time).
+    assert list(w.admissions.order_by("pk").values_list("gpus", flat=True)) == [16, 12, 16]
+
+
+def test_a_running_deployment_may_change_only_its_replicas(world):
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    w = workload_submit(user=world.alice, data={"queue": "rd/vision",
+                                                "manifest": _deployment(1)}, nudge=False)
+    cycle_run(wait=True)
+    obj = copy.deepcopy(Workload.objects.get(pk=w.pk).manifest)
+    obj["spec"]["template"]["spec"]["containers"][0]["image"] = "other:2"
+    resp = api.patch(f"/api/v1/workloads/{w.pk}", {"manifest": obj}, format="json")
+    assert resp.status_code == 400
+    assert "only spec.replicas may change (1 now)" in resp.json()["manifest"][0]
+    obj = copy.deepcopy(Workload.objects.get(pk=w.pk).manifest)
+    obj["spec"]["replicas"] = "many"
+    resp = api.patch(f"/api/v1/workloads/{w.pk}", {"manifest": obj}, format="json")
+    assert resp.status_code == 400
+    assert "'many' is not a whole number" in resp.json()["manifest.spec.replicas"][0]
+    assert not Workload.objects.filter(labels__has_key="allot.io/scale-of").exists()
