@@ -5,6 +5,7 @@ reserved to running to finished or failed, and releases what a cluster lost.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -116,7 +117,7 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
     return report
 
 
-def _follow_scaling(cluster: Cluster, backend: object, rows: list[dict[str, Any]],
+def _follow_scaling(cluster: Cluster, backend: object, rows: Sequence[Mapping[str, Any]],
                     statuses: list[Any], now: datetime | None) -> None:
     """A running scalable workload (Deployment, StatefulSet) whose object now asks another
     number of pods than admitted (or with scale-ups waiting): a scale-up queued, a scale-down's
