@@ -30,6 +30,7 @@ from scheduling.models import (
 from scheduling.request.approvals import approval_reason, approval_thresholds
 from scheduling.request.check import RequestChecker
 from scheduling.request.lookups import SubmitLookups, policy_priority_class
+from scheduling.request.manifests import gang_manifests
 from scheduling.request.names import names_unique
 from scheduling.request.validation import (
     MAX_NAME,
@@ -315,27 +316,21 @@ def _gangs(clean: dict[str, Any], where: str) -> list[dict[str, Any]]:
     its own named `<name>-<group>` and labelled with the whole's name and its group index
     (a LeaderWorkerSet's replica groups); as it is when it is one gang, or adopted from a
     cluster (its one object there is the user's)."""
-    kind = kinds.kind_named(clean["kind"]) if clean["kind"] else None
-    if kind is None or kind.gangs_fn is None or LABEL_OBJECT in clean["labels"]:
+    if not clean["kind"] or LABEL_OBJECT in clean["labels"]:
         return [clean]
-    manifests = kind.gangs(clean["manifest"])
-    if len(manifests) == 1:
+    gangs = gang_manifests(clean["kind"], clean["manifest"], clean["pods"])
+    if len(gangs) == 1:
         return [clean]
     name = clean["name"]
-    longest = f"{name}-{len(manifests) - 1}"
+    longest = f"{name}-{len(gangs) - 1}"
     if len(longest) > MAX_NAME:
+        kind = kinds.KINDS[clean["kind"]].kind
         raise ValidationError({f"{where}name": [
-            f"{name!r}: {len(manifests)} {kind.kind} groups are named {name}-0 .. {longest}, "
+            f"{name!r}: {len(gangs)} {kind} groups are named {name}-0 .. {longest}, "
             f"{len(longest)} characters > {MAX_NAME}: give a shorter name"]})
-    out = []
-    for index, manifest in enumerate(manifests):
-        counts = [s.count for s in kind.derive(manifest)]
-        out.append({
-            **clean, "name": f"{name}-{index}", "manifest": manifest,
-            "labels": {**clean["labels"], LABEL_GANG_OF: name, LABEL_GANG: str(index)},
-            "pods": [{**p, "count": count} for p, count in zip(clean["pods"], counts,
-                                                                strict=True)]})
-    return out
+    return [{**clean, "name": f"{name}-{index}", "manifest": manifest, "pods": pods,
+             "labels": {**clean["labels"], LABEL_GANG_OF: name, LABEL_GANG: str(index)}}
+            for index, (manifest, pods) in enumerate(gangs)]
 
 
 def _refuse_names_twice(cleans: list[dict[str, Any]]) -> None:

@@ -156,3 +156,19 @@ def test_lws_group_names_too_long_is_400_nothing_saved(world):
     problem = resp.json()["name"][0]
     assert "100 LeaderWorkerSet groups" in problem and "65 characters > 63" in problem
     assert not Workload.objects.exists()
+
+
+def test_an_lws_preview_judges_one_group(world):
+    # 20 groups of a leader and a worker of 8 GPUs: 320 GPUs in all never fit one cluster,
+    # but each group is a workload of its own, and one group (16 GPUs) fits.
+    api = client_for(world.alice)
+    obj = manifest("LeaderWorkerSet")
+    obj["spec"]["replicas"] = 20
+    obj["spec"]["leaderWorkerTemplate"]["size"] = 2
+    resp = api.post("/api/v1/workloads/preview", {"queue": "rd/vision", "manifest": obj},
+                    format="json")
+    assert resp.status_code == 200, resp.content
+    body = resp.json()
+    assert body["gpus"] == "16"
+    assert body["flavors"][0]["possible"] is True and body["flavor"] == "a100-80g"
+    assert not Workload.objects.exists()
