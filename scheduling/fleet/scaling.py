@@ -130,6 +130,10 @@ def workload_scaled(*, workload_id: int, cluster: Cluster, replicas: int,
         return None
     events: list[WorkloadEvent] = []
     out = None
+    if isinstance(w.manifest, dict) and isinstance(w.manifest.get("spec"), dict):
+        # The object's count, kept: a dispatch elsewhere (after a preemption) makes it again.
+        w.manifest["spec"]["replicas"] = replicas
+        w.save(update_fields=["manifest"])
     if replicas > asked:
         events += _scale_up(w, ps, adm, cluster, replicas - asked, now, actor)
     else:

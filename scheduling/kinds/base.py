@@ -363,8 +363,9 @@ class Kind:
             meta["annotations"][ANNOTATION_ADMITTED] = "false"
         obj["metadata"] = meta
         sets = self.derive(obj)
-        if self.scalable:
-            meta["annotations"][ANNOTATION_ADMITTED_PODS] = str(sum(s.count for s in sets))
+        if self.scalable:  # all of them, unless the caller says how many are admitted
+            meta["annotations"].setdefault(ANNOTATION_ADMITTED_PODS,
+                                           str(sum(s.count for s in sets)))
         if self.placement_fn is not None:
             self.placement_fn(obj, sets, placements)
         else:

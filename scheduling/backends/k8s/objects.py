@@ -120,11 +120,12 @@ class ObjectsMixin(KubeClient):
         labels = job_labels(workload_id=spec.workload_id, queue_path=spec.queue_path,
                             pod_set_index=0, flavor=spec.pod_sets[0].flavor)
         labels.pop(LABEL_POD_SET)
+        annotations = {**spec.annotations, "allot.io/workload-name": spec.name}
+        if kind.scalable:  # the object may ask more (a scale-up waiting): these are admitted
+            annotations[ANNOTATION_ADMITTED_PODS] = str(sum(p.count for p in spec.pod_sets))
         try:
             body = kind.prepare(spec.manifest, name=ref.object_name, namespace=spec.namespace,
-                                labels=labels, annotations={**spec.annotations,
-                                                            "allot.io/workload-name": spec.name},
-                                placements=placements)
+                                labels=labels, annotations=annotations, placements=placements)
         except kinds.ManifestError as exc:
             raise DispatchRefused(RefusalReason.INVALID, f"workload {spec.workload_id}: "
                                   f"{exc}") from exc

@@ -6,6 +6,8 @@ serve refused at dispatch."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from scheduling import kinds
@@ -217,3 +219,15 @@ def test_a_scaled_object_ungates_only_its_admitted_pods(kube, backend, name):
         kube.state.patch_pod(NS, pod["metadata"]["name"], [
             {"op": "replace", "path": "/spec/schedulingGates",
              "value": [{"name": SCHEDULING_GATE}]}], "application/json-patch+json")
+
+
+def test_a_scalable_object_asking_more_than_admitted_starts_only_those(kube, backend):
+    # Made again after a preemption while a scale-up waits: 3 replicas, 2 admitted.
+    kind, spec = kind_spec("Deployment")
+    obj = manifest("Deployment")
+    assert obj["spec"]["replicas"] == 3
+    admitted = (dataclasses.replace(spec.pod_sets[0], count=2, nodes=NODES),)
+    ref = backend.create_workload(dataclasses.replace(spec, pod_sets=admitted))
+    assert stored(kube, kind)["metadata"]["annotations"]["allot.io/admitted-pods"] == "2"
+    backend.start_workload(ref)
+    assert _gates(kube) == [False, False, True]

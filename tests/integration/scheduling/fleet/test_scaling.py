@@ -89,6 +89,8 @@ def test_a_deployment_scaled_on_the_cluster_is_admitted_and_released(world, kube
     assert up.state == S.PENDING and up.labels["allot.io/cluster"] == "bj"
     assert [(p.count, p.gpus) for p in up.pod_sets.all()] == [(2, Decimal(4))]
     assert _pods(kube, w) == (4, 2)
+    w.refresh_from_db()
+    assert w.manifest["spec"]["replicas"] == 6  # kept: a dispatch elsewhere makes it so
     cycle_run(wait=True)
     up.refresh_from_db()
     assert up.state == S.PENDING and up.reason_code  # no room on bj: it says why
