@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from core.quantity import QuantityError, resource_quantities, to_base
 from scheduling import enqueue, extensions
+from scheduling.backends.naming import LABEL_GANG_OF
 from scheduling.fleet import scaling
 from scheduling.locks import scheduling_lock
 from scheduling.models import (
@@ -44,6 +45,7 @@ from scheduling.request.approvals import approval_reason
 from scheduling.request.cancel import user_may_manage
 from scheduling.request.check import RequestChecker
 from scheduling.request.lookups import SubmitLookups, policy_priority_class
+from scheduling.request.manifests import gang_manifests
 from scheduling.request.submission import workload_submit
 from scheduling.request.validation import _validate, gpus_shown
 
@@ -208,6 +210,17 @@ class UpdateOutcome:
     changed: list[str] = field(default_factory=list)
 
 
+def _keep_one_group(w: Workload, clean: Mapping[str, Any]) -> None:
+    """A workload that is one group of a kind of independent gangs (a LeaderWorkerSet's)
+    stays one group: more groups are another submission."""
+    if LABEL_GANG_OF not in (w.labels or {}) or not clean["kind"]:
+        return
+    if len(gang_manifests(clean["kind"], clean["manifest"], clean["pods"])) > 1:
+        raise ValidationError({"manifest.spec.replicas": [
+            f"{w.name} is one group of {w.labels[LABEL_GANG_OF]}: its replicas stay 1; "
+            "submit more groups as another LeaderWorkerSet"]})
+
+
 @transaction.atomic
 def workload_update(
     *, user: Any, workload: Workload, changes: Mapping[str, Any], now: datetime | None = None,
@@ -244,6 +257,7 @@ def workload_update(
         data = {**previous, **changes}
         lookups = SubmitLookups(user)
         clean = _validate(user, data, lookups)
+        _keep_one_group(w, clean)
         changed = _changed(changes, previous)
         if not changed:
             return UpdateOutcome(w)

@@ -4,7 +4,10 @@ naming the kind, the path and the problem with nothing saved."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+from django.core.exceptions import ValidationError
 from rest_framework.test import APIClient
 
 from quotas.models import Flavor
@@ -172,3 +175,20 @@ def test_an_lws_preview_judges_one_group(world):
     assert body["gpus"] == "16"
     assert body["flavors"][0]["possible"] is True and body["flavor"] == "a100-80g"
     assert not Workload.objects.exists()
+
+
+def test_an_lws_group_stays_one_group_when_updated(world):
+    from scheduling import services
+
+    obj = manifest("LeaderWorkerSet")
+    obj["spec"]["leaderWorkerTemplate"]["size"] = 2
+    body = client_for(world.alice).post("/api/v1/workloads", {
+        "queue": "rd/vision", "manifest": obj}, format="json").json()
+    w = Workload.objects.get(pk=body["id"])
+    more = copy.deepcopy(w.manifest)
+    more["spec"]["replicas"] = 3
+    with pytest.raises(ValidationError) as caught:
+        services.workload_update(user=world.alice, workload=w, changes={"manifest": more})
+    assert "vllm-0 is one group of vllm: its replicas stay 1" in str(
+        caught.value.message_dict["manifest.spec.replicas"])
+    assert Workload.objects.get(pk=w.pk).manifest["spec"]["replicas"] == 1
