@@ -239,6 +239,21 @@ def workload_list_data(obj: Workload, *, pod_sets: list[Any] | None = None,
     }
 
 
+class GangSerializer(serializers.Serializer):
+    """One workload of a submission split into gangs (a LeaderWorkerSet's replica group)."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    state = serializers.CharField()
+
+
+class WorkloadSubmittedSerializer(WorkloadDetailSerializer):
+    """A submission's 201 answer: the workload's detail; split into gangs (a LeaderWorkerSet
+    of several groups), the first one's, with every gang's workload in `gangs`."""
+
+    gangs = GangSerializer(many=True, required=False)
+
+
 def workload_detail_data(obj: Workload, *, pod_sets: list[Any] | None = None,
                          events: list[Any] | None = None,
                          admissions: list[Any] | None = None,
@@ -332,7 +347,7 @@ class WorkloadListCreateApi(generics.ListAPIView):
         with changes.pinned():
             return super().dispatch(request, *args, **kwargs)
 
-    @extend_schema(request=WorkloadInputSerializer, responses={201: WorkloadDetailSerializer})
+    @extend_schema(request=WorkloadInputSerializer, responses={201: WorkloadSubmittedSerializer})
     def post(self, request: Request) -> Response:
         # The service validates the input (400 naming each bad field, nothing saved) and hands
         # back what it wrote, so the answer needs no read-back.
