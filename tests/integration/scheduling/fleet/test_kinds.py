@@ -233,6 +233,13 @@ def test_a_deployment_scaled_through_the_api_is_admitted_pod_by_pod(world):
     # Each size is its own admission interval (metering bills each for its own time).
     assert list(w.admissions.order_by("pk").values_list("gpus", flat=True)) == [16, 12, 16]
 
+    # Scaled to zero: it holds nothing and keeps serving nothing until scaled up again.
+    assert _scale(api, w, 0).status_code == 200
+    assert (_open(w).gpus, _open(w).nodes) == (0, [])
+    cycle_run(wait=True)
+    w.refresh_from_db()
+    assert w.state == S.RUNNING
+
 
 def test_a_running_deployment_may_change_only_its_replicas(world):
     api = APIClient()
