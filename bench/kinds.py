@@ -6,8 +6,13 @@
    GPU) and a LeaderWorkerSet of 100 groups of 8 (100 leaders and 700 workers of one GPU),
    each accepted pending on a fleet of 1,280 GPUs.
 2. The pod-set derivation alone of the same manifests (scheduling.kinds).
-3. Creating the JobSet and the LeaderWorkerSet on a Kubernetes cluster (the backend against
-   the API double, loopback HTTP): the object with its placement for 1,000 pods.
+3. A LeaderWorkerSet of 100 groups of 8 is 100 workloads, one gang per group: the API
+   latency of submitting it (the 201 lists the 100 groups) and the scheduling cycle that
+   admits it on a quota with room for 60 groups (480 GPUs): cycle time, groups admitted,
+   the others' reason; then the next cycle (nothing new to admit).
+4. Creating the JobSet and the LeaderWorkerSet on a Kubernetes cluster (the backend against
+   the API double, loopback HTTP): the object with its placement for 1,000 pods (an LWS group
+   is one object of one group since each group is a workload: its figure is that of 8 pods).
 
 Runs on a throwaway PostgreSQL test database (BENCH_KINDS_DB, default
 test_allot_bench_kinds). BENCH_N: submissions per shape (default 40).
@@ -143,6 +148,45 @@ def api_figures(user: Any) -> None:
               f"   ({', '.join(sorted(states))})")
 
 
+def lws_cycle_figures(user: Any, runs: int = 3) -> None:
+    from rest_framework.test import APIClient
+
+    from quotas.models import QuotaEntry
+    from scheduling.models import Workload
+    from scheduling.workers.cycle import cycle_run
+
+    client = APIClient()
+    client.force_authenticate(user)
+    obj = manifests()["LWS 100 groups of 8"]
+    QuotaEntry.objects.filter(queue__name="rd").update(max=Decimal(480))  # 60 groups of 8
+    post_ms, cycle_ms, idle_ms, outcome = [], [], [], ""
+    for run in range(runs):
+        Workload.objects.all().delete()
+        cycle_run(wait=True)  # an empty cycle first: the next one is the LWS's alone
+        start = time.perf_counter()
+        resp = client.post("/api/v1/workloads", {"queue": "rd/vision", "manifest": obj,
+                                                 "name": f"lws{run}"}, format="json")
+        post_ms.append((time.perf_counter() - start) * 1000)
+        assert resp.status_code == 201 and len(resp.json()["gangs"]) == 100, resp.content[:300]
+        start = time.perf_counter()
+        cycle_run(wait=True)
+        cycle_ms.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        cycle_run(wait=True)
+        idle_ms.append((time.perf_counter() - start) * 1000)
+        groups = Workload.objects.filter(name__startswith=f"lws{run}-")
+        states: dict[str, int] = {}
+        for state in groups.values_list("state", flat=True):
+            states[state] = states.get(state, 0) + 1
+        reasons = sorted(set(groups.filter(state="pending").values_list("reason_code",
+                                                                        flat=True)))
+        outcome = f"{states}, waiting: {', '.join(reasons) or '-'}"
+    print(f"LWS 100 groups of 8 on a quota of 60 groups, {runs} runs (median ms):")
+    print(f"  POST (100 workloads)          {statistics.median(post_ms):7.1f}")
+    print(f"  cycle admitting it            {statistics.median(cycle_ms):7.1f}   ({outcome})")
+    print(f"  next cycle                    {statistics.median(idle_ms):7.1f}")
+
+
 def derivation_figures() -> None:
     from scheduling import kinds
 
@@ -159,7 +203,7 @@ def dispatch_figures() -> None:
     from scheduling.backends.k8s import KubernetesBackend
     from tests.k8s_double import KubeDouble
 
-    print("create on a Kubernetes cluster (API double on loopback), 5 runs (median ms):")
+    print("create on a Kubernetes cluster (API double on loopback), 3 runs (median ms):")
     with KubeDouble() as kube:
         for i in range(NODES):
             kube.state.add_node(f"c0-n{i}", labels={"allot.io/flavor": "a100-80g"}, gpus=8)
@@ -168,21 +212,24 @@ def dispatch_figures() -> None:
             if label.startswith("PyTorchJob"):
                 continue
             kind = kinds.kind_of(obj)
-            sets = kind.derive(obj)
+            gangs = kind.gangs(obj)  # an LWS: one object per group, each its own workload
+            sets = kind.derive(gangs[0])
             pod_sets = tuple(PodSetSpec(
                 index=i, count=s.count, flavor="a100-80g", gpus=s.gpus, cpu=s.cpu,
                 memory_gib=s.memory_gib, node_selector={"allot.io/flavor": "a100-80g"},
                 nodes=tuple(f"c0-n{k % NODES}" for k in range(s.count)))
                 for i, s in enumerate(sets))
             runs = []
-            for n in range(5):
-                spec = WorkloadSpec(workload_id=100 + n, name="bench", namespace="rd-vision",
-                                    queue_path="rd/vision", pod_sets=pod_sets, kind=kind.key,
-                                    manifest=obj)
+            for n in range(3):
                 start = time.perf_counter()
-                backend.create_workload(spec)
+                for g, gang in enumerate(gangs):
+                    spec = WorkloadSpec(workload_id=1000 * (n + 1) + g, name="bench",
+                                        namespace="rd-vision", queue_path="rd/vision",
+                                        pod_sets=pod_sets, kind=kind.key, manifest=gang)
+                    backend.create_workload(spec)
                 runs.append((time.perf_counter() - start) * 1000)
-            print(f"  {label:28s} {statistics.median(runs):7.1f}")
+            what = f"({len(gangs)} objects)" if len(gangs) > 1 else ""
+            print(f"  {label:28s} {statistics.median(runs):7.1f}   {what}")
 
 
 def main() -> None:
@@ -195,6 +242,7 @@ def main() -> None:
         user = build_fleet()
         api_figures(user)
         derivation_figures()
+        lws_cycle_figures(user)
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     dispatch_figures()

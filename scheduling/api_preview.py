@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from scheduling.api_workloads import WorkloadInputSerializer
 from scheduling.request.lookups import SubmitLookups
+from scheduling.request.manifests import gang_manifests
 from scheduling.request.preview import workload_preview
 from scheduling.request.validation import _validate, gpus_shown
 
@@ -53,9 +54,10 @@ class WorkloadPreviewApi(APIView):
     def post(self, request: Request) -> Response:
         payload: Any = request.data  # not a JSON object: a 400 from the validation
         clean = _validate(request.user, payload, SubmitLookups(request.user))
+        # A kind whose groups are workloads of their own (a LeaderWorkerSet): one group's.
+        _, pods = gang_manifests(clean["kind"], clean["manifest"], list(clean["pods"]))[0]
         submission: dict[str, Any] = {
-            **clean, "priority_class": clean["priority_class"].name,
-            "pods": list(clean["pods"]),
+            **clean, "priority_class": clean["priority_class"].name, "pods": list(pods),
         }
         preview = workload_preview(queue=clean["queue"], submission=submission,
                                    now=timezone.now())

@@ -245,6 +245,21 @@ def workload_list_data(obj: Workload, *, pod_sets: list[Any] | None = None,
     }
 
 
+class GangSerializer(serializers.Serializer):
+    """One workload of a submission split into gangs (a LeaderWorkerSet's replica group)."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    state = serializers.CharField()
+
+
+class WorkloadSubmittedSerializer(WorkloadDetailSerializer):
+    """A submission's 201 answer: the workload's detail; split into gangs (a LeaderWorkerSet
+    of several groups), the first one's, with every gang's workload in `gangs`."""
+
+    gangs = GangSerializer(many=True, required=False)
+
+
 def workload_detail_data(obj: Workload, *, pod_sets: list[Any] | None = None,
                          events: list[Any] | None = None,
                          admissions: list[Any] | None = None,
@@ -338,16 +353,19 @@ class WorkloadListCreateApi(generics.ListAPIView):
         with changes.pinned():
             return super().dispatch(request, *args, **kwargs)
 
-    @extend_schema(request=WorkloadInputSerializer, responses={201: WorkloadDetailSerializer})
+    @extend_schema(request=WorkloadInputSerializer, responses={201: WorkloadSubmittedSerializer})
     def post(self, request: Request) -> Response:
         # The service validates the input (400 naming each bad field, nothing saved) and hands
         # back what it wrote, so the answer needs no read-back.
         payload: Any = request.data  # not a JSON object: a 400 from the service
         done = services.workload_submit_detailed(user=request.user, data=payload)
         # A rejection's reasons name no other workload: no names to look up.
-        return Response(workload_detail_data(done.workload, pod_sets=done.pod_sets,
-                                             events=done.events, admissions=[], names={}),
-                        status=status.HTTP_201_CREATED)
+        data = workload_detail_data(done.workload, pod_sets=done.pod_sets, events=done.events,
+                                    admissions=[], names={})
+        if done.gangs:  # split into gangs (a LeaderWorkerSet's groups): this is the first
+            data["gangs"] = [{"id": w.pk, "name": w.name, "state": str(w.state)}
+                             for w in done.gangs]
+        return Response(data, status=status.HTTP_201_CREATED)
 
 
 class WorkloadDetailApi(APIView):

@@ -13,7 +13,7 @@ from quotas.models import Flavor, Queue
 from scheduling import kinds
 from scheduling.forms import SchedulingFields
 from scheduling.request import validation as limits
-from scheduling.request.manifests import derived_pods_data, validate_manifest
+from scheduling.request.manifests import derived_pods_data, gang_manifests, validate_manifest
 
 
 class ManifestRequestForm(SchedulingFields):
@@ -98,8 +98,10 @@ class ManifestRequestForm(SchedulingFields):
         return submission
 
     def preview_submission(self) -> dict[str, Any]:
-        """What the live preview reads: the submission with its derived pod sets."""
+        """What the live preview reads: the submission with its derived pod sets (one
+        group's, for a kind whose groups are workloads of their own: a LeaderWorkerSet)."""
         d = self.cleaned_data
         meta = d["manifest"].get("metadata") or {}
+        _, pods = gang_manifests(self.kind, d["manifest"], d["pods"])[0]
         return {**self.as_submission(), "name": d.get("name") or meta.get("name") or "draft",
-                "topology": {}, "pods": d["pods"]}
+                "topology": {}, "pods": pods}

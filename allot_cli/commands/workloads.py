@@ -72,8 +72,19 @@ def run_submit(ctx: Context) -> int:
         raise CliError(Exit.REFUSED, f"{w['name']} (#{w['id']}) was rejected:\n{reasons}")
     emit(w, ctx.output, lambda: "\n".join(
         [f"Submitted {w['name']} (#{w['id']}): {w['state']} in {w['queue']}, {w['gpus']} GPUs."]
-        + [f"  {line}" for line in _position(w, now)]))
+        + [f"  {line}" for line in _position(w, now)] + gangs_lines(w)))
     return Exit.OK
+
+
+def gangs_lines(w: dict[str, Any]) -> list[str]:
+    """A submission split into gangs (a LeaderWorkerSet's groups): how many, which ids."""
+    gangs = w.get("gangs") or []
+    if len(gangs) < 2:
+        return []
+    first, last = gangs[0], gangs[-1]
+    return [f"{len(gangs)} groups, each a workload admitted on its own: {first['name']} "
+            f"(#{first['id']}) .. {last['name']} (#{last['id']}); the figures above are one "
+            "group's."]
 
 
 def _reason_code(w: dict[str, Any]) -> str:

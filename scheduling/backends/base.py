@@ -300,6 +300,20 @@ class ServedKinds(Protocol):
         ...
 
 
+@runtime_checkable
+class ScalableObjects(Protocol):
+    """An optional capability: scaling the object of a scalable kind (Deployment,
+    StatefulSet) and lifting the gate from as many of its pods as are admitted."""
+
+    def admit_pods(self, ref: WorkloadRef, count: int) -> None:
+        """`count` pods of the object are admitted: lift the gate from that many."""
+        ...
+
+    def scale_object(self, ref: WorkloadRef, replicas: int) -> None:
+        """Set the object's replicas."""
+        ...
+
+
 @dataclass(frozen=True)
 class PriorityClassSpec:
     """A PriorityClass to keep on every cluster."""

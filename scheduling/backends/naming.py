@@ -18,6 +18,12 @@ LABEL_KIND = "allot.io/kind"  # a simulated Job's workload kind (apiVersion/Kind
 # the name of its object there (created by the user, not by Allot).
 LABEL_PINNED_CLUSTER = "allot.io/cluster"
 LABEL_OBJECT = "allot.io/object"
+# On each workload of a kind of independent gangs (a LeaderWorkerSet's replica groups): the
+# name of the whole it was submitted as, and its group index there.
+LABEL_GANG_OF = "allot.io/gang-of"
+LABEL_GANG = "allot.io/gang"
+# On a scale-up of a running scalable workload (a Deployment's added pods): its id.
+LABEL_SCALE_OF = "allot.io/scale-of"
 MANAGED_BY = "allot"
 # A simulated cluster's pods report this GPU utilisation (percent) instead of the one their
 # name gives (the demo's and the tests' quiet notebook); a workload label, passed to its Jobs.

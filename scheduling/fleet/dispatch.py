@@ -33,9 +33,11 @@ from scheduling.backends.base import (
     DispatchOutcome,
     DispatchRefused,
     PodSetSpec,
+    ScalableObjects,
     WorkloadSpec,
 )
-from scheduling.backends.naming import LABEL_OBJECT, LABEL_SIM_GPU_UTIL
+from scheduling.backends.naming import LABEL_OBJECT, LABEL_SCALE_OF, LABEL_SIM_GPU_UTIL
+from scheduling.fleet import scaling
 from scheduling.fleet.refs import (
     penalty,
     penalty_s,
@@ -167,6 +169,12 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
 def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime | None,
                     report: DispatchReport) -> None:
     backend = registry.get_backend(cluster)
+    ups = [r for r in rows if LABEL_SCALE_OF in (r.get("workload__labels") or {})]
+    if ups:
+        _merge_scale_ups(cluster, backend, ups, now, report)
+        rows = [r for r in rows if r not in ups]
+        if not rows:
+            return
     pod_sets: dict[int, list[Any]] = {}
     for ps in PodSet.objects.filter(workload_id__in=[r["workload_id"] for r in rows]).order_by(
             "workload_id", "index").values("workload_id", *POD_SET_FIELDS):
@@ -207,6 +215,23 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
         enqueue.cycle_nudge()
 
 
+def _merge_scale_ups(cluster: Cluster, backend: Any, rows: list[dict[str, Any]],
+                     now: datetime | None, report: DispatchReport) -> None:
+    """Admitted scale-ups create nothing: they join their running workload (scaling.py) and
+    the cluster lifts the gate from that many more of its pods."""
+    with scheduling_lock(wait=True):
+        told = scaling.scale_ups_merge(cluster=cluster, admission_ids=[r["pk"] for r in rows],
+                                       now=now or timezone.now())
+    report.started.extend(r["workload_id"] for r in rows)
+    if not isinstance(backend, ScalableObjects):
+        return
+    for pods in told:
+        try:
+            backend.admit_pods(pods.ref, pods.count)
+        except BackendError as exc:  # the next status read lifts what is admitted
+            logger.warning("cluster %s: admit pods failed: %s", cluster.name, exc)
+
+
 def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
                       events: list[WorkloadEvent], report: Any) -> None:
     """Phase two inside the cycle's transaction, for clusters whose state lives in this
@@ -226,11 +251,16 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
     for adm in admissions:
         by_cluster.setdefault(adm.cluster_id, []).append(adm)
     clusters = {c.pk: c for c in parts.clusters.values()}
-    for cluster_id, adms in by_cluster.items():
+    for cluster_id, all_adms in by_cluster.items():
         cluster = clusters[cluster_id]
         backend = registry.get_backend(cluster)
         if not (isinstance(backend, BatchDispatch)
                 and getattr(backend, "joins_transaction", False)):
+            continue
+        # Scale-ups are merged by the pass after commit (it reads their saved admissions).
+        adms = [a for a in all_adms if LABEL_SCALE_OF not in (
+            parts.workloads[str(a.workload_id)].labels or {})]
+        if not adms:
             continue
         workloads = [parts.workloads[str(a.workload_id)] for a in adms]
         previous = frozenset(Admission.objects.filter(
@@ -289,7 +319,7 @@ def dispatch_in_cycle(*, now: datetime, admissions: list[Admission], parts: Any,
         # The database refuses pending -> running (its transitions trigger): these rows pass
         # through reserved, as the workloads did here; the cycle then writes them running.
         workloads_move(running, S.PENDING, S.RESERVED, at=now)
-        if handled == len(adms):
+        if handled == len(all_adms):
             report.dispatch_clusters.discard(cluster_id)
 
 

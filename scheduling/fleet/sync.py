@@ -5,8 +5,10 @@ reserved to running to finished or failed, and releases what a cluster lost.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.utils import timezone
 
@@ -19,10 +21,12 @@ from scheduling.backends.base import (
     BackendError,
     FlavorMatch,
     RunPhase,
+    ScalableObjects,
     ServedKinds,
     WorkloadRef,
 )
-from scheduling.backends.naming import LABEL_OBJECT
+from scheduling.backends.naming import LABEL_OBJECT, LABEL_SCALE_OF
+from scheduling.fleet import scaling
 from scheduling.locks import (
     scheduling_lock,
 )
@@ -98,6 +102,7 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
     except BackendError as exc:
         logger.warning("cluster %s: workload status failed: %s", cluster.name, exc)
         return report
+    _follow_scaling(cluster, backend, rows, statuses, now)
     observed = [(r["pk"], r["workload_id"], status.phase, status.message)
                 for r, status in zip(rows, statuses, strict=True)
                 if _moves(r["workload__state"], status.phase)]
@@ -110,6 +115,45 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
     if nudge and (report.finished or report.failed or report.lost):
         enqueue.cycle_nudge()
     return report
+
+
+def _follow_scaling(cluster: Cluster, backend: object, rows: Sequence[Mapping[str, Any]],
+                    statuses: list[Any], now: datetime | None) -> None:
+    """A running scalable workload (Deployment, StatefulSet) whose object now asks another
+    number of pods than admitted (or with scale-ups waiting): a scale-up queued, a scale-down's
+    quota released (scheduling/fleet/scaling.py), the cluster told the admitted count."""
+    asked = {}
+    for r, status in zip(rows, statuses, strict=True):
+        if (r["workload__state"] == S.RUNNING and scaling.scalable(r["workload__kind"])
+                and status.pod_sets and status.pod_sets[0].exists):
+            asked[r["workload_id"]] = status.pod_sets[0].count
+    if not asked:
+        return
+    admitted = dict(PodSet.objects.filter(workload_id__in=list(asked), index=0)
+                    .values_list("workload_id", "count"))
+    waiting: dict[int, int] = {}  # pods of the scale-ups waiting, by the workload scaled
+    for labels, count in PodSet.objects.filter(
+            workload__state=S.PENDING, workload__labels__has_key=LABEL_SCALE_OF).values_list(
+            "workload__labels", "count"):
+        parent = str(labels[LABEL_SCALE_OF])
+        if parent.isdigit():
+            waiting[int(parent)] = waiting.get(int(parent), 0) + count
+    changed = [wid for wid, n in asked.items()
+               if n != admitted.get(wid, 0) + waiting.get(wid, 0)]
+    if not changed:
+        return
+    with scheduling_lock(wait=True):
+        at = now or timezone.now()
+        told = [scaling.workload_scaled(workload_id=wid, cluster=cluster, replicas=asked[wid],
+                                        now=at) for wid in changed]
+    if isinstance(backend, ScalableObjects):
+        for pods in told:
+            if pods is not None:
+                try:
+                    backend.admit_pods(pods.ref, pods.count)
+                except BackendError as exc:  # the next status read lifts what is admitted
+                    logger.warning("cluster %s: admit pods failed: %s", cluster.name, exc)
+    enqueue.cycle_nudge()
 
 
 def _moves(state: str, phase: RunPhase) -> bool:

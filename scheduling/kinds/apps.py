@@ -1,7 +1,9 @@
 """`apps/v1` Deployment and StatefulSet, for serving: one pod set of `replicas` pods (default
-1). Neither can be suspended: their pods are created with a scheduling gate that Allot lifts
-once admitted, and a preempted one's pods are deleted (its controller makes them again,
-gated). They serve until deleted."""
+1). Neither can be suspended: their pods are created with a scheduling gate (their template
+keeps it) that Allot lifts from as many pods as are admitted, and a preempted one's pods are
+deleted (its controller makes them again, gated). Both scale (`scalable`): pods a scale-up
+adds wait gated for an admission of their own; a scale-down releases the removed pods' quota.
+They serve until deleted."""
 
 from __future__ import annotations
 
@@ -19,11 +21,11 @@ def _derive(kind: str, obj: dict[str, Any]) -> list[DerivedPodSet]:
 
 DEPLOYMENT = Kind(
     api_version="apps/v1", kind="Deployment", plural="deployments", derive_fn=_derive,
-    suspend_path="", serving=True, state_fn=lambda o: RunState(),
+    suspend_path="", serving=True, scalable=True, state_fn=lambda o: RunState(),
     doc="One pod set of replicas pods, gated until admitted.",
 )
 STATEFULSET = Kind(
     api_version="apps/v1", kind="StatefulSet", plural="statefulsets", derive_fn=_derive,
-    suspend_path="", serving=True, state_fn=lambda o: RunState(),
+    suspend_path="", serving=True, scalable=True, state_fn=lambda o: RunState(),
     doc="One pod set of replicas pods, gated until admitted.",
 )

@@ -20,6 +20,10 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 # A pod held back until its workload is admitted (kinds without a suspend field).
 SCHEDULING_GATE = "allot.io/admission"
 ANNOTATION_ADMITTED = "allot.io/admitted"
+# On an object of a scalable kind (Deployment, StatefulSet): how many of its pods are admitted.
+# Its templates keep the gate; Allot lifts it from that many pods, one pod at a time, so the
+# pods a scale-up adds wait gated until their own admission.
+ANNOTATION_ADMITTED_PODS = "allot.io/admitted-pods"
 MAX_REPLICAS = 100_000
 MILLI = Decimal("0.001")  # cpu and memory are counted to the thousandth, rounded up
 
@@ -262,6 +266,12 @@ class Kind:
     doc: str = ""
     placement_fn: Callable[[dict[str, Any], list[DerivedPodSet], list[Placement]], None] | None \
         = None
+    # Scaled on the cluster by `spec.replicas` (one pod set): pods are ungated one by one up to
+    # the admitted count, a scale-up is a new admission, a scale-down releases quota.
+    scalable: bool = False
+    # A kind made of independent gangs (LeaderWorkerSet's replica groups): the manifest of
+    # each, admitted as a workload of its own; None: the whole object is one gang.
+    gangs_fn: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     @property
     def key(self) -> str:
@@ -282,6 +292,12 @@ class Kind:
         if not sets:
             raise ManifestError(self.kind, "spec", "no pods: every replica count is 0")
         return sets
+
+    def gangs(self, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        """The manifests of its independent gangs, each admitted on its own (one: itself)."""
+        if self.gangs_fn is None:
+            return [manifest]
+        return self.gangs_fn(manifest)
 
     def state(self, obj: Mapping[str, Any]) -> RunState:
         """Finished or failed, from the object's own status."""
@@ -347,6 +363,9 @@ class Kind:
             meta["annotations"][ANNOTATION_ADMITTED] = "false"
         obj["metadata"] = meta
         sets = self.derive(obj)
+        if self.scalable:  # all of them, unless the caller says how many are admitted
+            meta["annotations"].setdefault(ANNOTATION_ADMITTED_PODS,
+                                           str(sum(s.count for s in sets)))
         if self.placement_fn is not None:
             self.placement_fn(obj, sets, placements)
         else:

@@ -1,6 +1,8 @@
 """`leaderworkerset.x-k8s.io/v1` LeaderWorkerSet: `replicas` groups of `size` pods (a leader
-and size-1 workers); the leaders are one pod set, the workers another, admitted together as
-one gang. It has no suspend field: its pods are created with a scheduling gate that Allot
+and size-1 workers); the leaders are one pod set, the workers another. Each replica group is
+a gang of its own (`gangs`): a submission of `replicas` groups becomes that many workloads,
+each a LeaderWorkerSet of one group (`replicas: 1`), admitted, placed, preempted and billed on
+its own. It has no suspend field: its pods are created with a scheduling gate that Allot
 lifts once admitted. It serves until deleted."""
 
 from __future__ import annotations
@@ -51,9 +53,19 @@ def _placement(obj: dict[str, Any], sets: list[DerivedPodSet], where: list[Place
         merge_placement(template, place, gated=True)
 
 
+def _gangs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """One LeaderWorkerSet of one group per replica group (none for `replicas: 0`)."""
+    groups = replicas("LeaderWorkerSet", get(obj, "spec.replicas"), "spec.replicas")
+    if groups == 1:
+        return [obj]
+    one = copy.deepcopy(obj)
+    one.setdefault("spec", {})["replicas"] = 1
+    return [copy.deepcopy(one) for _ in range(groups)]
+
+
 LWS = Kind(
     api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet",
     plural="leaderworkersets", derive_fn=_derive, suspend_path="", serving=True,
-    placement_fn=_placement, state_fn=lambda o: RunState(),
-    doc="Leaders (replicas) and workers (replicas x (size-1)); pods gated until admitted.",
+    placement_fn=_placement, gangs_fn=_gangs, state_fn=lambda o: RunState(),
+    doc="A gang per replica group (a leader and size-1 workers); pods gated until admitted.",
 )

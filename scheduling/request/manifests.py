@@ -120,6 +120,21 @@ def _extended(kind: str, index: int, other: Mapping[str, Any],
     return out
 
 
+def gang_manifests(kind_key: str, manifest: Any, pods: list[dict[str, Any]]
+                   ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """A manifest split into its kind's independent gangs (a LeaderWorkerSet's replica
+    groups): each gang's manifest with its pod sets (`pods` with each gang's counts). One
+    gang (most kinds): the manifest and `pods` as they are."""
+    kind = kinds.kind_named(kind_key) if kind_key else None
+    if kind is None or kind.gangs_fn is None or not isinstance(manifest, dict):
+        return [(manifest, pods)]
+    manifests = kind.gangs(manifest)
+    if len(manifests) == 1:
+        return [(manifest, pods)]
+    return [(m, [{**p, "count": s.count} for p, s in zip(pods, kind.derive(m), strict=True)])
+            for m in manifests]
+
+
 def manifest_name(manifest: Any) -> Any:
     """The manifest's own name (a submission's default name)."""
     if isinstance(manifest, Mapping) and isinstance(manifest.get("metadata"), Mapping):

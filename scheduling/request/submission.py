@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -18,7 +18,8 @@ from django.utils import timezone
 from core import changes, db
 from core.db import hot_cursor
 from quotas.models import Queue
-from scheduling import enqueue, extensions
+from scheduling import enqueue, extensions, kinds
+from scheduling.backends.naming import LABEL_GANG, LABEL_GANG_OF, LABEL_OBJECT
 from scheduling.models import (
     EventCode,
     EventType,
@@ -30,8 +31,10 @@ from scheduling.models import (
 from scheduling.request.approvals import approval_reason, approval_thresholds
 from scheduling.request.check import RequestChecker
 from scheduling.request.lookups import SubmitLookups, policy_priority_class
+from scheduling.request.manifests import gang_manifests
 from scheduling.request.names import names_unique
 from scheduling.request.validation import (
+    MAX_NAME,
     _validate,
     gpus_shown,
 )
@@ -53,14 +56,20 @@ class Submitted:
     workload: Workload
     pod_sets: list[PodSet]
     events: list[WorkloadEvent]
+    # The workloads of all its gangs, itself first, when the submission was split into gangs.
+    gangs: tuple[Workload, ...] = ()
 
 
 @names_unique
 @transaction.atomic
 def workload_submit_detailed(*, user: Any, data: Mapping[str, Any],
                              now: datetime | None = None, nudge: bool = True) -> Submitted:
-    """`workload_submit`, handing back the rows it wrote too (the API's 201 answer)."""
-    return _submit(user=user, items=[data], now=now, nudge=nudge)[0]
+    """`workload_submit`, handing back the rows it wrote too (the API's 201 answer); a
+    submission split into gangs hands back its first, with every gang's workload."""
+    done = _submit(user=user, items=[data], now=now, nudge=nudge)
+    if len(done) == 1:
+        return done[0]
+    return replace(done[0], gangs=tuple(d.workload for d in done))
 
 
 @names_unique
@@ -197,10 +206,14 @@ def _submit(*, user: Any, items: list[Mapping[str, Any]], now: datetime | None,
                     raise
                 raise ValidationError({f"[{n}] {k}": v for k, v in exc.message_dict.items()}
                                       ) from exc
+        # A kind of independent gangs (a LeaderWorkerSet's groups) is a workload per gang.
+        pairs = [(data, gang) for n, (data, clean) in enumerate(zip(items, cleans, strict=True))
+                 for gang in _gangs(clean, f"[{n}] " if len(items) > 1 else "")]
+        cleans = [clean for _, clean in pairs]
         _refuse_names_twice(cleans)
         checker = RequestChecker(now)
         plans = []
-        for data, clean in zip(items, cleans, strict=True):
+        for data, clean in pairs:
             queue: Queue = clean["queue"]
             team = lk.team(queue)
             verdict = extensions.run_submission_checks(extensions.SubmissionContext(
@@ -299,6 +312,28 @@ def _ask_approvers(workloads: list[Workload], user: Any) -> None:
             f"your approval ({w.reason_message}).\nDecide at {reverse('approval-inbox')}",
             workload_id=w.pk)
 
+
+
+def _gangs(clean: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A validated submission split into its kind's independent gangs, each a submission of
+    its own named `<name>-<group>` and labelled with the whole's name and its group index
+    (a LeaderWorkerSet's replica groups); as it is when it is one gang, or adopted from a
+    cluster (its one object there is the user's)."""
+    if not clean["kind"] or LABEL_OBJECT in clean["labels"]:
+        return [clean]
+    gangs = gang_manifests(clean["kind"], clean["manifest"], clean["pods"])
+    if len(gangs) == 1:
+        return [clean]
+    name = clean["name"]
+    longest = f"{name}-{len(gangs) - 1}"
+    if len(longest) > MAX_NAME:
+        kind = kinds.KINDS[clean["kind"]].kind
+        raise ValidationError({f"{where}name": [
+            f"{name!r}: {len(gangs)} {kind} groups are named {name}-0 .. {longest}, "
+            f"{len(longest)} characters > {MAX_NAME}: give a shorter name"]})
+    return [{**clean, "name": f"{name}-{index}", "manifest": manifest, "pods": pods,
+             "labels": {**clean["labels"], LABEL_GANG_OF: name, LABEL_GANG: str(index)}}
+            for index, (manifest, pods) in enumerate(gangs)]
 
 
 def _refuse_names_twice(cleans: list[dict[str, Any]]) -> None:

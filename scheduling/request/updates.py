@@ -29,6 +29,8 @@ from django.utils import timezone
 
 from core.quantity import QuantityError, resource_quantities, to_base
 from scheduling import enqueue, extensions
+from scheduling.backends.naming import LABEL_GANG_OF
+from scheduling.fleet import scaling
 from scheduling.locks import scheduling_lock
 from scheduling.models import (
     TERMINAL_STATES,
@@ -43,6 +45,7 @@ from scheduling.request.approvals import approval_reason
 from scheduling.request.cancel import user_may_manage
 from scheduling.request.check import RequestChecker
 from scheduling.request.lookups import SubmitLookups, policy_priority_class
+from scheduling.request.manifests import gang_manifests
 from scheduling.request.submission import workload_submit
 from scheduling.request.validation import _validate, gpus_shown
 
@@ -208,6 +211,17 @@ class UpdateOutcome:
     changed: list[str] = field(default_factory=list)
 
 
+def _keep_one_group(w: Workload, clean: Mapping[str, Any]) -> None:
+    """A workload that is one group of a kind of independent gangs (a LeaderWorkerSet's)
+    stays one group: more groups are another submission."""
+    if LABEL_GANG_OF not in (w.labels or {}) or not clean["kind"]:
+        return
+    if len(gang_manifests(clean["kind"], clean["manifest"], clean["pods"])) > 1:
+        raise ValidationError({"manifest.spec.replicas": [
+            f"{w.name} is one group of {w.labels[LABEL_GANG_OF]}: its replicas stay 1; "
+            "submit more groups as another LeaderWorkerSet"]})
+
+
 @transaction.atomic
 def workload_update(
     *, user: Any, workload: Workload, changes: Mapping[str, Any], now: datetime | None = None,
@@ -222,6 +236,17 @@ def workload_update(
     request meanwhile.
     """
     _check_fields(changes, UPDATE_FIELDS, "an update")
+    if (workload.state == S.RUNNING and scaling.scalable(workload.kind)
+            and set(changes) == {"manifest"}):
+        # A running Deployment or StatefulSet scales: its added pods are a new admission.
+        if not user_may_manage(user, workload):
+            raise PermissionDenied("only the owner, a lead of its team or an admin may scale "
+                                   f"workload {workload.name}")
+        w = scaling.workload_scale(user=user, workload=workload, manifest=changes["manifest"],
+                                   now=now)
+        return UpdateOutcome(
+            Workload.objects.select_related("queue", "team", "owner", "priority_class")
+            .prefetch_related("pod_sets").get(pk=w.pk), [], ["manifest"])
     with scheduling_lock(wait=True):
         now = now or timezone.now()  # read once the lock is held: after what a cycle wrote
         w = _locked(user, workload)
@@ -233,6 +258,7 @@ def workload_update(
         data = {**previous, **changes}
         lookups = SubmitLookups(user)
         clean = _validate(user, data, lookups)
+        _keep_one_group(w, clean)
         changed = _changed(changes, previous)
         if not changed:
             return UpdateOutcome(w)

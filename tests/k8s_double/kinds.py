@@ -33,6 +33,8 @@ TEMPLATE_HASH = "double.allot.io/template-hash"
 # Kinds whose controller replaces pods of an older template itself (a rollout); the others
 # (a StatefulSet stuck on pods that never get ready, a Volcano Job) keep them until deleted.
 ROLLING = ("Deployment", "LeaderWorkerSet")
+# Kinds whose controller deletes pods past `spec.replicas` (a scale-down).
+SCALING = ("Deployment", "StatefulSet", "LeaderWorkerSet")
 
 
 def _hash(template: dict) -> str:
@@ -216,6 +218,15 @@ class KindsController:
                     if p["metadata"]["annotations"].get("double.allot.io/pod-set") == str(index)]
             live = [p for p in mine if p["status"]["phase"] in ("Pending", "Running")]
             done = sum(1 for p in mine if p["status"]["phase"] == "Succeeded")
+            if kind.kind in SCALING and len(live) > count:
+                # Scaled down: the controller deletes the surplus, gated and pending pods
+                # before running ones (as the ReplicaSet controller ranks them), newest first.
+                ranked = sorted(live, key=lambda p: (not p["spec"].get("schedulingGates"),
+                                                     p["status"]["phase"] == "Running",
+                                                     p["metadata"]["name"]))
+                for pod in ranked[:len(live) - count]:
+                    del self.pods[(namespace, pod["metadata"]["name"])]
+                    self.record_pod("DELETED", pod)
             for _ in range(count - len(live) - done):
                 self._create_pod_from(obj, kind, index, template, digest)
         status.pop("suspendedAt", None)
@@ -308,6 +319,26 @@ class KindsController:
                     kind = kinds.kind_of(obj)
                     self.settle_object(kind, obj)
             return moved
+
+    def patch_pod(self, namespace: str, name: str, patch: Any, content_type: str) -> dict:
+        """Patch a pod as the API server allows: its spec is immutable but for scheduling
+        gates, which may only be removed (a 422 otherwise)."""
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise not_found("pods", name)
+            patched = apply_patch(copy.deepcopy(pod), patch, content_type)
+            before = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
+            after = {g["name"] for g in patched["spec"].get("schedulingGates") or []}
+            rest = {k: v for k, v in patched["spec"].items() if k != "schedulingGates"}
+            if not after <= before or rest != {k: v for k, v in pod["spec"].items()
+                                               if k != "schedulingGates"}:
+                raise invalid("Pod", name, [("spec", "Forbidden: pod updates may not change "
+                                             "fields other than ... spec.schedulingGates "
+                                             "(only removal)")])
+            pod["spec"]["schedulingGates"] = patched["spec"].get("schedulingGates") or []
+            self.record_pod("MODIFIED", pod)
+            return pod
 
     def delete_pod(self, namespace: str, name: str) -> dict:
         """Delete a pod; its owner's controller makes a new one (from its current template)."""

@@ -314,6 +314,11 @@ class KubeDouble:
         def delete_pod(ns: str, name: str, **_: Any) -> tuple[int, Any]:
             return 200, s.delete_pod(ns, name)
 
+        @self.route("PATCH", f"/api/v1/namespaces/{NS}/pods/{NAME}")
+        def patch_pod(ns: str, name: str, body: Any, content_type: str,
+                      **_: Any) -> tuple[int, Any]:
+            return 200, s.patch_pod(ns, name, body, content_type)
+
         @self.route("GET", r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)")
         def list_all_objects(group: str, version: str, plural: str, query: dict, **_: Any):
             kind = s.kind_at(group, version, plural)

@@ -27,6 +27,7 @@ from kubernetes import config as k8s_config
 from scheduling.backends.base import BackendError, DispatchRefused, RefusalReason
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 def status_message(error: k8s.ApiException) -> str:

@@ -6,7 +6,11 @@ Kinds with a suspend field are suspended and resumed by a merge patch of it. Kin
 one (Deployment, StatefulSet, LeaderWorkerSet, Volcano Job) carry a scheduling gate in their
 pod templates while not admitted: starting replaces the object with the gate lifted and
 deletes the gated pods (their controller makes them again, ungated); suspending puts the gate
-back and deletes the pods. Which kinds a cluster serves is read from its API discovery
+back and deletes the pods. A scalable kind (Deployment, StatefulSet) keeps the gate in its
+template (a template change would roll every pod out): starting lifts it from as many pods as
+are admitted (`allot.io/admitted-pods`), pod by pod, and so does every status read (pods its
+controller makes again, or a rollout's, come gated); pods a scale-up adds stay gated until
+`admit_pods` raises the count. Which kinds a cluster serves is read from its API discovery
 (`GET /apis`), kept a minute.
 """
 
@@ -27,14 +31,14 @@ from scheduling.backends.base import (
     WorkloadSpec,
     WorkloadStatus,
 )
-from scheduling.backends.k8s.client import MERGE_PATCH, KubeClient
+from scheduling.backends.k8s.client import JSON_PATCH, MERGE_PATCH, KubeClient
 from scheduling.backends.naming import (
     LABEL_POD_SET,
     LABEL_WORKLOAD_ID,
     job_labels,
 )
 from scheduling.kinds import SCHEDULING_GATE, Kind, Placement
-from scheduling.kinds.base import ANNOTATION_ADMITTED
+from scheduling.kinds.base import ANNOTATION_ADMITTED, ANNOTATION_ADMITTED_PODS
 
 SERVED_TTL_S = 60.0
 
@@ -116,11 +120,12 @@ class ObjectsMixin(KubeClient):
         labels = job_labels(workload_id=spec.workload_id, queue_path=spec.queue_path,
                             pod_set_index=0, flavor=spec.pod_sets[0].flavor)
         labels.pop(LABEL_POD_SET)
+        annotations = {**spec.annotations, "allot.io/workload-name": spec.name}
+        if kind.scalable:  # the object may ask more (a scale-up waiting): these are admitted
+            annotations[ANNOTATION_ADMITTED_PODS] = str(sum(p.count for p in spec.pod_sets))
         try:
             body = kind.prepare(spec.manifest, name=ref.object_name, namespace=spec.namespace,
-                                labels=labels, annotations={**spec.annotations,
-                                                            "allot.io/workload-name": spec.name},
-                                placements=placements)
+                                labels=labels, annotations=annotations, placements=placements)
         except kinds.ManifestError as exc:
             raise DispatchRefused(RefusalReason.INVALID, f"workload {spec.workload_id}: "
                                   f"{exc}") from exc
@@ -188,6 +193,9 @@ class ObjectsMixin(KubeClient):
         from the other template: the controller makes them again as the template says."""
         obj = self._call(what, self.custom.get_namespaced_custom_object, kind.group,
                          kind.version, ref.namespace, kind.plural, ref.object_name)
+        if kind.scalable:
+            self._set_scalable_gates(kind, ref, obj, suspend, what)
+            return
         templates = [ps.template for ps in kind.derive(obj)]
         for template in templates:
             spec = template.setdefault("spec", {})
@@ -212,6 +220,82 @@ class ObjectsMixin(KubeClient):
             except k8s.ApiException as error:
                 if error.status != 404:
                     raise
+
+    def _set_scalable_gates(self, kind: Kind, ref: WorkloadRef, obj: dict[str, Any],
+                            suspend: bool, what: str) -> None:
+        """Mark a scalable object admitted (its template keeps the gate) and lift the gate
+        from its admitted pods; or mark it held back and delete its ungated pods (made again
+        gated)."""
+        self._call(what, self.custom.patch_namespaced_custom_object, kind.group, kind.version,
+                   ref.namespace, kind.plural, ref.object_name,
+                   kind.suspend_patch(suspend), _content_type=MERGE_PATCH)
+        if not suspend:
+            self._ungate_pods(ref, _admitted_pods(kind, obj))
+            return
+        for pod in self._pods_of([ref]).get(ref.workload_id, []):
+            if not _gated(pod):
+                self._delete_pod(ref.namespace, pod.metadata.name)
+
+    def admit_pods(self, ref: WorkloadRef, count: int) -> None:
+        """Set how many pods of a scalable object are admitted and lift the gate from that
+        many (a scale-up admitted, or a scale-down's lower count)."""
+        kind = kind_for(ref.kind)
+        what = f'admit {count} pods of {kind.kind} "{ref.object_name}" in namespace ' \
+               f'"{ref.namespace}"'
+        try:
+            self._call(what, self.custom.patch_namespaced_custom_object, kind.group,
+                       kind.version, ref.namespace, kind.plural, ref.object_name,
+                       {"metadata": {"annotations": {ANNOTATION_ADMITTED_PODS: str(count)}}},
+                       _content_type=MERGE_PATCH)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return
+            raise self._unexpected(what, error) from error
+        self._ungate_pods(ref, count)
+
+    def scale_object(self, ref: WorkloadRef, replicas: int) -> None:
+        """Set a scalable object's `spec.replicas` (a scale through Allot's API)."""
+        kind = kind_for(ref.kind)
+        what = f'scale {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}" to ' \
+               f"{replicas}"
+        try:
+            self._call(what, self.custom.patch_namespaced_custom_object, kind.group,
+                       kind.version, ref.namespace, kind.plural, ref.object_name,
+                       {"spec": {"replicas": int(replicas)}}, _content_type=MERGE_PATCH)
+        except k8s.ApiException as error:
+            if error.status != 404:
+                raise self._unexpected(what, error) from error
+
+    def _ungate_pods(self, ref: WorkloadRef, admitted: int,
+                     pods: list[Any] | None = None) -> None:
+        """Lift the gate from gated pods (oldest name first) until `admitted` pods are
+        ungated. A gate can only be removed from a pod, so the JSON patch replaces the list
+        without Allot's gate, tested against the pod's resourceVersion."""
+        if pods is None:
+            pods = self._pods_of([ref]).get(ref.workload_id, [])
+        gated = sorted((p for p in pods if _gated(p)), key=lambda p: p.metadata.name)
+        room = admitted - (len(pods) - len(gated))
+        for pod in gated[:max(0, room)]:
+            name = pod.metadata.name
+            rest = [{"name": g.name} for g in pod.spec.scheduling_gates or []
+                    if g.name != SCHEDULING_GATE]
+            patch = [{"op": "test", "path": "/metadata/resourceVersion",
+                      "value": pod.metadata.resource_version},
+                     {"op": "replace", "path": "/spec/schedulingGates", "value": rest}]
+            try:
+                self._call(f"ungate pod {name}", self.core.patch_namespaced_pod, name,
+                           ref.namespace, patch, _content_type=JSON_PATCH)
+            except k8s.ApiException as error:
+                if error.status not in (404, 409, 422):  # gone or changed: the next read
+                    raise self._unexpected(f"ungate pod {name}", error) from error
+
+    def _delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name,
+                       namespace, grace_period_seconds=None)
+        except k8s.ApiException as error:
+            if error.status != 404:
+                raise
 
     def _delete_object(self, ref: WorkloadRef) -> None:
         kind = kind_for(ref.kind)
@@ -266,6 +350,9 @@ class ObjectsMixin(KubeClient):
                 counts = []
             state = kind.state(obj)
             suspended = kind.suspended(obj)
+            if kind.scalable and not suspended:
+                # Pods made again (a restart, a rollout) come gated: lift it up to the count.
+                self._ungate_pods(ref, _admitted_pods(kind, obj), pods.get(ref.workload_id, []))
             phases: dict[str, dict[str, int]] = {}
             for pod in pods.get(ref.workload_id, []):
                 index = (pod.metadata.labels or {}).get(LABEL_POD_SET, "0")
@@ -286,3 +373,19 @@ class ObjectsMixin(KubeClient):
                     message=state.message if state.failed and i == 0 else ""))
             out.append(WorkloadStatus(ref=ref, pod_sets=tuple(sets)))
         return out
+
+
+def _gated(pod: Any) -> bool:
+    return any(g.name == SCHEDULING_GATE for g in pod.spec.scheduling_gates or [])
+
+
+def _admitted_pods(kind: Kind, obj: dict[str, Any]) -> int:
+    """How many pods of a scalable object are admitted (its annotation; else, an object
+    adopted before it was set, its replicas)."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ADMITTED_PODS)
+    if raw is not None and str(raw).isdigit():
+        return int(raw)
+    try:
+        return sum(ps.count for ps in kind.derive(obj))
+    except kinds.ManifestError:
+        return 0

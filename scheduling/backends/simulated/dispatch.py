@@ -21,6 +21,26 @@ from scheduling.backends.simulated.refusals import RefusalsMixin
 class DispatchMixin(RefusalsMixin):
     """create_workload, start_workload, suspend_workload, delete_workload, fail_job."""
 
+    def admit_pods(self, ref: WorkloadRef, count: int) -> None:
+        """A scalable workload's admitted pods changed (a scale-up merged, a scale-down): its
+        Job runs `count` pods on the nodes of the workload's open admission. A simulated
+        cluster holds no gated pods: only admitted ones exist."""
+        from scheduling.backends.simulated.models import SimJob
+        from scheduling.models import Admission
+
+        adm = Admission.objects.filter(workload_id=ref.workload_id,
+                                       ended_at__isnull=True).first()
+        nodes = list(adm.nodes)[:count] if adm is not None else None
+        for job in SimJob.objects.filter(cluster=self._cluster(), namespace=ref.namespace,
+                                         name__in=ref.job_names):
+            job.pods = count
+            if nodes is not None:
+                job.nodes = nodes
+            job.save(update_fields=["pods", "nodes"])
+
+    def scale_object(self, ref: WorkloadRef, replicas: int) -> None:
+        """Nothing to scale: a simulated Job runs the admitted pods (`admit_pods`)."""
+
     def create_workload(self, spec: WorkloadSpec) -> WorkloadRef:
         """Create suspended SimJobs, unless the cluster refuses or an assigned node is gone."""
         cluster = self._cluster()

@@ -254,3 +254,13 @@ def test_the_schema_lists_every_event_type(client, world):
     events = schema["components"]["schemas"]["WorkloadDetail"]["properties"]["events"]
     assert events["description"].endswith("type is one of " + ", ".join(EventType.values) + ".")
     assert {"resubmitted", "updated"} <= set(EventType.values)
+
+
+def test_the_schema_declares_the_gangs_of_a_submission(client, world):
+    client.force_login(world.alice)
+    schema = client.get("/api/schema/?format=json").json()
+    created = schema["paths"]["/api/v1/workloads"]["post"]["responses"]["201"]
+    ref = created["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    props = schema["components"]["schemas"][ref]["properties"]
+    assert "gangs" in props and "queue_position" in props
+    assert "gangs" not in schema["components"]["schemas"][ref].get("required", [])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from allot_cli.commands.workloads import _distinct_newest, why_text
+from allot_cli.commands.workloads import _distinct_newest, gangs_lines, why_text
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 QUOTA = {"code": "QUOTA_MAX", "message": "used 32 + requested 8 > max 32"}
@@ -88,3 +88,11 @@ def test_why_prints_the_servers_plain_words_with_readable_times():
     rejected = why_text(workload(state="rejected"), [{**QUOTA, "text": "Too big.", "at": "x"}],
                         NOW)
     assert rejected.splitlines()[1] == "  Too big. [QUOTA_MAX]"
+
+
+def test_a_submission_split_into_groups_says_so():
+    gangs = [{"id": 40 + i, "name": f"vllm-{i}", "state": "pending"} for i in range(3)]
+    assert gangs_lines(workload(gangs=gangs)) == [
+        "3 groups, each a workload admitted on its own: vllm-0 (#40) .. vllm-2 (#42); the "
+        "figures above are one group's."]
+    assert gangs_lines(workload()) == []

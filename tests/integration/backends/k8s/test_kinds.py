@@ -6,6 +6,8 @@ serve refused at dispatch."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from scheduling import kinds
@@ -170,3 +172,62 @@ def test_reasons_are_events_on_the_object(kube, backend):
     assert events[0]["regarding"]["uid"] == stored(kube, kind)["metadata"]["uid"]
     backend.delete_workload(ref)
     backend.post_event(ref, "Normal", "Gone", "nothing left")  # nothing to describe: fine
+
+
+def _gates(kube) -> list[bool]:
+    return sorted(bool(p["spec"].get("schedulingGates")) for p in live_pods(kube))
+
+
+@pytest.mark.parametrize("name", ["Deployment", "StatefulSet"])
+def test_a_scaled_object_ungates_only_its_admitted_pods(kube, backend, name):
+    kind, spec = kind_spec(name)
+    admitted = spec.pod_sets[0].count
+    ref = backend.create_workload(spec)
+    assert stored(kube, kind)["metadata"]["annotations"]["allot.io/admitted-pods"] == str(
+        admitted)
+    backend.start_workload(ref)
+    template = kind.derive(stored(kube, kind))[0].template
+    assert template["spec"]["schedulingGates"] == [{"name": SCHEDULING_GATE}]  # kept: no rollout
+    assert _gates(kube) == [False] * admitted
+
+    # Scaled up on the cluster: the added pods wait gated, the status reads the new count.
+    kube.state.patch_object(kind.group, kind.version, kind.plural, NS, "allot-w7-0",
+                            {"spec": {"replicas": admitted + 2}},
+                            "application/merge-patch+json")
+    status = backend.workload_status(ref)
+    assert status.pod_sets[0].count == admitted + 2
+    assert _gates(kube) == [False] * admitted + [True, True]
+    backend.admit_pods(ref, admitted + 2)  # their admission
+    assert _gates(kube) == [False] * (admitted + 2)
+
+    # A pod made again (a restart) comes gated; the next status read lifts it.
+    victim = sorted(p["metadata"]["name"] for p in live_pods(kube))[0]
+    kube.state.delete_pod(NS, victim)
+    assert _gates(kube) == [False] * (admitted + 1) + [True]
+    backend.workload_status(ref)
+    assert _gates(kube) == [False] * (admitted + 2)
+
+    # Scaled down through Allot: the controller removes pods, the count follows.
+    backend.scale_object(ref, 1)
+    backend.admit_pods(ref, 1)
+    assert _gates(kube) == [False]
+    assert stored(kube, kind)["spec"]["replicas"] == 1
+
+    # A pod's gate can only be removed: the double refuses adding one, as the API server does.
+    pod = live_pods(kube)[0]
+    with pytest.raises(Exception, match="422|Forbidden"):
+        kube.state.patch_pod(NS, pod["metadata"]["name"], [
+            {"op": "replace", "path": "/spec/schedulingGates",
+             "value": [{"name": SCHEDULING_GATE}]}], "application/json-patch+json")
+
+
+def test_a_scalable_object_asking_more_than_admitted_starts_only_those(kube, backend):
+    # Made again after a preemption while a scale-up waits: 3 replicas, 2 admitted.
+    kind, spec = kind_spec("Deployment")
+    obj = manifest("Deployment")
+    assert obj["spec"]["replicas"] == 3
+    admitted = (dataclasses.replace(spec.pod_sets[0], count=2, nodes=NODES),)
+    ref = backend.create_workload(dataclasses.replace(spec, pod_sets=admitted))
+    assert stored(kube, kind)["metadata"]["annotations"]["allot.io/admitted-pods"] == "2"
+    backend.start_workload(ref)
+    assert _gates(kube) == [False, False, True]

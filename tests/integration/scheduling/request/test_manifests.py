@@ -4,7 +4,10 @@ naming the kind, the path and the problem with nothing saved."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+from django.core.exceptions import ValidationError
 from rest_framework.test import APIClient
 
 from quotas.models import Flavor
@@ -122,3 +125,70 @@ def test_update_and_resubmit_keep_the_manifest(world):
     again = services.workload_resubmit(user=world.alice, workload=out.workload)
     assert again.kind == "kubeflow.org/v1/PyTorchJob" and again.manifest == bigger
     assert [p.count for p in again.pod_sets.all()] == [1, 1]
+
+
+def test_a_leaderworkerset_is_a_workload_per_replica_group(world):
+    api = client_for(world.alice)
+    obj = manifest("LeaderWorkerSet")
+    obj["spec"]["leaderWorkerTemplate"]["size"] = 2
+    resp = api.post("/api/v1/workloads", {"queue": "rd/vision", "manifest": obj},
+                    format="json")
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert [g["name"] for g in body["gangs"]] == ["vllm-0", "vllm-1"]
+    assert body["gangs"][0]["id"] == body["id"] and body["name"] == "vllm-0"
+    groups = Workload.objects.filter(pk__in=[g["id"] for g in body["gangs"]]).order_by("pk")
+    for n, w in enumerate(groups):
+        assert w.state == "pending" and w.kind == "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet"
+        assert w.labels == {"allot.io/gang-of": "vllm", "allot.io/gang": str(n)}
+        assert w.manifest["spec"]["replicas"] == 1
+        assert [(p.count, p.gpus) for p in w.pod_sets.order_by("index")] == [(1, 8), (1, 8)]
+        assert w.gpus == 16  # one group: a leader and a worker of 8 GPUs
+    detail = api.get(f"/api/v1/workloads/{body['id']}").json()
+    assert [(p["name"], p["count"]) for p in detail["derived_pods"]] == [
+        ("leader", 1), ("workers", 1)]
+
+
+def test_lws_group_names_too_long_is_400_nothing_saved(world):
+    api = client_for(world.alice)
+    obj = manifest("LeaderWorkerSet")
+    obj["spec"]["replicas"] = 100
+    resp = api.post("/api/v1/workloads", {"queue": "rd/vision", "manifest": obj,
+                                          "name": "x" * 62}, format="json")
+    assert resp.status_code == 400
+    problem = resp.json()["name"][0]
+    assert "100 LeaderWorkerSet groups" in problem and "65 characters > 63" in problem
+    assert not Workload.objects.exists()
+
+
+def test_an_lws_preview_judges_one_group(world):
+    # 20 groups of a leader and a worker of 8 GPUs: 320 GPUs in all never fit one cluster,
+    # but each group is a workload of its own, and one group (16 GPUs) fits.
+    api = client_for(world.alice)
+    obj = manifest("LeaderWorkerSet")
+    obj["spec"]["replicas"] = 20
+    obj["spec"]["leaderWorkerTemplate"]["size"] = 2
+    resp = api.post("/api/v1/workloads/preview", {"queue": "rd/vision", "manifest": obj},
+                    format="json")
+    assert resp.status_code == 200, resp.content
+    body = resp.json()
+    assert body["gpus"] == "16"
+    assert body["flavors"][0]["possible"] is True and body["flavor"] == "a100-80g"
+    assert not Workload.objects.exists()
+
+
+def test_an_lws_group_stays_one_group_when_updated(world):
+    from scheduling import services
+
+    obj = manifest("LeaderWorkerSet")
+    obj["spec"]["leaderWorkerTemplate"]["size"] = 2
+    body = client_for(world.alice).post("/api/v1/workloads", {
+        "queue": "rd/vision", "manifest": obj}, format="json").json()
+    w = Workload.objects.get(pk=body["id"])
+    more = copy.deepcopy(w.manifest)
+    more["spec"]["replicas"] = 3
+    with pytest.raises(ValidationError) as caught:
+        services.workload_update(user=world.alice, workload=w, changes={"manifest": more})
+    assert "vllm-0 is one group of vllm: its replicas stay 1" in str(
+        caught.value.message_dict["manifest.spec.replicas"])
+    assert Workload.objects.get(pk=w.pk).manifest["spec"]["replicas"] == 1

@@ -173,3 +173,20 @@ def test_state_from_the_kinds_own_status(name, status, succeeded, failed):
     obj = {**manifest(name), "status": status}
     state = kinds.kind_of(obj).state(obj)
     assert (state.succeeded, state.failed) == (succeeded, failed)
+
+
+def test_each_lws_replica_group_is_a_gang_of_its_own():
+    lws = kinds.kind_of(manifest("LeaderWorkerSet"))
+    gangs = lws.gangs(manifest("LeaderWorkerSet"))  # 2 groups of 4
+    assert len(gangs) == 2
+    for gang in gangs:
+        assert gang["spec"]["replicas"] == 1
+        assert [(s.name, s.count, s.gpus) for s in lws.derive(gang)] == [
+            ("leader", 1, 8), ("workers", 3, 8)]
+    gangs[0]["spec"]["leaderWorkerTemplate"]["size"] = 9  # copies, not one shared object
+    assert gangs[1]["spec"]["leaderWorkerTemplate"]["size"] == 4
+    one = manifest("LeaderWorkerSet")
+    one["spec"]["replicas"] = 1
+    assert lws.gangs(one) == [one]
+    job = kinds.kind_of(manifest("PyTorchJob"))
+    assert job.gangs(manifest("PyTorchJob")) == [manifest("PyTorchJob")]
