@@ -337,3 +337,4 @@ _.estimated_start_range  # serializer field (portal/lists_api.py)
 # --- the hot cursor's query class (core/db.py): psycopg reads these attributes of its query
 _._want_formats
 _._parts
+_.resource_label  # template attribute (billing/templates/billing/rates.html)
