@@ -98,6 +98,11 @@ def test_a_profile_and_a_fraction_rate_override_the_gpu_equivalent_in_ledger_inv
     lines = {(e.unit, e.quantity, e.amount) for e in LedgerEntry.objects.all()}
     assert lines == {("slice-hour", Decimal("7.0000"), Decimal("3.50")),
                      ("GPU-hour", Decimal("0.5000"), Decimal("2.00"))}
+    # The cost charts read the ledger: the day's spend is the overridden price.
+    from billing.selectors.series import spend_by_team_daily
+
+    spend = spend_by_team_daily(user=world["user"], start=T0, end=LATER)
+    assert spend["teams"] == {"vision": [5.5]}
     invoice = invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1),
                             now=LATER + minutes(40 * 24 * 60))
     assert invoice.total == Decimal("5.50")
