@@ -64,7 +64,8 @@ def request_cost_estimate(flavor: str, pods: list[dict], now: datetime):
     """What a request (the submission's pod sets: count, gpus, cpu, memory_gib and extended
     `resources` as stored, integers of the base unit) would cost per hour on `flavor` once it
     runs, priced as metering prices it: a fraction of a card as that fraction, a MIG slice
-    as its GPU-equivalent, at the flavor's GPU rate. None when the flavor has no rate yet."""
+    as its GPU-equivalent, at the flavor's GPU rate (or its `gpu-fraction` and per-profile
+    rates where it has them). None when the flavor has no rate yet."""
     from billing.services.usage import Shapes, rate_versions
     from quotas.models import Flavor
     from scheduling.extensions import CostEstimate

@@ -90,6 +90,13 @@ def test_a_profile_and_a_fraction_rate_override_the_gpu_equivalent_in_ledger_inv
     now = H + minutes(60)
     cost = selectors.workload_cost(adm.workload, now=now)
     assert (cost["per_hour"], cost["unbilled"]) == (Decimal("5.50"), Decimal("5.50"))
+    # The request form's estimate for the same pods.
+    from billing.selectors.rates import request_cost_estimate
+
+    estimate = request_cost_estimate("a100-mig", [
+        {"count": 7, "gpus": 0, "resources": {SLICE: 1000}},
+        {"count": 2, "gpus": "0.25"}], now)
+    assert (estimate.per_hour, estimate.cards) == (Decimal("5.50"), Decimal("1.500"))
     usage_rollup_hour(hour=H, now=LATER, telemetry={})
     charges_post_hour(hour=H, now=LATER)
     record = UsageRecord.objects.get(admission_id=adm.pk)
