@@ -340,3 +340,4 @@ _._want_formats
 _._parts
 _.gpus_total  # written for the position SQL (scheduling/selectors.py position_sql)
 SILENCED_SYSTEM_CHECKS  # a Django setting (portal/settings.py, SQLite only)
+_.resource_label  # template attribute (billing/templates/billing/rates.html)

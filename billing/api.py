@@ -259,9 +259,13 @@ class RateOut(serializers.ModelSerializer):
 
 class RateIn(serializers.Serializer):
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
-    resource = serializers.ChoiceField(choices=["gpu", "cpu", "memory"])
-    rate = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=Decimal(0))
-    frozen_rate = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=Decimal(0),
+    resource = serializers.CharField(
+        max_length=253, help_text="gpu, cpu, memory, gpu-fraction (fractions of a card, per "
+        "GPU-hour) or a MIG profile with a GPU-equivalent on the flavor, e.g. "
+        "nvidia.com/mig-1g.10gb (per slice-hour); checked against the flavor")
+    # The sign is checked with the resource's unit by rate_card_create.
+    rate = serializers.DecimalField(max_digits=12, decimal_places=4)
+    frozen_rate = serializers.DecimalField(max_digits=12, decimal_places=4,
                                            required=False, allow_null=True)
     currency = serializers.CharField(max_length=3, default="EUR")
     effective_from = serializers.DateTimeField()

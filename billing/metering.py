@@ -56,6 +56,10 @@ class AdmissionSpan:
     # MIG slices (extended resources with a GPU-equivalent) as cards, over all pods: billed as
     # GPU-hours at the flavor's GPU rate.
     gpu_equivalents: Decimal = Decimal(0)
+    # What billing prices apart where a rate says so: the part of `gpus` held as fractions of
+    # a card, and the MIG slices per profile as (instances, cards).
+    fraction_gpus: Decimal = Decimal(0)
+    slices: Mapping[str, tuple[Decimal, Decimal]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

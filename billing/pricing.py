@@ -5,12 +5,19 @@ mid-hour prices each part at its own version. Rounding: each line's quantity to 
 amount = round(quantity x rate, cents), half-even. On the usage basis the active GPU-hours of a
 segment cut by a rate change are shared between the parts in proportion to their time (the
 hourly record keeps no per-minute split).
+
+GPU time is priced in parts (QUOTA-SEMANTICS §10): by default every card, fraction and MIG slice
+(as its GPU-equivalent) at the flavor's `gpu` rate per GPU-hour; a flavor's `gpu-fraction` rate
+prices the fractions of a card instead, and a rate for one MIG profile (`nvidia.com/mig-1g.10gb`)
+prices each slice of it per slice-hour. Before an override's first version its part falls back
+to the `gpu` rate. On the usage basis each part takes its share of the active GPU-hours in
+proportion to the cards it holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
@@ -45,6 +52,39 @@ class UsageInput:
     active_gpu_hours: Decimal | None
     gap_gpu_hours: Decimal
     gpu_equivalents: Decimal = Decimal(0)  # MIG slices as cards, priced at the GPU rate
+    fraction_gpus: Decimal = Decimal(0)  # the part of `gpus` held as fractions of a card
+    # MIG slices per profile: (instances, cards); their cards are part of `gpu_equivalents`.
+    slices: Mapping[str, tuple[Decimal, Decimal]] = field(default_factory=dict)
+
+
+FRACTION = "gpu-fraction"
+
+
+@dataclass(frozen=True)
+class GpuPart:
+    """GPU time held, as one rate prices it: `quantity` per hour in the rate's unit (cards for
+    `gpu` and `gpu-fraction`, instances for a MIG profile), worth `cards`."""
+
+    resource: str
+    quantity: Decimal
+    cards: Decimal
+
+
+def gpu_parts(gpus: Decimal, gpu_equivalents: Decimal, fraction_gpus: Decimal,
+              slices: Mapping[str, tuple[Decimal, Decimal]],
+              priced: Container[str]) -> list[GpuPart]:
+    """What is held split by the rate that prices it: fractions under `gpu-fraction` and each
+    MIG profile under its own rate when `priced` has one, everything else (whole cards and
+    the rest as GPU-equivalents) under `gpu`, first."""
+    out: list[GpuPart] = []
+    fraction = Decimal(fraction_gpus)
+    if fraction and FRACTION in priced:
+        out.append(GpuPart(FRACTION, fraction, fraction))
+    for name, (count, cards) in sorted(slices.items()):
+        if name in priced and count:
+            out.append(GpuPart(name, Decimal(count), Decimal(cards)))
+    rest = Decimal(gpus) + Decimal(gpu_equivalents) - sum((p.cards for p in out), Decimal(0))
+    return [GpuPart("gpu", rest, rest), *out] if rest > 0 else out
 
 
 @dataclass(frozen=True)
@@ -85,6 +125,20 @@ def _line(kind: str, quantity: Decimal, version: RateVersion, rate: Decimal) -> 
     )
 
 
+def _part_pieces(start: datetime, end: datetime, part: GpuPart,
+                 rates: Mapping[str, Sequence[RateVersion]]
+                 ) -> list[tuple[datetime, datetime, RateVersion, Decimal]]:
+    """[start, end) of one part cut at rate versions, with its quantity per hour in that
+    version's unit: an override's own versions, and the `gpu` rate (its cards) before them."""
+    if part.resource == "gpu":
+        return [(s, e, v, part.quantity) for s, e, v in pieces(start, end, rates.get("gpu", ()))]
+    own = rates.get(part.resource, ())
+    first = min(v.effective_from for v in own)
+    out = [(s, e, v, part.cards)
+           for s, e, v in pieces(start, min(end, first), rates.get("gpu", ()))]
+    return out + [(s, e, v, part.quantity) for s, e, v in pieces(start, end, own)]
+
+
 def price_usage(
     usage: UsageInput,
     rates: Mapping[str, Sequence[RateVersion]],
@@ -97,21 +151,34 @@ def price_usage(
     total_hours = exact_hours(usage.end - usage.start)
     frozen = usage.phase == "frozen"
     cards = usage.gpus + usage.gpu_equivalents
-    if cards:
-        for s, e, v in pieces(usage.start, usage.end, rates.get("gpu", ())):
+    priced = {name for name, versions in rates.items() if versions and name != "gpu"}
+    gpu: dict[tuple[str, int], tuple[Decimal, RateVersion, Decimal]] = {}
+
+    def add(kind: str, quantity: Decimal, version: RateVersion, rate: Decimal) -> None:
+        # One line per kind and rate version (a fallback part and the `gpu` part share one).
+        old = gpu.get((kind, version.id), (Decimal(0), version, rate))[0]
+        gpu[(kind, version.id)] = (old + quantity, version, rate)
+
+    parts = gpu_parts(usage.gpus, usage.gpu_equivalents, usage.fraction_gpus, usage.slices,
+                      priced) if cards else []
+    for part in parts:
+        for s, e, v, quantity in _part_pieces(usage.start, usage.end, part, rates):
             hours = exact_hours(e - s)
-            reserved = cards * hours
+            reserved = quantity * hours
             if frozen:
-                lines.append(_line("gpu_frozen", reserved, v, v.frozen_rate))
+                add("gpu_frozen", reserved, v, v.frozen_rate)
                 continue
             share = {"allocation": Decimal(0), "usage": Decimal(1)}.get(basis, usage_share)
             if share < 1:
-                lines.append(_line("gpu_reserved", (1 - share) * reserved, v, v.rate))
+                add("gpu_reserved", (1 - share) * reserved, v, v.rate)
             if share > 0:
                 # Minutes without telemetry are billed as reserved, never as zero activity.
                 metered = (usage.active_gpu_hours or Decimal(0)) + usage.gap_gpu_hours
-                part = metered * hours / total_hours if total_hours else Decimal(0)
-                lines.append(_line("gpu_active", share * part, v, v.rate))
+                part_of = metered * hours / total_hours if total_hours else Decimal(0)
+                if quantity != cards:  # this part's share of the activity, in its unit
+                    part_of = part_of * quantity / cards
+                add("gpu_active", share * part_of, v, v.rate)
+    lines += [_line(kind, q, v, rate) for (kind, _), (q, v, rate) in gpu.items()]
     for resource, amount, kind in (
         ("cpu", usage.cpu, "cpu"),
         ("memory", usage.memory_gib, "memory"),

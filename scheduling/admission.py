@@ -5,7 +5,8 @@ queue of its namespace) is recorded as a workload of that queue for the requesti
 pinned to that cluster and to its own name there, and answered with a JSON patch holding it
 back (suspended, or its pods gated) until Allot admits and starts it. Objects without the
 label are left alone; a labelled object Allot cannot take is refused with the reason, which
-`kubectl apply` prints."""
+`kubectl apply` prints. A pod (sent by the webhook entry for pods labelled
+`allot.io/pin-cards`) gets its own card's pin (`_pin_pod`)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ from django.db import transaction
 from quotas.models import Queue
 from scheduling import kinds
 from scheduling.backends.naming import (
+    HAMI_USE_UUID,
     LABEL_MANAGED_BY,
     LABEL_OBJECT,
     LABEL_PINNED_CLUSTER,
     LABEL_QUEUE,
     LABEL_WORKLOAD_ID,
     MANAGED_BY,
+    pod_card_pin,
     queue_label,
 )
 from scheduling.models import Cluster, WorkloadState
@@ -76,6 +79,17 @@ def _queue_of(labels: Mapping[str, str], namespace: str) -> tuple[Queue | None, 
     return queue, ""
 
 
+def _pin_pod(uid: str, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod of a template Allot pinned per pod (HAMi, `allot.io/gpu-cards`): its own card in
+    `nvidia.com/use-gpuuuid`, replacing the template's list of the set's cards. A pod without
+    the list or an index is left as it is (it keeps the list)."""
+    card = pod_card_pin(pod)
+    if card is None:
+        return _answer(uid, True)
+    path = "/metadata/annotations/" + HAMI_USE_UUID.replace("~", "~0").replace("/", "~1")
+    return _answer(uid, True, patch=[{"op": "add", "path": path, "value": card}])
+
+
 def admission_review(*, cluster: Cluster, review: Any) -> dict[str, Any]:
     """Answer one AdmissionReview from `cluster` (see the module); AdmissionError when the
     body is not one."""
@@ -87,6 +101,8 @@ def admission_review(*, cluster: Cluster, review: Any) -> dict[str, Any]:
     obj = request.get("object")
     if request.get("operation") != "CREATE" or not isinstance(obj, Mapping):
         return _answer(uid, True)
+    if obj.get("kind") == "Pod" or (request.get("kind") or {}).get("kind") == "Pod":
+        return _pin_pod(uid, obj)
     meta: Mapping[str, Any] = obj.get("metadata") or {}
     if not isinstance(meta, Mapping):
         meta = {}

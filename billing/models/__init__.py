@@ -15,7 +15,7 @@ the order the app registers its models in (content types, `get_models()`).
 
 from billing.models.rounding import MONEY_PLACES, QUANTITY_PLACES, round_money, round_quantity
 from billing.models.cost_centers import ChargeBasis, CostCenter, TeamCostCenter
-from billing.models.rates import UNITS, BillableResource, RateCard
+from billing.models.rates import SLICE_UNIT, UNITS, BillableResource, RateCard
 from billing.models.usage import OrphanTelemetry, Phase, UsageRecord
 from billing.models.ledger import ChargeKind, LedgerEntry, LedgerHead, LedgerVerification
 from billing.models.invoices import (
@@ -38,8 +38,9 @@ from billing.models.reconciliation import (
 )
 
 __all__ = [
-    "MONEY_PLACES", "QUANTITY_PLACES", "UNITS", "BillableResource", "Budget", "BudgetAction",
-    "BudgetFiring", "BudgetPeriod", "BudgetThreshold", "ChargeBasis", "ChargeKind", "CostCenter",
+    "MONEY_PLACES", "QUANTITY_PLACES", "SLICE_UNIT", "UNITS", "BillableResource", "Budget",
+    "BudgetAction", "BudgetFiring", "BudgetPeriod", "BudgetThreshold", "ChargeBasis",
+    "ChargeKind", "CostCenter",
     "FindingKind", "Invoice", "InvoiceLine", "InvoiceState", "InvoiceWorkloadLine", "LedgerEntry",
     "LedgerHead", "LedgerVerification", "OrphanTelemetry", "Phase", "RateCard",
     "ReconciliationFinding", "ReconciliationRun", "TeamCostCenter", "UsageRecord", "round_money",

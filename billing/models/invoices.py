@@ -59,12 +59,17 @@ class InvoiceLine(models.Model):
     queue = models.CharField(max_length=512)
     flavor = models.CharField(max_length=63)
     kind = models.CharField(max_length=16, choices=ChargeKind.choices)
+    resource = models.CharField(
+        max_length=253, blank=True,
+        help_text="The rate card's resource the line was priced at (gpu, gpu-fraction, a MIG "
+        "profile, ...).",
+    )
     unit = models.CharField(max_length=16)
     quantity = models.DecimalField(max_digits=18, decimal_places=4)
     amount = models.DecimalField(max_digits=16, decimal_places=2)
 
     class Meta:
-        ordering = ["adjusts", "team_name", "queue", "flavor", "kind"]
+        ordering = ["adjusts", "team_name", "queue", "flavor", "kind", "resource"]
 
     def __str__(self) -> str:
         return f"{self.invoice} {self.team_name} {self.queue} {self.flavor} {self.kind}"

@@ -13,13 +13,22 @@ class BillableResource(models.TextChoices):
     GPU = "gpu", "GPU"
     CPU = "cpu", "CPU core"
     MEMORY = "memory", "Memory GiB"
+    # Fractions of a card (pods asking less than one card): priced per GPU-hour of the share,
+    # in place of the flavor's `gpu` rate.
+    GPU_FRACTION = "gpu-fraction", "GPU fraction"
 
 
 UNITS = {
     BillableResource.GPU: "GPU-hour",
     BillableResource.CPU: "core-hour",
     BillableResource.MEMORY: "GiB-hour",
+    BillableResource.GPU_FRACTION: "GPU-hour",
 }
+# A rate for one MIG profile (an extended resource with a GPU-equivalent on the flavor, e.g.
+# `nvidia.com/mig-1g.10gb`) is the price of one slice held an hour, in place of its
+# GPU-equivalent at the `gpu` rate.
+SLICE_UNIT = "slice-hour"
+
 
 class RateCard(models.Model):
     """One version of the price of a resource on a flavor, effective from a moment on.
@@ -29,7 +38,11 @@ class RateCard(models.Model):
     """
 
     flavor = models.ForeignKey("quotas.Flavor", on_delete=models.PROTECT, related_name="rates")
-    resource = models.CharField(max_length=16, choices=BillableResource.choices)
+    resource = models.CharField(
+        max_length=253,
+        help_text="gpu, cpu, memory, gpu-fraction, or a MIG profile with a GPU-equivalent on "
+        "the flavor (e.g. nvidia.com/mig-1g.10gb): its price per slice-hour.",
+    )
     version = models.PositiveIntegerField()
     effective_from = models.DateTimeField()
     rate = models.DecimalField(
@@ -65,6 +78,13 @@ class RateCard(models.Model):
 
     def __str__(self) -> str:
         return f"{self.flavor} {self.resource} v{self.version}: {self.rate} {self.currency}"
+
+    @property
+    def resource_label(self) -> str:
+        """`GPU`, `CPU core`, ... or the MIG profile's own name."""
+        if self.resource in BillableResource.values:
+            return str(BillableResource(self.resource).label)
+        return self.resource
 
     @property
     def effective_frozen_rate(self) -> Decimal:

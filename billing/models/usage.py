@@ -36,6 +36,17 @@ class UsageRecord(models.Model):
         max_digits=12, decimal_places=6, default=Decimal(0),
         help_text="MIG slices held, in cards (each slice its GPU-equivalent): billed as GPUs.",
     )
+    fraction_gpus = models.DecimalField(
+        max_digits=12, decimal_places=3, default=Decimal(0),
+        help_text="The part of `gpus` held as fractions of a card (pods asking less than one "
+        "card): priced at the flavor's `gpu-fraction` rate where it has one.",
+    )
+    slices = models.JSONField(
+        default=dict, blank=True,
+        help_text="MIG slices held, per profile: [instances, cards] as decimal strings (their "
+        "cards are part of `gpu_equivalents`); a profile with its own rate is priced per "
+        "slice-hour.",
+    )
     cpu = models.DecimalField(max_digits=12, decimal_places=3)
     memory_gib = models.DecimalField(max_digits=14, decimal_places=3)
     gpu_hours = models.DecimalField(max_digits=16, decimal_places=4)

@@ -25,7 +25,7 @@ from billing.selectors.cost_centers import cost_center_of, default_currency
 from billing.selectors.provisional import team_provisional
 from billing.selectors.rates import admission_hourly_cost
 from billing.services.budgets import active_firings, budget_message, period_bounds, spend_in
-from billing.services.usage import rate_versions, slice_cards
+from billing.services.usage import admission_shapes, rate_versions
 
 
 def team_month_to_date(team, now: datetime | None = None) -> dict[str, Any]:
@@ -82,10 +82,10 @@ def budget_forecast(budget: Budget, now: datetime | None = None) -> dict[str, An
     ).select_related("workload", "flavor")
     rates = rate_versions()
     open_admissions = list(admissions)
-    slices = slice_cards(open_admissions)
+    shapes = admission_shapes(open_admissions)
     for adm in open_admissions:
         running_ids.add(adm.workload_id)
-        per_hour, _ = admission_hourly_cost(adm, rates, now, slices.get(adm.pk, Decimal(0)))
+        per_hour, _ = admission_hourly_cost(adm, rates, now, shapes.get(adm.pk))
         hint = adm.workload.duration_hint_s
         if hint:
             ran = exact_hours(now - (adm.running_at or now)) + Decimal(

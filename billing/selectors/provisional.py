@@ -24,8 +24,8 @@ from django.db.models import Max, OuterRef, Q, Subquery, Sum
 from billing.metering import HOUR, exact_hours
 from billing.models import UsageRecord, round_money
 from billing.selectors.cost_centers import default_currency
-from billing.selectors.rates import rate_at
-from billing.services.usage import rate_versions, slice_cards
+from billing.selectors.rates import gpu_hourly_cost, rate_at
+from billing.services.usage import admission_shapes, rate_versions
 
 ZERO = Decimal(0)
 
@@ -40,17 +40,20 @@ class Provisional:
 
 
 def _priced(adm: Any, start: datetime, end: datetime, rates: dict, now: datetime,
-            slices: Decimal = ZERO) -> tuple[Decimal, Decimal, str | None]:
-    """(cost, GPU-hours, currency) of one admission over [start, end); `slices`: its MIG
-    slices as cards, counted and priced as GPUs (as the hourly rollup does)."""
+            shapes: Any = None) -> tuple[Decimal, Decimal, str | None]:
+    """(cost, GPU-hours, currency) of one admission over [start, end); `shapes`: its fractions
+    and MIG slices (`admission_shapes`), counted and priced as the hourly rollup does."""
     if end <= start:
         return ZERO, ZERO, None
     running_from = adm.running_at if adm.running_at is not None else end
     frozen_h = exact_hours(max(start, min(end, running_from)) - start)
     running_h = exact_hours(end - max(start, min(end, running_from)))
-    cost, currency = ZERO, None
+    slices = shapes.slice_cards if shapes is not None else ZERO
     cards = Decimal(adm.gpus) + slices
-    for resource, amount in (("gpu", cards), ("cpu", adm.cpu), ("memory", adm.memory_gib)):
+    running, currency = gpu_hourly_cost(rates, adm.flavor.name, adm.gpus, shapes, now)
+    held, _ = gpu_hourly_cost(rates, adm.flavor.name, adm.gpus, shapes, now, frozen=True)
+    cost = running * running_h + held * frozen_h
+    for resource, amount in (("cpu", adm.cpu), ("memory", adm.memory_gib)):
         version = rate_at(rates, adm.flavor.name, resource, now)
         if version is None or not amount:
             continue
@@ -75,7 +78,7 @@ def provisional_by(admissions: Any, *, now: datetime, since: datetime | None = N
     stop = now if until is None else min(now, until)
     sums: dict[str, list[Any]] = {}
     rows = list(rows)
-    slices = slice_cards(rows)
+    shapes = admission_shapes(rows)
     for adm in rows:
         start = adm.reserved_at
         if adm.covered is not None:
@@ -83,7 +86,7 @@ def provisional_by(admissions: Any, *, now: datetime, since: datetime | None = N
         if since is not None:
             start = max(start, since)
         end = min(adm.ended_at or stop, stop)
-        c, h, cur = _priced(adm, start, end, rates, now, slices.get(adm.pk, ZERO))
+        c, h, cur = _priced(adm, start, end, rates, now, shapes.get(adm.pk))
         group = sums.setdefault("" if key is None else key(adm), [ZERO, ZERO, None])
         group[0] += c
         group[1] += h

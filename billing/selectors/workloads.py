@@ -15,7 +15,7 @@ from billing.selectors.cost_centers import default_currency
 from billing.selectors.provisional import workload_provisional
 from billing.selectors.rates import admission_hourly_cost, rate_at
 from billing.selectors.usage import ZERO
-from billing.services.usage import rate_versions, slice_cards
+from billing.services.usage import admission_shapes, rate_versions
 
 
 def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
@@ -47,11 +47,13 @@ def workload_cost(workload, now: datetime | None = None) -> dict[str, Any]:
     unbilled_from = (last_hour + HOUR) if last_hour else None
     rates = rate_versions()
     open_adm = workload.admissions.filter(ended_at__isnull=True).select_related("flavor").first()
-    # MIG slices as cards, as metering bills them.
-    slices = slice_cards([open_adm]).get(open_adm.pk, Decimal(0)) if open_adm else Decimal(0)
+    # Fractions and MIG slices (as cards), as metering bills them.
+    shapes = admission_shapes([open_adm]).get(open_adm.pk) if open_adm else None
     per_hour, rate_currency = (
-        admission_hourly_cost(open_adm, rates, now, slices) if open_adm else (Decimal(0), currency)
+        admission_hourly_cost(open_adm, rates, now, shapes) if open_adm
+        else (Decimal(0), currency)
     )
+    slices = shapes.slice_cards if shapes is not None else Decimal(0)
     gpus = Decimal(open_adm.gpus) + slices if open_adm else Decimal(0)
     unbilled_h = Decimal(0)  # held since the last billed hour: counts toward the hint too
     if per_hour and open_adm is not None:

@@ -66,23 +66,27 @@ def invoice_issue(
     )
     grouped = (
         entries.annotate(month=TruncMonth("hour"))
-        .values("month", "team_name", "queue", "flavor", "kind", "unit")
+        .values("month", "team_name", "queue", "flavor", "kind", "rate_card__resource", "unit")
         .annotate(q=Sum("quantity"), a=Sum("amount"))
-        .order_by("month", "team_name", "queue", "flavor", "kind")
+        .order_by("month", "team_name", "queue", "flavor", "kind", "rate_card__resource")
     )
     InvoiceLine.objects.bulk_create([
         InvoiceLine(
             invoice=invoice, adjusts="" if g["month"] == start else f"{g['month']:%Y-%m}",
             team_name=g["team_name"], queue=g["queue"], flavor=g["flavor"],
-            kind=g["kind"], unit=g["unit"], quantity=g["q"], amount=g["a"],
+            kind=g["kind"], resource=g["rate_card__resource"], unit=g["unit"],
+            quantity=g["q"], amount=g["a"],
         )
         for g in grouped
     ], batch_size=2000)
     per_workload = (
         entries.values("workload_id", "workload_name", "team_name", "queue")
         .annotate(
-            gpu=Sum("quantity", filter=Q(kind__in=["gpu_reserved", "gpu_active"])),
-            frozen=Sum("quantity", filter=Q(kind="gpu_frozen")),
+            # GPU-hours: lines priced per slice-hour (a MIG profile's own rate) are on the
+            # invoice lines under their profile, not counted here.
+            gpu=Sum("quantity", filter=Q(kind__in=["gpu_reserved", "gpu_active"],
+                                         unit="GPU-hour")),
+            frozen=Sum("quantity", filter=Q(kind="gpu_frozen", unit="GPU-hour")),
             a=Sum("amount"),
         )
         .order_by("team_name", "queue", "workload_id")
@@ -143,7 +147,7 @@ def invoice_as_dict(invoice: Invoice) -> dict[str, Any]:
         "issued_at": invoice.issued_at.isoformat(),
         "lines": [
             {"adjusts": ln.adjusts, "team": ln.team_name, "queue": ln.queue,
-             "flavor": ln.flavor, "kind": ln.kind, "unit": ln.unit,
+             "flavor": ln.flavor, "kind": ln.kind, "resource": ln.resource, "unit": ln.unit,
              "quantity": str(ln.quantity), "amount": str(ln.amount)}
             for ln in invoice.lines.all()
         ],
@@ -162,12 +166,12 @@ def invoice_as_csv(invoice: Invoice) -> str:
     writer = csv.writer(out)
     writer.writerow(["invoice", invoice.number, "cost_center", invoice.cost_center.code,
                      "period", f"{invoice.period_start:%Y-%m}", "currency", invoice.currency])
-    writer.writerow(["adjusts", "team", "queue", "flavor", "kind", "unit", "quantity",
-                     "amount"])
+    writer.writerow(["adjusts", "team", "queue", "flavor", "kind", "resource", "unit",
+                     "quantity", "amount"])
     for ln in invoice.lines.all():
-        writer.writerow([ln.adjusts, ln.team_name, ln.queue, ln.flavor, ln.kind, ln.unit,
-                         ln.quantity, ln.amount])
-    writer.writerow(["total", "", "", "", "", "", "", invoice.total])
+        writer.writerow([ln.adjusts, ln.team_name, ln.queue, ln.flavor, ln.kind, ln.resource,
+                         ln.unit, ln.quantity, ln.amount])
+    writer.writerow(["total", "", "", "", "", "", "", "", invoice.total])
     writer.writerow([])
     writer.writerow(["workload_id", "workload", "team", "queue", "gpu_hours",
                      "frozen_gpu_hours", "amount"])

@@ -11,6 +11,7 @@ from django.db.models import Max
 
 from billing.metering import HOUR
 from billing.models import (
+    SLICE_UNIT,
     UNITS,
     BillableResource,
     ChargeBasis,
@@ -19,6 +20,21 @@ from billing.models import (
     RateCard,
     TeamCostCenter,
 )
+from core.quantity import card_equivalent, equivalents
+
+
+def rate_unit(flavor, resource: str) -> str:  # flavor: quotas.Flavor
+    """The unit a rate for `resource` on `flavor` prices (ValidationError naming the resources
+    it may be when it is none of them)."""
+    if resource in BillableResource.values:
+        return UNITS[BillableResource(resource)]
+    if card_equivalent(resource, flavor.gpu_equivalents) > 0:
+        return SLICE_UNIT
+    profiles = sorted(k for k, v in equivalents(flavor.gpu_equivalents).items() if v > 0)
+    raise ValidationError({"resource": [
+        f"unknown resource {resource!r} for flavor {flavor.name}: expected gpu, cpu, memory, "
+        f"gpu-fraction or a MIG profile with a GPU-equivalent on the flavor ("
+        f"{', '.join(profiles) or 'a mig-Ng.* name such as nvidia.com/mig-1g.10gb'})"]})
 
 
 @transaction.atomic
@@ -35,14 +51,22 @@ def rate_card_create(
 ) -> RateCard:
     """Add the next version of a flavor's rate for a resource, effective from a moment on.
 
-    Refused when it would reach back into hours already in the ledger (a change never
-    rewrites past charges) or before the current version's start.
+    `resource` is `gpu`, `cpu`, `memory`, `gpu-fraction` (fractions of a card, per GPU-hour,
+    in place of the `gpu` rate) or a MIG profile the flavor gives a GPU-equivalent (its
+    `gpu_equivalents`, or `mig-Ng.*`), priced per slice-hour in place of its GPU-equivalent
+    at the `gpu` rate. Refused when it would reach back into hours already in the ledger (a
+    change never rewrites past charges) or before the current version's start.
     """
-    if resource not in BillableResource.values:
-        raise ValidationError({"resource": [f"unknown resource {resource!r}"]})
+    resource = str(resource).strip()
+    unit = rate_unit(flavor, resource)
+    errors: dict[str, list[str]] = {}
+    for name, value in (("rate", rate), ("frozen_rate", frozen_rate)):
+        if value is not None and Decimal(value) < 0:
+            errors[name] = [f"must be 0 or more (got {Decimal(value).normalize():f} "
+                            f"{currency.upper()} per {unit})"]
+    if errors:
+        raise ValidationError(errors)
     rate = Decimal(rate)
-    if rate < 0 or (frozen_rate is not None and Decimal(frozen_rate) < 0):
-        raise ValidationError({"rate": [f"rates cannot be negative (got {rate}, {frozen_rate})"]})
     if effective_from.tzinfo is None:
         raise ValidationError({"effective_from": ["must be timezone-aware (UTC)"]})
     # Lock this flavor's versions so two concurrent changes cannot both take version n+1.
@@ -66,7 +90,7 @@ def rate_card_create(
         flavor=flavor, resource=resource, version=(current[0].version + 1) if current else 1,
         effective_from=effective_from, rate=rate,
         frozen_rate=None if frozen_rate is None else Decimal(frozen_rate),
-        unit=UNITS[BillableResource(resource)], currency=currency.upper(), note=note,
+        unit=unit, currency=currency.upper(), note=note,
         created_by=user,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -44,7 +45,8 @@ logger = logging.getLogger(__name__)
 
 _RECORD_FIELDS = (
     "workload_id", "workload_name", "start", "end", "cluster", "flavor", "queue", "team_id",
-    "gpus", "gpu_equivalents", "cpu", "memory_gib", "gpu_hours", "core_hours", "memory_gib_hours",
+    "gpus", "gpu_equivalents", "fraction_gpus", "slices", "cpu", "memory_gib", "gpu_hours",
+    "core_hours", "memory_gib_hours",
     "active_gpu_hours", "gap_gpu_hours", "gpu_memory_gib_hours", "expected_minutes",
     "telemetry_minutes", "gap_minutes", "telemetry_source",
 )
@@ -83,41 +85,80 @@ def admission_spans(hour: datetime) -> list[AdmissionSpan]:
         .select_related("workload__queue", "cluster", "flavor")
         .order_by("pk")
     )
-    slices = slice_cards(rows)
+    shapes = admission_shapes(rows)
     return [
         AdmissionSpan(
             admission_id=a.pk, workload_id=a.workload_id, workload_name=a.workload.name,
             cluster=a.cluster.name, flavor=a.flavor.name, queue=a.workload.queue.path,
             team_id=a.workload.team_id, gpus=a.gpus, cpu=a.cpu, memory_gib=a.memory_gib,
             reserved_at=a.reserved_at, running_at=a.running_at, ended_at=a.ended_at,
-            gpu_equivalents=slices.get(a.pk, Decimal(0)),
+            gpu_equivalents=shapes.get(a.pk, NO_SHAPES).slice_cards,
+            fraction_gpus=shapes.get(a.pk, NO_SHAPES).fraction_gpus,
+            slices=shapes.get(a.pk, NO_SHAPES).slices,
         )
         for a in rows
     ]
 
 
-def slice_cards(admissions: list[Any]) -> dict[int, Decimal]:
-    """Per admission: the cards its pods' MIG slices are worth (the flavor's
-    `gpu_equivalents`, else N/7 for `mig-Ng.*`); admissions without any are left out."""
+@dataclass(frozen=True)
+class Shapes:
+    """An admission's GPU shapes as billing prices them: the cards its fractions hold, and its
+    MIG slices per profile as (instances, cards)."""
+
+    fraction_gpus: Decimal = Decimal(0)
+    slices: dict[str, tuple[Decimal, Decimal]] = field(default_factory=dict)
+
+    @property
+    def slice_cards(self) -> Decimal:
+        return sum((cards for _, cards in self.slices.values()), Decimal(0))
+
+
+def admission_shapes(admissions: list[Any]) -> dict[int, Shapes]:
+    """Per admission: its fractions of a card and its MIG slices (each worth the flavor's
+    `gpu_equivalents`, else N/7 for `mig-Ng.*`), over all pods; admissions holding neither
+    are left out."""
     from scheduling.models import PodSet
 
-    by_workload: dict[int, list[tuple[int, Any]]] = defaultdict(list)
-    for workload_id, count, resources in PodSet.objects.filter(
+    by_workload: dict[int, list[tuple[int, Decimal, Any]]] = defaultdict(list)
+    for workload_id, count, gpus, resources in PodSet.objects.filter(
         workload_id__in={a.workload_id for a in admissions}
-    ).exclude(resources={}).values_list("workload_id", "count", "resources"):
-        by_workload[workload_id].append((count, resources))
-    out: dict[int, Decimal] = {}
+    ).filter(Q(gpus__gt=0, gpus__lt=1) | ~Q(resources={})).values_list(
+            "workload_id", "count", "gpus", "resources"):
+        by_workload[workload_id].append((count, Decimal(gpus), resources))
+    out: dict[int, Shapes] = {}
     for a in admissions:
-        total = Decimal(0)
-        for count, resources in by_workload.get(a.workload_id, ()):
+        fraction = Decimal(0)
+        slices: dict[str, tuple[Decimal, Decimal]] = {}
+        for count, gpus, resources in by_workload.get(a.workload_id, ()):
+            if 0 < gpus < 1:
+                fraction += count * gpus
             for name, amount in amounts(resources).items():
-                total += count * amount * card_equivalent(name, a.flavor.gpu_equivalents)
-        if total:
-            out[a.pk] = total.quantize(EQUIVALENT_PLACES)  # as the usage record keeps it
+                per = card_equivalent(name, a.flavor.gpu_equivalents)
+                if per:
+                    held, cards = slices.get(name, (Decimal(0), Decimal(0)))
+                    slices[name] = (held + count * amount, cards + count * amount * per)
+        slices = {name: (held, cards.quantize(EQUIVALENT_PLACES))  # as the record keeps it
+                  for name, (held, cards) in slices.items()}
+        if fraction or slices:
+            out[a.pk] = Shapes(fraction_gpus=fraction, slices=slices)
     return out
 
 
+def slices_json(slices: Mapping[str, tuple[Decimal, Decimal]]) -> dict[str, list[str]]:
+    """A usage record's `slices` column: profile -> [instances, cards] as decimal strings."""
+    return {name: [str(held), str(cards)] for name, (held, cards) in sorted(slices.items())}
+
+
+def slices_of(raw: object) -> dict[str, tuple[Decimal, Decimal]]:
+    """A usage record's `slices` column back as decimals."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): (Decimal(v[0]), Decimal(v[1])) for k, v in raw.items()
+            if isinstance(v, list | tuple) and len(v) == 2}
+
+
 EQUIVALENT_PLACES = Decimal("0.000001")
+NO_SHAPES = Shapes()
 
 
 def _same(a: object, b: object) -> bool:
@@ -164,6 +205,7 @@ def usage_rollup_hour(
                 "start": segment.start, "end": segment.end, "cluster": span.cluster,
                 "flavor": span.flavor, "queue": span.queue, "team_id": span.team_id,
                 "gpus": span.gpus, "gpu_equivalents": span.gpu_equivalents,
+                "fraction_gpus": span.fraction_gpus, "slices": slices_json(span.slices),
                 "cpu": span.cpu, "memory_gib": span.memory_gib,
                 "gpu_hours": quantities.gpu_hours, "core_hours": quantities.core_hours,
                 "memory_gib_hours": quantities.memory_gib_hours,
@@ -299,8 +341,8 @@ def charges_post_hour(*, hour: datetime, now: datetime | None = None) -> PostRes
             continue
         usage = UsageInput(
             phase=record.phase, start=record.start, end=record.end, gpus=record.gpus,
-            gpu_equivalents=record.gpu_equivalents,
-            cpu=record.cpu, memory_gib=record.memory_gib,
+            gpu_equivalents=record.gpu_equivalents, fraction_gpus=record.fraction_gpus,
+            slices=slices_of(record.slices), cpu=record.cpu, memory_gib=record.memory_gib,
             active_gpu_hours=record.active_gpu_hours, gap_gpu_hours=record.gap_gpu_hours,
         )
         lines = price_usage(

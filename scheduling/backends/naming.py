@@ -7,6 +7,8 @@ pods are `<job name>-<k>`. Labels link every object back to Allot. Pure Python.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 LABEL_WORKLOAD_ID = "allot.io/workload-id"
 LABEL_QUEUE = "allot.io/queue"
@@ -111,3 +113,46 @@ def job_labels(
         LABEL_POD_SET: str(int(pod_set_index)),
         LABEL_FLAVOR: flavor,
     }
+
+
+# Per-pod card pins (HAMi): the card UUID of each pod index of the template, comma-separated,
+# and the label that sends the template's pods to Allot's admission webhook for pods.
+CARDS_ANNOTATION = "allot.io/gpu-cards"
+CARDS_STRIDE_ANNOTATION = "allot.io/gpu-cards-stride"
+PIN_LABEL = "allot.io/pin-cards"
+HAMI_USE_UUID = "nvidia.com/use-gpuuuid"  # HAMi's pod annotation: the cards a pod may use
+
+
+def pod_card_pin(pod: Mapping[str, Any]) -> str | None:
+    """The card UUID a pod of a pinned template must use (`allot.io/gpu-cards` at the pod's
+    index), or None when it has no such list or no index. The index is the Job's completion
+    index (`batch.kubernetes.io/job-completion-index`; a JobSet's pods add their Job's
+    `jobset.sigs.k8s.io/job-index` times `allot.io/gpu-cards-stride`), else Kubeflow's
+    `training.kubeflow.org/replica-index`, else a StatefulSet's `apps.kubernetes.io/pod-index`.
+    """
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    cards = [c for c in str(annotations.get(CARDS_ANNOTATION) or "").split(",") if c]
+    if not cards:
+        return None
+
+    def number(key: str) -> int | None:
+        raw = str(annotations.get(key, labels.get(key, "")))
+        return int(raw) if raw.isdigit() else None
+
+    index = number("batch.kubernetes.io/job-completion-index")
+    if index is not None:
+        job = number("jobset.sigs.k8s.io/job-index")
+        if job is not None:
+            stride = number(CARDS_STRIDE_ANNOTATION)
+            if not stride:
+                return None  # which of the JobSet's Jobs: unknown without the stride
+            index += job * stride
+    else:
+        index = number("training.kubeflow.org/replica-index")
+    if index is None:
+        index = number("apps.kubernetes.io/pod-index")
+    if index is None or index >= len(cards):
+        return None
+    return cards[index]

@@ -186,6 +186,11 @@ class Placement:
     gpus: bool  # tolerate the GPU taint
     priority_class: str = ""
     termination_grace_s: int | None = None
+    # The cluster's GPU sharing mechanism (scheduling/backends/k8s/jobs.py): the scheduler the
+    # pods go to (`kai-scheduler`), and for a fraction of a card the GPU container's limits in
+    # place of `nvidia.com/gpu` (None: leave them).
+    scheduler_name: str = ""
+    gpu_limits: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,21 @@ def conditions_state(obj: Mapping[str, Any], *, success: tuple[str, ...],
     return RunState()
 
 
+def _set_gpu_limits(spec: dict[str, Any], limits: Mapping[str, str]) -> None:
+    """A fraction of a card as the sharing mechanism asks it: the containers asking
+    `nvidia.com/gpu` (else the first) drop it and take `limits`."""
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    asking = [c for c in containers if GPU_RESOURCE in ((c.get("resources") or {}).get("limits")
+                                                         or {})
+              or GPU_RESOURCE in ((c.get("resources") or {}).get("requests") or {})]
+    for container in asking or containers[:1]:
+        resources = container.setdefault("resources", {})
+        for part in ("requests", "limits"):
+            if isinstance(resources.get(part), dict):
+                resources[part].pop(GPU_RESOURCE, None)
+        resources["limits"] = {**(resources.get("limits") or {}), **limits}
+
+
 def _merge_placement(template: dict[str, Any], where: Placement, *, gated: bool) -> None:
     meta = template.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), **where.labels}
@@ -224,6 +244,10 @@ def _merge_placement(template: dict[str, Any], where: Placement, *, gated: bool)
         spec["priorityClassName"] = where.priority_class
     if where.termination_grace_s is not None:
         spec["terminationGracePeriodSeconds"] = int(where.termination_grace_s)
+    if where.scheduler_name:
+        spec["schedulerName"] = where.scheduler_name
+    if where.gpu_limits is not None:
+        _set_gpu_limits(spec, where.gpu_limits)
     if where.gpus:
         tolerations = list(spec.get("tolerations") or [])
         wanted = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduling.backends.naming import CARDS_ANNOTATION, CARDS_STRIDE_ANNOTATION
 from scheduling.kinds.base import (
     DerivedPodSet,
     Kind,
     ManifestError,
+    Placement,
     conditions_state,
     get,
+    merge_placement,
     pod_set,
     replicas,
 )
@@ -35,8 +38,23 @@ def _derive(kind: str, obj: dict[str, Any]) -> list[DerivedPodSet]:
     return sets
 
 
+def _placement(obj: dict[str, Any], sets: list[DerivedPodSet], where: list[Placement]) -> None:
+    """Each replicated Job's pod template takes its placement; one pinned per pod (HAMi's
+    cards, `allot.io/gpu-cards` over the replicas' pods in order) also says how many pods
+    one of its Jobs runs, so a pod's place is its Job's index times that plus its own."""
+    for ps, place in zip(sets, where, strict=False):
+        merge_placement(ps.template, place, gated=False)
+        annotations = ps.template["metadata"]["annotations"]
+        if CARDS_ANNOTATION in annotations:
+            rj = next(j for j in obj["spec"]["replicatedJobs"]
+                      if get(j, "template.spec.template") is ps.template)
+            annotations[CARDS_STRIDE_ANNOTATION] = str(
+                ps.count // replicas("JobSet", rj.get("replicas"), "replicas"))
+
+
 JOBSET = Kind(
     api_version="jobset.x-k8s.io/v1alpha2", kind="JobSet", plural="jobsets", derive_fn=_derive,
+    placement_fn=_placement,
     state_fn=lambda o: conditions_state(o, success=("Completed",), failure=("Failed",)),
     doc="A pod set per replicated Job: replicas x parallelism pods.",
 )

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def now_iso() -> str:
@@ -91,10 +92,18 @@ class JobController:
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         template = job["spec"]["template"]
         pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
+        annotations = copy.deepcopy(template["metadata"].get("annotations") or {})
+        if job["spec"].get("completionMode") == "Indexed":
+            # The lowest index no live or succeeded pod of the Job holds, as the controller
+            # gives it (annotation and label).
+            taken = {p["metadata"].get("annotations", {}).get(COMPLETION_INDEX)
+                     for p in self.job_pods(job) if p["status"]["phase"] != "Failed"}
+            annotations[COMPLETION_INDEX] = str(next(
+                i for i in range(len(taken) + 1) if str(i) not in taken))
         pod = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": self.new_meta({
-                "name": pod_name,
+                "name": pod_name, "annotations": annotations,
                 "labels": copy.deepcopy(template["metadata"]["labels"]),
                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
                                      "uid": job["metadata"]["uid"], "controller": True}],

@@ -8,7 +8,9 @@ that passes here exercises the same answers a real cluster gives. The Job contro
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import re
 import threading
 import uuid
@@ -56,12 +58,15 @@ class _LoggedPods(dict):
     """The pods, each addition and deletion recorded for pod watches (phase changes are
     recorded where they are made)."""
 
-    def __init__(self, record: Any):
+    def __init__(self, record: Any, admit: Any = None):
         super().__init__()
         self._record = record
+        self._admit = admit
 
     def __setitem__(self, key: Any, pod: dict) -> None:
         event = "MODIFIED" if key in self else "ADDED"
+        if event == "ADDED" and self._admit is not None:
+            self._admit(pod)  # the API server's mutating webhooks, on CREATE
         super().__setitem__(key, pod)
         self._record(event, pod)
 
@@ -86,7 +91,10 @@ class ClusterState(JobController, KindsController):
         self.nodes: dict[str, dict] = {}
         self.namespaces: dict[str, dict] = {}
         self.jobs: dict[tuple[str, str], dict] = {}
-        self.pods: dict[tuple[str, str], dict] = _LoggedPods(self.record_pod)
+        self.pods: dict[tuple[str, str], dict] = _LoggedPods(self.record_pod, self.admit_pod)
+        # Mutating admission webhooks for pods: (label key the object selector asks for, a
+        # callable taking an AdmissionReview and returning its answer), called on each new pod.
+        self.pod_webhooks: list[tuple[str, Any]] = []
         self.events: list[dict] = []
         self.priority_classes: dict[str, dict] = {}
         self.objects: dict[tuple[str, str, str], dict] = {}  # custom objects (kinds.py)
@@ -100,6 +108,29 @@ class ClusterState(JobController, KindsController):
         self.job_log: list[tuple[int, str, dict]] = []  # (resourceVersion, type, Job copy)
         self.pod_log: list[tuple[int, str, dict]] = []  # the same for pods
         self.compacted_before = 0
+
+    def admit_pod(self, pod: dict) -> None:
+        """Send a new pod to each pod webhook whose object selector (a label that exists)
+        matches, and apply the JSON patch it answers (`add`/`replace` of a map member)."""
+        for label, webhook in self.pod_webhooks:
+            if label not in (pod["metadata"].get("labels") or {}):
+                continue
+            answer = webhook({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                              "request": {"uid": str(uuid.uuid4()), "operation": "CREATE",
+                                          "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                                          "namespace": pod["metadata"].get("namespace"),
+                                          "object": copy.deepcopy(pod)}})
+            response = answer["response"]
+            if not response.get("allowed"):
+                raise ValueError(f"pod refused by a webhook: {response.get('status')}")
+            for op in json.loads(base64.b64decode(response["patch"])) if response.get(
+                    "patch") else []:
+                *parents, last = [part.replace("~1", "/").replace("~0", "~")
+                                  for part in op["path"].split("/")[1:]]
+                target = pod
+                for part in parents:
+                    target = target.setdefault(part, {})
+                target[last] = op["value"]
 
     # -------------------------------------------------------------- helpers
     def next_version(self) -> str:

@@ -55,7 +55,8 @@ class DispatchMixin(NamespacesMixin, PriorityClassesMixin, NodesMixin, ObjectsMi
         uuids = ({name: hami_card_uuids(node.metadata.annotations if node.metadata else None)
                   for name, node in nodes.items()} if sharing == "hami" else None)
         if spec.kind:
-            return self._create_object(spec)
+            return self._create_object(spec, sharing=sharing, card_uuids=uuids,
+                                       kai_queue=kai_queue)
         ref = spec.ref
         created: list[str] = []
         try:

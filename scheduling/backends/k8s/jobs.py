@@ -11,7 +11,9 @@ declared in its connection (`"gpu_sharing"`):
   `nvidia.com/gpumem-percentage`); when every pod of the set is on one card whose UUID the node
   registers (HAMi's `hami.io/node-nvidia-register` annotation), `nvidia.com/use-gpuuuid` pins
   the pods to that card; a pod set spread over several registered cards is pinned to that list
-  of cards;
+  of cards on its template, and each pod to its own card by Allot's admission webhook for pods
+  (`allot.io/gpu-cards`: the card of each pod index, in order; the template carries the label
+  `allot.io/pin-cards` that selects its pods for the webhook; see `pod_card_pin`);
 - `kai` (NVIDIA KAI Scheduler): the pod annotation `gpu-fraction` (or `gpu-memory` in MiB when
   the pod asked an explicit memory slice), no `nvidia.com/gpu` limit; every pod of such a
   cluster names `schedulerName: kai-scheduler` and carries the label `kai.scheduler/queue`
@@ -19,32 +21,67 @@ declared in its connection (`"gpu_sharing"`):
 - `time-slicing` (NVIDIA device plugin replicas): `nvidia.com/gpu: 1`, one replica of a shared
   card (no memory isolation);
 - none: the fraction asks a whole card (`nvidia.com/gpu: 1`), so it still runs.
+`sharing_fields` is what a pod set's template needs; manifest kinds get the same on each of
+their pod templates (objects.py, `Placement`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from core.quantity import format_base
 from scheduling.backends.base import PodSetSpec, WorkloadSpec
 from scheduling.backends.k8s.nodes import GPU_RESOURCE
-from scheduling.backends.naming import job_labels
+from scheduling.backends.naming import CARDS_ANNOTATION, HAMI_USE_UUID, PIN_LABEL, job_labels
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SHARING = ("", "hami", "kai", "time-slicing")
 HAMI_CORES = "nvidia.com/gpucores"
 HAMI_MEMORY = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
-HAMI_USE_UUID = "nvidia.com/use-gpuuuid"
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
 # Pods reach the KAI Scheduler by its scheduler name and a queue label (the KAI queue they are
 # admitted in; its `gpu-fraction` annotation is read by KAI only).
 KAI_SCHEDULER = "kai-scheduler"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
+
+
+@dataclass(frozen=True)
+class SharingFields:
+    """What a cluster's GPU sharing mechanism needs on one pod set's pod template: labels and
+    annotations to add, the GPU container's limits for a fraction (None: leave the GPU limits
+    as they are; a mapping replaces `nvidia.com/gpu` with it) and the scheduler's name."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    gpu_limits: dict[str, str] | None = None
+    scheduler_name: str = ""
+
+
+def sharing_fields(pod_set: PodSetSpec, sharing: str,
+                   card_uuids: Mapping[str, Sequence[str]] | None = None,
+                   kai_queue: str = "default-queue") -> SharingFields:
+    """The fields of `sharing` for one pod set (the same for a Job's template and for each pod
+    template of a manifest kind)."""
+    out = SharingFields()
+    if sharing == "kai":
+        out = SharingFields(labels={KAI_QUEUE_LABEL: kai_queue}, scheduler_name=KAI_SCHEDULER)
+    if is_fraction(pod_set.gpus):
+        limits, annotations = shared_gpu(pod_set, sharing, card_uuids)
+        out.annotations.update(annotations)
+        if sharing == "hami":
+            per_pod = hami_pod_uuids(pod_set, card_uuids)
+            if len(set(per_pod)) > 1:
+                out.annotations[CARDS_ANNOTATION] = ",".join(per_pod)
+                out.labels[PIN_LABEL] = "true"
+        return SharingFields(labels=out.labels, annotations=out.annotations, gpu_limits=limits,
+                             scheduler_name=out.scheduler_name)
+    return out
 
 
 def is_fraction(gpus: Decimal) -> bool:
@@ -112,6 +149,21 @@ def hami_pinned_uuids(pod_set: PodSetSpec,
     return out
 
 
+def hami_pod_uuids(pod_set: PodSetSpec,
+                   card_uuids: Mapping[str, Sequence[str]] | None) -> list[str]:
+    """The UUID of the card the engine chose for each pod of the set, in pod order (pod `i` on
+    `nodes[i]`, card `cards[i]`); empty unless every one is registered."""
+    if not card_uuids or len(pod_set.cards) < pod_set.count:
+        return []
+    out = []
+    for node, card in zip(pod_set.nodes, pod_set.cards, strict=False):
+        uuids = card_uuids.get(node) or ()
+        if card is None or not 0 <= card < len(uuids):
+            return []
+        out.append(uuids[card])
+    return out if len(out) == pod_set.count else []
+
+
 def format_cpu(cores: Decimal) -> str:
     """Cores as a Kubernetes quantity: `4` or `1500m`."""
     cores = Decimal(cores)
@@ -145,8 +197,8 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
             pod_set_index=pod_set.index, flavor=pod_set.flavor,
         ),
     }
-    if sharing == "kai":
-        labels[KAI_QUEUE_LABEL] = kai_queue
+    fields = sharing_fields(pod_set, sharing, card_uuids, kai_queue)
+    labels.update({k: v for k, v in fields.labels.items() if k == KAI_QUEUE_LABEL})
     annotations = {"allot.io/workload-name": spec.name, **spec.annotations}
     requests: dict[str, str] = {}
     if pod_set.cpu:
@@ -154,11 +206,10 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
     if pod_set.memory_gib:
         requests["memory"] = format_memory(pod_set.memory_gib)
     limits: dict[str, str] = {}
-    pod_annotations = dict(annotations)
-    if is_fraction(pod_set.gpus):
-        shared_limits, shared_annotations = shared_gpu(pod_set, sharing, card_uuids)
-        limits.update(shared_limits)
-        pod_annotations.update(shared_annotations)
+    pod_annotations = {**annotations, **fields.annotations}
+    pod_labels = {**labels, **fields.labels}
+    if fields.gpu_limits is not None:
+        limits.update(fields.gpu_limits)
     elif pod_set.gpus:
         limits[GPU_RESOURCE] = str(int(pod_set.gpus))
     for res, base in sorted(pod_set.resources.items()):
@@ -179,8 +230,8 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
     }
     if spec.priority_class:
         pod_spec["priorityClassName"] = spec.priority_class
-    if sharing == "kai":
-        pod_spec["schedulerName"] = KAI_SCHEDULER
+    if fields.scheduler_name:
+        pod_spec["schedulerName"] = fields.scheduler_name
     if pod_set.gpus:
         pod_spec["tolerations"] = [
             {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
@@ -210,7 +261,7 @@ def job_body(spec: WorkloadSpec, pod_set: PodSetSpec, *, default_image: str,
             "backoffLimit": 0,
             "completionMode": "Indexed",
             "template": {
-                "metadata": {"labels": labels, "annotations": pod_annotations},
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": pod_spec,
             },
         },

@@ -17,7 +17,7 @@ controller makes again, or a rollout's, come gated); pods a scale-up adds stay g
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes import client as k8s
@@ -32,6 +32,7 @@ from scheduling.backends.base import (
     WorkloadStatus,
 )
 from scheduling.backends.k8s.client import JSON_PATCH, MERGE_PATCH, KubeClient
+from scheduling.backends.k8s.jobs import KAI_QUEUE_LABEL, sharing_fields
 from scheduling.backends.naming import (
     LABEL_POD_SET,
     LABEL_WORKLOAD_ID,
@@ -105,24 +106,36 @@ class ObjectsMixin(KubeClient):
                 f"cluster {self.name} does not serve {kind.kind} ({kind.api_version} is not "
                 "in its API: the operator or CRD is not installed)")
 
-    def _create_object(self, spec: WorkloadSpec) -> WorkloadRef:
+    def _create_object(self, spec: WorkloadSpec, *, sharing: str = "",
+                       card_uuids: Mapping[str, Sequence[str]] | None = None,
+                       kai_queue: str = "default-queue") -> WorkloadRef:
+        """Create the manifest's object held back, each pod template carrying its pod set's
+        placement and what the cluster's GPU sharing mechanism needs (as a Job's would:
+        `sharing_fields`)."""
         kind = kind_for(spec.kind)
         self._check_kind(kind)
         ref = spec.ref
-        placements = [Placement(
-            labels={**{str(k): str(v) for k, v in spec.labels.items()}, **job_labels(
-                workload_id=spec.workload_id, queue_path=spec.queue_path,
-                pod_set_index=p.index, flavor=p.flavor)},
-            annotations={"allot.io/workload-name": spec.name},
-            node_selector=dict(p.node_selector), nodes=tuple(p.nodes), gpus=p.gpus > 0,
-            priority_class=spec.priority_class, termination_grace_s=spec.termination_grace_s,
-        ) for p in spec.pod_sets]
+        placements = []
+        for p in spec.pod_sets:
+            shared = sharing_fields(p, sharing, card_uuids, kai_queue)
+            placements.append(Placement(
+                labels={**{str(k): str(v) for k, v in spec.labels.items()}, **job_labels(
+                    workload_id=spec.workload_id, queue_path=spec.queue_path,
+                    pod_set_index=p.index, flavor=p.flavor), **shared.labels},
+                annotations={"allot.io/workload-name": spec.name, **shared.annotations},
+                node_selector=dict(p.node_selector), nodes=tuple(p.nodes), gpus=p.gpus > 0,
+                priority_class=spec.priority_class,
+                termination_grace_s=spec.termination_grace_s,
+                scheduler_name=shared.scheduler_name, gpu_limits=shared.gpu_limits,
+            ))
         labels = job_labels(workload_id=spec.workload_id, queue_path=spec.queue_path,
                             pod_set_index=0, flavor=spec.pod_sets[0].flavor)
         labels.pop(LABEL_POD_SET)
         annotations = {**spec.annotations, "allot.io/workload-name": spec.name}
         if kind.scalable:  # the object may ask more (a scale-up waiting): these are admitted
             annotations[ANNOTATION_ADMITTED_PODS] = str(sum(p.count for p in spec.pod_sets))
+        if sharing == "kai":
+            labels[KAI_QUEUE_LABEL] = kai_queue  # KAI groups the pods by their top owner
         try:
             body = kind.prepare(spec.manifest, name=ref.object_name, namespace=spec.namespace,
                                 labels=labels, annotations=annotations, placements=placements)

@@ -104,7 +104,7 @@ def test_invoices_api_permissions_and_downloads(world, billed):
     assert detail["total"] == "18.80" and len(detail["workloads"]) == 1
     csv_resp = api(lead).get(f"/api/v1/invoices/{inv_id}", {"download": "csv"})
     assert csv_resp["Content-Type"].startswith("text/csv")
-    assert "total,,,,,,,18.80" in csv_resp.content.decode()
+    assert "total,,,,,,,,18.80" in csv_resp.content.decode()
     bob_lead = billed["bob"]
     assert api(bob_lead).get(f"/api/v1/invoices/{inv_id}").status_code == 404
     dup = api(admin).post("/api/v1/invoices", {"cost_center": "rd", "month": f"{month:%Y-%m}"},

@@ -52,7 +52,7 @@ def test_invoice_totals_equal_ledger_sums(world, admit):
     data = invoice_as_dict(invoice)
     assert data["total"] == str(invoice.total) and len(data["workloads"]) == 3
     rows = list(csv.reader(io.StringIO(invoice_as_csv(invoice))))
-    assert ["total", "", "", "", "", "", "", str(invoice.total)] in rows
+    assert ["total", "", "", "", "", "", "", "", str(invoice.total)] in rows
     with pytest.raises(ValidationError, match="already invoiced"):
         invoice_issue(cost_center=world["cc"], month=date(2026, 3, 1), now=APRIL)
 

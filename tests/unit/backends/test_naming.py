@@ -1,5 +1,7 @@
 """scheduling.backends.naming: Job and pod names, and the labels that link back to Allot."""
 
+import pytest
+
 from scheduling.backends.naming import (
     PodOwners,
     job_labels,
@@ -52,3 +54,64 @@ def test_pod_owners_find_adopted_objects_by_the_longest_name_in_their_namespace(
     assert owners.workload_of("rd-vision", "llm-") is None
     assert owners.workload_of("other", "llm-worker-0") is None
     assert owners.workload_of("other", "allot-w3-1-abcde") == 3  # Allot's: by name alone
+
+
+def _pod(annotations=None, labels=None):
+    return {"metadata": {"annotations": {"allot.io/gpu-cards": "GPU-a,GPU-b,GPU-c,GPU-d",
+                                         **(annotations or {})}, "labels": labels or {}}}
+
+
+@pytest.mark.parametrize(("annotations", "labels", "card"), [
+    ({"batch.kubernetes.io/job-completion-index": "2"}, {}, "GPU-c"),
+    # A JobSet's second Job (index 1) of 2 pods each: its pod 1 is the set's pod 3.
+    ({"batch.kubernetes.io/job-completion-index": "1", "allot.io/gpu-cards-stride": "2"},
+     {"jobset.sigs.k8s.io/job-index": "1"}, "GPU-d"),
+    # ... and without the stride its place is unknown: no pin rather than a wrong one.
+    ({"batch.kubernetes.io/job-completion-index": "1"}, {"jobset.sigs.k8s.io/job-index": "1"},
+     None),
+    ({}, {"training.kubeflow.org/replica-index": "1"}, "GPU-b"),
+    ({}, {"apps.kubernetes.io/pod-index": "0"}, "GPU-a"),
+    ({}, {}, None),  # no index (a Deployment's pod): keeps the template's list
+    ({"batch.kubernetes.io/job-completion-index": "4"}, {}, None),  # beyond the list
+])
+def test_a_pods_card_pin_is_the_card_at_its_index(annotations, labels, card):
+    from scheduling.backends.naming import pod_card_pin
+
+    assert pod_card_pin(_pod(annotations, labels)) == card
+    assert pod_card_pin({"metadata": {"labels": labels}}) is None  # not a pinned template
+
+
+def test_the_webhook_pins_a_pod_and_leaves_others_alone():
+    import base64
+    import json
+
+    from scheduling.admission import admission_review
+
+    def review(pod):
+        return admission_review(cluster=None, review={  # type: ignore[arg-type]
+            "kind": "AdmissionReview", "request": {
+                "uid": "u1", "operation": "CREATE", "kind": {"kind": "Pod"},
+                "object": {"kind": "Pod", **pod}}})["response"]
+
+    answer = review(_pod({}, {"training.kubeflow.org/replica-index": "2"}))
+    assert answer["allowed"] is True
+    assert json.loads(base64.b64decode(answer["patch"])) == [{
+        "op": "add", "path": "/metadata/annotations/nvidia.com~1use-gpuuuid", "value": "GPU-c"}]
+    assert "patch" not in review({"metadata": {"labels": {"allot.io/queue": "rd.vision"}}})
+
+
+def test_a_jobset_template_pinned_per_pod_says_how_many_pods_one_of_its_jobs_runs():
+    from scheduling.kinds import KINDS
+    from scheduling.kinds.base import Placement
+    from tests.manifests import manifest
+
+    jobset = KINDS["jobset.x-k8s.io/v1alpha2/JobSet"]
+    plain = Placement(labels={}, annotations={}, node_selector={}, nodes=(), gpus=False)
+    pinned = Placement(labels={}, annotations={"allot.io/gpu-cards": "a,a,b,b"},
+                       node_selector={}, nodes=(), gpus=True)
+    obj = jobset.prepare(manifest("JobSet"), name="x", namespace="ns", labels={},
+                         annotations={}, placements=[plain, pinned])
+    driver, workers = (rj["template"]["spec"]["template"]["metadata"]["annotations"]
+                       for rj in obj["spec"]["replicatedJobs"])
+    assert workers["allot.io/gpu-cards-stride"] == "2"
+    assert "allot.io/gpu-cards-stride" not in driver

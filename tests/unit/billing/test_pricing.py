@@ -63,3 +63,66 @@ def test_cpu_only_pods_charge_core_hours_and_time_before_first_rate_is_unpriced(
     assert (line.kind, line.quantity, line.unit, line.amount) == (
         "cpu", Decimal("3.0000"), "core-hour", Decimal("0.15"),
     )
+
+
+SLICE = "nvidia.com/mig-1g.10gb"
+
+
+def shaped(phase="running", *, gpus="0", fraction="0", slices=None, active=None, gap="0"):
+    slices = slices or {}
+    return UsageInput(
+        phase=phase, start=H, end=H + timedelta(minutes=60), gpus=Decimal(gpus),
+        cpu=Decimal(0), memory_gib=Decimal(0),
+        active_gpu_hours=None if active is None else Decimal(active), gap_gpu_hours=Decimal(gap),
+        gpu_equivalents=sum((c for _, c in slices.values()), Decimal(0)),
+        fraction_gpus=Decimal(fraction), slices=slices,
+    )
+
+
+def test_a_mig_profile_rate_prices_its_slices_per_slice_hour_the_rest_per_gpu_equivalent():
+    """7 slices of 1g (one card) and one whole card: the profile's 0.50/slice-hour replaces
+    its GPU-equivalent at 3.00 (3.50 instead of 3.00); the whole card stays at 3.00."""
+    rates = {"gpu": [rv(1, 1, H - timedelta(days=1), "3.00")],
+             SLICE: [rv(2, 1, H - timedelta(days=1), "0.50", resource=SLICE,
+                        unit="slice-hour")]}
+    lines = price_usage(shaped(gpus="1", slices={SLICE: (Decimal(7), Decimal("1.000000"))}),
+                        rates, basis="allocation", usage_share=Decimal(0))
+    assert [(ln.rate_card_id, ln.quantity, ln.unit, ln.amount) for ln in lines] == [
+        (1, Decimal("1.0000"), "GPU-hour", Decimal("3.00")),
+        (2, Decimal("7.0000"), "slice-hour", Decimal("3.50")),
+    ]
+    # Without the override the slices are one more card at the GPU rate.
+    (line,) = price_usage(shaped(gpus="1", slices={SLICE: (Decimal(7), Decimal("1.000000"))}),
+                          {"gpu": rates["gpu"]}, basis="allocation", usage_share=Decimal(0))
+    assert (line.quantity, line.amount) == (Decimal("2.0000"), Decimal("6.00"))
+
+
+def test_a_fraction_rate_prices_the_shares_and_usage_splits_activity_by_cards():
+    """Half a card as fractions under `gpu-fraction` (4.00) and one whole card at 3.00, on the
+    usage basis: the 0.9 active GPU-hours split 2:1 between the whole card and the shares."""
+    rates = {"gpu": [rv(1, 1, H - timedelta(days=1), "3.00")],
+             "gpu-fraction": [rv(2, 1, H - timedelta(days=1), "4.00",
+                                 resource="gpu-fraction")]}
+    lines = price_usage(shaped(gpus="1.5", fraction="0.5", active="0.9"), rates,
+                        basis="usage", usage_share=Decimal(1))
+    assert [(ln.kind, ln.rate_card_id, ln.quantity, ln.amount) for ln in lines] == [
+        ("gpu_active", 1, Decimal("0.6000"), Decimal("1.80")),
+        ("gpu_active", 2, Decimal("0.3000"), Decimal("1.20")),
+    ]
+
+
+def test_before_an_overrides_first_version_its_part_falls_back_to_the_gpu_rate():
+    """The slice rate starts at :30: the first half hour of the 7 slices is one card at the
+    GPU rate (1.50), the second 7 x 0.5 slice-hours at 0.50 (1.75)."""
+    rates = {"gpu": [rv(1, 1, H - timedelta(days=1), "3.00", frozen="1.00")],
+             SLICE: [rv(2, 1, H + timedelta(minutes=30), "0.50", frozen="0.10",
+                        resource=SLICE, unit="slice-hour")]}
+    lines = price_usage(shaped(slices={SLICE: (Decimal(7), Decimal("1.000000"))}), rates,
+                        basis="allocation", usage_share=Decimal(0))
+    assert [(ln.rate_card_id, ln.quantity, ln.amount) for ln in lines] == [
+        (1, Decimal("0.5000"), Decimal("1.50")), (2, Decimal("3.5000"), Decimal("1.75"))]
+    frozen = price_usage(shaped("frozen", slices={SLICE: (Decimal(7), Decimal("1.000000"))}),
+                         rates, basis="allocation", usage_share=Decimal(0))
+    assert [(ln.kind, ln.rate, ln.amount) for ln in frozen] == [
+        ("gpu_frozen", Decimal("1.00"), Decimal("0.50")),
+        ("gpu_frozen", Decimal("0.10"), Decimal("0.35"))]

@@ -142,3 +142,129 @@ def test_an_unknown_sharing_mechanism_is_a_refusal_naming_it(kube):
         _backend(kube, "mps").create_workload(make_spec(pod_sets=(_quarter(),)))
     assert "gpu_sharing 'mps'" in str(info.value) and "hami, kai, time-slicing" in str(info.value)
     assert (NS, "allot-w7-0") not in kube.state.jobs
+
+
+def _register(kube, cards_by_node):
+    for node, prefix in cards_by_node.items():
+        cards = [{"id": f"{prefix}{i}", "index": i, "count": 10, "devmem": 81920,
+                  "type": "A100"} for i in range(2)]
+        kube.state.nodes[node]["metadata"].setdefault("annotations", {})[
+            "hami.io/node-nvidia-register"] = json.dumps(cards)
+
+
+def _pin_webhook(kube):
+    """Allot's admission webhook for pods, registered as the docs say (pods labelled
+    `allot.io/pin-cards`), so the double's API server calls it on each new pod."""
+    from scheduling.admission import admission_review
+
+    kube.state.pod_webhooks.append(
+        ("allot.io/pin-cards", lambda review: admission_review(cluster=None, review=review)))
+
+
+def test_hami_pins_each_pod_of_a_spread_pod_set_to_its_own_card(kube):
+    """Four quarter pods on cards a1, a1, a0 and b1: the template keeps the list of the three
+    cards and the card of each pod index (`allot.io/gpu-cards`); the webhook gives pod `i`
+    (the Job's completion index) `nvidia.com/use-gpuuuid` = its own card only."""
+    _register(kube, {"bj-a100-0": "GPU-a", "bj-a100-1": "GPU-b"})
+    _pin_webhook(kube)
+    spread = _quarter(nodes=("bj-a100-0", "bj-a100-0", "bj-a100-0", "bj-a100-1"),
+                      cards=(1, 1, 0, 1))
+    backend = _backend(kube, "hami")
+    ref = backend.create_workload(make_spec(pod_sets=(spread,)))
+    template = _pod(kube)
+    assert template["metadata"]["annotations"]["allot.io/gpu-cards"] == (
+        "GPU-a1,GPU-a1,GPU-a0,GPU-b1")
+    assert template["metadata"]["labels"]["allot.io/pin-cards"] == "true"
+    backend.start_workload(ref)
+    pods = [p for p in kube.state.pods.values()
+            if p["metadata"]["labels"].get("allot.io/workload-id") == "7"]
+    pins = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]:
+            p["metadata"]["annotations"]["nvidia.com/use-gpuuuid"] for p in pods}
+    assert pins == {"0": "GPU-a1", "1": "GPU-a1", "2": "GPU-a0", "3": "GPU-b1"}
+
+
+def test_hami_pods_of_one_card_need_no_per_pod_pin(kube):
+    """Both pods on one card: the template's pin is already each pod's; no list, no label."""
+    _register(kube, {"bj-a100-0": "GPU-a"})
+    _backend(kube, "hami").create_workload(make_spec(pod_sets=(_quarter(),)))
+    template = _pod(kube)
+    assert template["metadata"]["annotations"]["nvidia.com/use-gpuuuid"] == "GPU-a1"
+    assert "allot.io/gpu-cards" not in template["metadata"]["annotations"]
+    assert "allot.io/pin-cards" not in template["metadata"]["labels"]
+
+
+MANIFEST_KINDS = ["Deployment", "JAXJob", "Job", "JobSet", "LeaderWorkerSet", "MPIJob",
+                  "PaddleJob", "PyTorchJob", "RayCluster", "RayJob", "StatefulSet", "TFJob",
+                  "VolcanoJob", "XGBoostJob"]
+
+
+def _fractional_kind_spec(name):
+    """A manifest workload whose GPU pod sets ask half a card each (as Allot dispatches a
+    fraction), spread over both nodes, card 0."""
+    from dataclasses import replace
+
+    from tests.integration.backends.k8s.test_kinds import kind_spec
+
+    kind, spec = kind_spec(name)
+    sets = tuple(replace(p, gpus=Decimal("0.5") if p.gpus else p.gpus,
+                         cards=tuple(0 for _ in p.nodes) if p.gpus else ())
+                 for p in spec.pod_sets)
+    return kind, replace(spec, pod_sets=sets)
+
+
+def _kind_pods(kube):
+    return [p for p in kube.state.pods.values()
+            if p["metadata"]["labels"].get("allot.io/workload-id") == "7"
+            and p["status"]["phase"] in ("Pending", "Running")]
+
+
+@pytest.mark.parametrize("name", MANIFEST_KINDS)
+def test_kai_fields_on_every_pod_template_of_every_manifest_kind(kube, name):
+    """On a KAI cluster every pod of a manifest kind goes to the KAI Scheduler in the
+    connection's queue (also labelled on the object), and a fraction is KAI's `gpu-fraction`
+    annotation with no `nvidia.com/gpu` limit, as for a plain Job."""
+    from tests.integration.backends.k8s.test_kinds import stored
+
+    kind, spec = _fractional_kind_spec(name)
+    backend = KubernetesBackend(name="bj", connection={
+        **kube.connection, "timeout_s": 10, "gpu_sharing": "kai", "kai_queue": "research"})
+    ref = backend.create_workload(spec)
+    obj = kube.state.jobs[(NS, "allot-w7-0")] if name == "Job" else stored(kube, kind)
+    assert obj["metadata"]["labels"]["kai.scheduler/queue"] == "research"
+    backend.start_workload(ref)
+    pods = _kind_pods(kube)
+    assert len(pods) == sum(p.count for p in spec.pod_sets)
+    gpu_sets = {str(p.index) for p in spec.pod_sets if p.gpus}  # XGBoostJob's: none
+    for pod in pods:
+        assert pod["spec"]["schedulerName"] == "kai-scheduler"
+        assert pod["metadata"]["labels"]["kai.scheduler/queue"] == "research"
+        fractional = pod["metadata"]["labels"]["allot.io/pod-set"] in gpu_sets
+        assert (pod["metadata"]["annotations"].get("gpu-fraction") == "0.5") == fractional
+        for container in pod["spec"]["containers"]:
+            for part in ("limits", "requests"):
+                assert "nvidia.com/gpu" not in (container.get("resources") or {}).get(
+                    part, {}) or not fractional
+
+
+@pytest.mark.parametrize("name", MANIFEST_KINDS)
+def test_hami_resources_on_every_pod_template_of_every_manifest_kind(kube, name):
+    """On a HAMi cluster a fraction of a manifest kind's pod is one `nvidia.com/gpu` with
+    HAMi's cores and memory (half of an 80 GB card: 40960 MiB) in the GPU container, and
+    its pods stay with the default scheduler."""
+    kind, spec = _fractional_kind_spec(name)
+    from dataclasses import replace
+
+    backend = KubernetesBackend(name="bj", connection={
+        **kube.connection, "timeout_s": 10, "gpu_sharing": "hami"})
+    spec = replace(spec, pod_sets=tuple(replace(p, card_memory_gib=Decimal("80"))
+                                        for p in spec.pod_sets))
+    backend.start_workload(backend.create_workload(spec))
+    gpu_sets = {str(p.index) for p in spec.pod_sets if p.gpus}
+    for pod in _kind_pods(kube):
+        assert "schedulerName" not in pod["spec"]
+        if pod["metadata"]["labels"]["allot.io/pod-set"] not in gpu_sets:
+            continue
+        limits = [c["resources"]["limits"] for c in pod["spec"]["containers"]
+                  if "nvidia.com/gpucores" in (c.get("resources") or {}).get("limits", {})]
+        assert limits == [{**limits[0], "nvidia.com/gpu": "1", "nvidia.com/gpucores": "50",
+                           "nvidia.com/gpumem": "40960"}]
