@@ -75,7 +75,8 @@ def trace_replay_page(request: HttpRequest) -> HttpResponse:
             if upload is None:
                 raise TraceError({"file": ["choose a trace file to upload"]})
             run = trace_replay_start(
-                user=request.user, name=upload.name or "trace.csv", data=upload.read(),
+                user=request.user, name=upload.name or "trace.csv", size=upload.size or 0,
+                read=upload.read,
                 flavor=request.POST.get("flavor") or None,
                 changes=changes_from_form(request.POST, rows),
                 tree_name=(tree.name or "") if tree is not None else "",
@@ -91,7 +92,7 @@ def trace_replay_page(request: HttpRequest) -> HttpResponse:
         "errors": errors, "post": post, "rows": rows, "is_admin": scope.is_admin,
         "flavors": list(Flavor.objects.order_by("name").values_list("name", flat=True)),
         "runs": TraceReplay.objects.filter(owner_id=request.user.pk).defer(
-            "scenarios", "result")[:20],
+            "scenarios", "result", "upload")[:20],
     }, status=400 if errors else 200)
 
 
@@ -111,7 +112,8 @@ def trace_replay_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {"run": run, "rows": result_rows(result) if done else [],
                "sides": [(v, LABELS[v], result[v]) for v in VARIANTS] if done else [],
                "figures": figures(result) if done else [], "variants": VARIANTS,
-               "tenants": run.scenarios.get("current", {}).get("x-tenants")}
+               "tenants": run.scenarios.get("current", {}).get("x-tenants"),
+               "reading": not run.scenarios}
     partial = bool(getattr(request, "htmx", False))
     if partial and run.state in ("done", "failed"):
         # The charts are drawn on page load (static/js/charts.js): show the finished page.
