@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from billing.recommend.history import largest_jobs, pending_series, used_series, window_hours
 from billing.recommend.method import QueueHistory, Recommendation, recommend
-from portal.pages.access import user_scope
+from portal.pages.access import plan_scope
 from quotas.capacity.models import CapacityRequest
 from quotas.capacity.services import capacity_request_submit
 from quotas.models import Flavor, Queue, QuotaEntry
@@ -63,8 +63,8 @@ def options_from(data: Any) -> Options:
 
 
 def _check(user: Any) -> Any:
-    scope = user_scope(user)
-    if not (scope.is_admin or scope.is_lead):
+    scope = plan_scope(user)
+    if not scope.allowed:
         raise PermissionDenied("recommendations are for admins and team leads")
     return scope
 
@@ -121,7 +121,7 @@ def recommendations(*, user: Any, options: Options, now: datetime | None = None
                                  min_percentile=options.min_percentile,
                                  max_percentile=options.max_percentile):
                 q = by_path[rec.path]
-                if scope.can_decide(q.pk):
+                if scope.can_plan(q.pk):
                     rows.append(_row(rec, q, flavor, capacity))
     return rows
 

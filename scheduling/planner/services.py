@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from portal.pages.access import user_scope
+from portal.pages.access import plan_scope
 from scheduling import enqueue
 from scheduling.models import TraceReplay, WhatIfState
 from scheduling.planner.results import last_event, replay, side_summary
@@ -44,8 +44,8 @@ READ_SHARE = 0.1
 def planner_allowed(*, user: Any, changes: dict[str, Any], tree: Any) -> None:
     """Admins may replay anything; a lead may propose quota changes of the queues they decide
     for (a whole tree is for admins); others nothing (PermissionDenied, naming why)."""
-    scope = user_scope(user)
-    if not (scope.is_admin or scope.is_lead):
+    scope = plan_scope(user)
+    if not scope.allowed:
         raise PermissionDenied("the capacity planner is for admins and team leads")
     if tree is not None and not scope.is_admin:
         raise PermissionDenied("only admins may propose a whole tree")

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from portal.pages.access import user_scope
+from portal.pages.access import plan_scope
 from quotas.models import Flavor, QuotaEntry
 from scheduling.models import TraceReplay
 from scheduling.planner.api import scenario_file, trace_replay_visible
@@ -23,11 +23,12 @@ from scheduling.planner.variants import VARIANTS
 
 
 def quota_rows(scope: Any) -> list[dict[str, Any]]:
-    """The quota entries the user decides for, as the editable rows of the proposal."""
+    """The quota entries of the queues the user may plan for (a lead: their subtree), as the
+    editable rows of the proposal."""
     rows = []
     for e in QuotaEntry.objects.select_related("queue", "flavor").order_by(
             "queue__path", "flavor__name", "resource"):
-        if scope.can_decide(e.queue_id):
+        if scope.can_plan(e.queue_id):
             key = f"{e.queue.path}|{e.flavor.name}|{e.resource}"
             rows.append({"key": key, "queue": e.queue.path, "flavor": e.flavor.name,
                          "resource": e.resource, "min": e.min, "max": e.max})
@@ -63,8 +64,8 @@ def changes_from_form(post: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
 @login_required
 def trace_replay_page(request: HttpRequest) -> HttpResponse:
     """The upload form and the user's earlier replays; a POST starts one and shows it."""
-    scope = user_scope(request.user)
-    if not (scope.is_admin or scope.is_lead):
+    scope = plan_scope(request.user)
+    if not scope.allowed:
         raise PermissionDenied("the capacity planner is for admins and team leads")
     rows = quota_rows(scope)
     errors: dict[str, list[str]] = {}
