@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -110,14 +110,21 @@ class _Tree:
     pending: Series
     largest: dict[tuple[str, str, str], float]
     zero: list[float]
+    memo: dict[tuple[int, str, str, int], list[float]] = field(default_factory=dict)
 
     def subtree(self, q: Queue, key: tuple[str, str], series: Series) -> list[float]:
+        """The queue's series, a parent's its subtree's added up (each computed once)."""
+        m = (q.pk, *key, id(series))
+        if m in self.memo:
+            return self.memo[m]
         kids = self.children.get(q.pk, [])
         if not kids:
-            return list(series.get((q.path, *key), self.zero))
-        out = list(self.zero)
-        for c in kids:
-            out = [a + b for a, b in zip(out, self.subtree(c, key, series), strict=True)]
+            out = list(series.get((q.path, *key), self.zero))
+        else:
+            out = list(self.zero)
+            for c in kids:
+                out = [a + b for a, b in zip(out, self.subtree(c, key, series), strict=True)]
+        self.memo[m] = out
         return out
 
     def has_key(self, q: Queue, key: tuple[str, str]) -> bool:
