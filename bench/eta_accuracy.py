@@ -104,6 +104,9 @@ CONFIGS = {
     "old": {"recent_runs": 0},
     # the start's run times from each queue's latest ten runs (engine.forecast.RunTimes.point)
     "new": {},
+    # candidate: the start as the median of the simulated starts (the mean-run fast-forward
+    # and one at each of the quantiles 0.25, 0.5 and 0.95 of the run times)
+    "median": {"start_stat": "median", "levels": (0.25, 0.5, 0.95)},
 }
 
 
@@ -167,6 +170,8 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["recent_stat"] = argv[argv.index("--recent-stat") + 1]
     if "--recent-running" in argv:
         out["recent_running"] = True
+    if "--start-stat" in argv:
+        out["start_stat"] = argv[argv.index("--start-stat") + 1]
     if "--step-rel" in argv:
         out["step_rel"] = float(argv[argv.index("--step-rel") + 1])
     return out

@@ -48,6 +48,8 @@ class EtaOptions:
     # > 0: the submissions of the last `arrivals_s` seconds come again, shifted by that much,
     # during the forecast (the coming demand taken to be the recent past's).
     arrivals_s: float = 0.0
+    # "median": the start is the median of the fast-forwards' starts (`forecast.estimate`).
+    start_stat: str = "mean"
 
 
 class RunHistory:
@@ -107,7 +109,8 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
         known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
     est = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                    targets={name}, step_s=opts.step_s, step_rel=opts.step_rel,
-                   levels=opts.levels, point=opts.point, arrivals=arrivals)[name]
+                   levels=opts.levels, point=opts.point, arrivals=arrivals,
+                   start_stat=opts.start_stat)[name]
     return {"at": now, "start": est.start, "low": est.low, "high": est.high}
 
 
