@@ -180,6 +180,12 @@ def trace_replay_run(*, replay_id: int) -> None:
                 state=WhatIfState.FAILED, problems=exc.problems, error=str(exc)[:2000],
                 upload=None, seconds=round(time.monotonic() - started, 2))
             return
+        except Exception as exc:
+            logger.exception("trace replay %s: reading the upload failed", run.pk)
+            TraceReplay.objects.filter(pk=run.pk).update(
+                state=WhatIfState.FAILED, error=str(exc)[:2000], upload=None,
+                seconds=round(time.monotonic() - started, 2))
+            return
         TraceReplay.objects.filter(pk=run.pk).update(upload=None, progress=READ_SHARE,
                                                      **fields)
         run.refresh_from_db()
