@@ -20,7 +20,15 @@ from typing import Any
 
 from scheduling.engine import Engine, WorkloadSpec
 from scheduling.engine.export import snapshot_of
-from scheduling.engine.forecast import LEVELS, POINT, RECENT_RUNS, Known, RunTimes, estimate
+from scheduling.engine.forecast import (
+    LIVE_LEVELS,
+    LIVE_START_STAT,
+    POINT,
+    RECENT_RUNS,
+    Known,
+    RunTimes,
+    estimate,
+)
 from scheduling.replay.record import WorkloadRecord
 
 
@@ -38,7 +46,7 @@ class EtaOptions:
     step_rel: float = 0.02
     every: int = 1
     hints: bool = False
-    levels: tuple[float, ...] = LEVELS
+    levels: tuple[float, ...] = LIVE_LEVELS
     point: float = POINT
     # The start's run times from each queue's last `recent_runs` finished runs (0: from the
     # mean of the history, as before: the old forecast, for comparison).
@@ -48,8 +56,9 @@ class EtaOptions:
     # > 0: the submissions of the last `arrivals_s` seconds come again, shifted by that much,
     # during the forecast (the coming demand taken to be the recent past's).
     arrivals_s: float = 0.0
-    # "median": the start is the median of the fast-forwards' starts (`forecast.estimate`).
-    start_stat: str = "mean"
+    # "median": the start is the median of the fast-forwards' starts (`forecast.estimate`);
+    # "mean": the mean-run fast-forward's (before).
+    start_stat: str = LIVE_START_STAT
 
 
 class RunHistory:
