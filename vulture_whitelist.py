@@ -324,6 +324,7 @@ _.inserted  # StoreReport (bench.eta, tests)
 _.statements  # StoreReport (bench.eta, tests)
 # --- the views users asked for (issue 15, item 5)
 _.notifications_bell  # a context processor named in settings.TEMPLATES
+_.planner_links  # a context processor named in settings.TEMPLATES
 _.UserTimeZoneMiddleware  # named in settings.MIDDLEWARE
 _.read_at  # a model field and a serializer field (notifications)
 _.validate_time_zone  # DRF field validation hook (SettingsInput)

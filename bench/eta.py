@@ -43,7 +43,8 @@ from scheduling.engine import (
     WorkloadSpec,
 )
 from scheduling.engine.forecast import (
-    LEVELS,
+    LIVE_LEVELS,
+    LIVE_START_STAT,
     POINT,
     Known,
     RunTimes,
@@ -122,7 +123,7 @@ def main(argv: list[str]) -> int:
     horizon = 14 * 86_400.0
     c0, t0 = time.process_time(), time.perf_counter()
     est = estimate(snap, known=known, runtimes=runtimes, horizon_s=horizon, step_s=STEP_S,
-                   step_rel=STEP_REL)
+                   step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     started = sum(e.start is not None for e in est.values())
     one: dict[str, Any] = {}
@@ -136,13 +137,13 @@ def main(argv: list[str]) -> int:
         "bench": "eta", "pending": pending, "admitted": len(snap.admitted),
         "gpus": NODES * GPUS, "queues": len(snap.queues),
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-        "fast_forwards": 1 + len(LEVELS), "one_fast_forward_s": one["median_run_s"],
+        "fast_forwards": 1 + len(LIVE_LEVELS), "one_fast_forward_s": one["median_run_s"],
         "started_within_horizon": started,
         "last_start_h": round(spans[-1], 1) if spans else None,
     }
     print(f"[eta] {pending} pending, {len(snap.admitted)} running on {NODES * GPUS} GPUs, "
           f"{len(snap.queues)} queues")
-    print(f"[eta] forecast of every pending workload ({1 + len(LEVELS)} fast-forwards): "
+    print(f"[eta] forecast of every pending workload ({1 + len(LIVE_LEVELS)} fast-forwards): "
           f"{wall:.2f} s wall, {cpu:.2f} s CPU; one fast-forward {one['median_run_s']:.2f} s")
     print(f"[eta] {started} start within the 14-day horizon; the last at "
           f"+{figures['last_start_h']} h")

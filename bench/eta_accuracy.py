@@ -100,10 +100,15 @@ def accuracy(pairs: list[tuple[dict[str, Any], float]], tolerance_s: float) -> d
 
 
 CONFIGS = {
-    # main before this change: work not started at its queue's 30-day mean run time
-    "old": {"recent_runs": 0},
-    # the start's run times from each queue's latest ten runs (engine.forecast.RunTimes.point)
+    # the start from one fast-forward, work not started at its queue's latest ten runs' mean
+    # (engine.forecast.RunTimes.point), the range from p25 and p95 (the live one until the
+    # median of the starts)
+    "old": {"start_stat": "mean", "levels": (0.25, 0.95)},
+    # the live one: the start as the median of the simulated starts (the mean-run
+    # fast-forward and one at each of the quantiles 0.25, 0.5 and 0.95 of the run times)
     "new": {},
+    # before the latest runs: work not started at its queue's 30-day mean run time
+    "older": {"recent_runs": 0, "start_stat": "mean", "levels": (0.25, 0.95)},
 }
 
 
@@ -167,6 +172,8 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["recent_stat"] = argv[argv.index("--recent-stat") + 1]
     if "--recent-running" in argv:
         out["recent_running"] = True
+    if "--start-stat" in argv:
+        out["start_stat"] = argv[argv.index("--start-stat") + 1]
     if "--step-rel" in argv:
         out["step_rel"] = float(argv[argv.index("--step-rel") + 1])
     return out

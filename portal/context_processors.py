@@ -1,10 +1,14 @@
-"""For every template: `approvals_badge` (how many requests wait for the user's decision) and
-`live_poll` (the one refresh rate of live pages)."""
+"""For every template: `approvals_badge` (how many requests wait for the user's decision),
+`live_poll` (the one refresh rate of live pages), `notifications_bell` and `planner_links`
+(whether the planner's pages are in the navigation)."""
 
 from django.conf import settings
 from django.utils.functional import SimpleLazyObject
 
 from portal.pages.approvers import inbox_count
+
+# A new lead sees the planner's links within this many seconds.
+PLANNER_LINKS_TTL_S = 60
 
 
 def approvals_badge(request):
@@ -29,3 +33,28 @@ def notifications_bell(request):
     if user is None or not user.is_authenticated:
         return {}
     return {"notifications_unread": SimpleLazyObject(lambda: unread_count(user))}
+
+
+def planner_links(request):
+    """Adds `planner_access`: the capacity planner's links (what-if, trace replay,
+    recommendations) are shown to admins and team leads (read only when the navigation is
+    drawn; a lead's answer cached for PLANNER_LINKS_TTL_S)."""
+    from django.core.cache import cache
+
+    from portal.pages.access import is_platform_admin, may_plan
+
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    if is_platform_admin(user):
+        return {"planner_access": True}
+
+    def lead() -> bool:
+        key = f"allot:planner-links:{user.pk}"
+        got = cache.get(key)
+        if got is None:
+            got = may_plan(user)
+            cache.set(key, got, PLANNER_LINKS_TTL_S)
+        return bool(got)
+
+    return {"planner_access": SimpleLazyObject(lead)}

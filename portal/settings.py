@@ -148,6 +148,7 @@ TEMPLATES = [
                 "portal.context_processors.approvals_badge",
                 "portal.context_processors.live_poll",
                 "portal.context_processors.notifications_bell",
+                "portal.context_processors.planner_links",
             ],
         },
     },

@@ -548,7 +548,8 @@ class WhatIf(models.Model):
 
 class TraceReplay(models.Model):
     """A trace replayed under static quotas, the current tree and a proposed tree, for the
-    capacity planner (scheduling/planner/); the three scenarios are kept for download."""
+    capacity planner (scheduling/planner/); the upload is kept until the task has read it,
+    then the three scenarios (for download)."""
 
     owner = models.ForeignKey("auth.User", on_delete=models.CASCADE,
                               related_name="trace_replays")
@@ -561,6 +562,14 @@ class TraceReplay(models.Model):
                                help_text="The proposal's quota changes.")
     scenarios = models.JSONField(default=dict,
                                  help_text="static, current and proposed, as scenario files.")
+    upload = models.BinaryField(null=True, blank=True, editable=False,
+                                help_text="The uploaded file until the task has read it.")
+    flavor = models.CharField(max_length=100, blank=True,
+                              help_text="The GPU model a CSV's jobs ask (blank: the largest).")
+    tree = models.JSONField(null=True, blank=True,
+                            help_text="A proposed tree's queues, in place of the current one.")
+    problems = models.JSONField(default=dict, blank=True,
+                                help_text="Why the upload was refused: field or line to messages.")
     state = models.CharField(max_length=16, choices=WhatIfState.choices,
                              default=WhatIfState.QUEUED)
     progress = models.FloatField(default=0.0)

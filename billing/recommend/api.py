@@ -1,5 +1,6 @@
 """Recommendations API: `GET /api/v1/recommendations?days=&min_percentile=&max_percentile=`,
-`POST /api/v1/recommendations/file` {queue, flavor, days, ...} (201: the capacity request),
+`POST /api/v1/recommendations/file` {queue, flavor, resource, days, ...} (201: the capacity
+request),
 `POST /api/v1/recommendations/replay` {days, ...} (202: the trace replay)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from billing.recommend.services import (
     recommendation_file,
     recommendations,
     recommendations_replay,
+    tree_problems,
 )
 from quotas.capacity.api import CapacityRequestOutput
 from scheduling.planner.api import trace_replay_data
@@ -23,7 +25,8 @@ from scheduling.planner.traces import TraceError
 
 
 class RecommendationsApi(APIView):
-    """Per queue and GPU model the user decides for: proposed min and max, with evidence."""
+    """Per queue (every level) and key the user plans for: proposed min and max, with
+    evidence, and the tree rules the whole proposal would break (none when consistent)."""
 
     @extend_schema(responses=dict)
     def get(self, request: Request) -> Response:
@@ -31,9 +34,10 @@ class RecommendationsApi(APIView):
             options = options_from(request.query_params)
         except ValidationError as exc:
             return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
+        rows = recommendations(user=request.user, options=options)
         return Response({"days": options.days, "min_percentile": options.min_percentile,
-                         "max_percentile": options.max_percentile,
-                         "results": recommendations(user=request.user, options=options)})
+                         "max_percentile": options.max_percentile, "results": rows,
+                         "tree_problems": tree_problems(rows)})
 
 
 class RecommendationFileApi(APIView):
@@ -45,6 +49,7 @@ class RecommendationFileApi(APIView):
         try:
             req = recommendation_file(user=request.user, queue=str(data.get("queue", "")),
                                       flavor=str(data.get("flavor", "")),
+                                      resource=str(data.get("resource") or "gpu"),
                                       options=options_from(data))
         except ValidationError as exc:
             return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)

@@ -1,9 +1,11 @@
 """The recommendation method, pure (no database: bench/recommend.py runs it on a trace).
 
-Input, per leaf queue of one key (flavor/resource): its hourly demand over the window (mean
-GPUs used plus mean GPUs of its work pending, each hour), its hourly use, its current min and
-max; and the capacity its guarantees share (the parent's min, or the fleet's GPUs of the key
-for a top-level queue).
+Input, per sibling queue of one key (flavor/resource), a leaf or a parent: its hourly demand
+over the window (the mean amount used plus the mean amount of its work pending, each hour; a
+parent's is its subtree's), its hourly use, its current min and max; and the capacity its
+guarantees share: the parent's *proposed* min (the tree is proposed top-down, so each group of
+children fits its parent's proposal), or the fleet's amount of the key for a top-level queue.
+Amounts are in the key's unit (GPUs, cores, GiB, a count of slices); "GPU" below stands for it.
 
 - active hours: the hours with any demand. A guarantee left unused is lent to the others
   (reclaimed when its queue needs it), so idle hours do not argue against one; what it has to
@@ -14,13 +16,17 @@ for a top-level queue).
   rounded up, at least the proposed min and the largest job the queue submitted in the window
   (a max below it would refuse that job outright), and at most the capacity's ceiling (the
   parent's max, or the fleet);
-- never below the queue's `lendable` (what of its min it lends): a capacity request changes
-  min and max only, and the tree refuses a lendable above the min (lower lendable first);
-- a queue without demand in the window: min 0, its max as it is (nothing says what its peak
-  is);
+- never below the queue's `floor`: its `lendable` (what of its min it lends: a capacity
+  request changes min and max only, and the tree refuses a lendable above the min) and, for a
+  parent, its children's floors added up (their mins cannot go lower, and must fit in it);
+- a queue without demand in the window: min 0 (or its floor), its max as it is (nothing says
+  what its peak is), at most the ceiling;
 - fit: when the siblings' proposed mins add up to more than the capacity, every min is scaled
-  down in proportion (whole GPUs, largest remainder), as the tree requires (children's mins
-  within their parent's min).
+  down in proportion (whole GPUs, largest remainder), as the tree requires (V2: children's mins
+  within their parent's min); and when the exclusive parts (min - lendable) of the siblings
+  that set a lendable add up to more than `exclusive_capacity` (the parent's proposed min less
+  its lendable), those parts are scaled down the same way (V4). Every max is at most the
+  ceiling (V3: the parent's proposed max).
 
 Evidence: the demand's 50th and 90th percentile for each hour of the day (UTC) and each day of
 the week, the GPU-hours demanded, used and pending, the GPU-hours borrowed (used above the
@@ -53,6 +59,7 @@ class QueueHistory:
     current_max: float | None
     lendable: float | None = None
     largest_job: float = 0.0
+    floor: float = 0.0
 
 
 @dataclass
@@ -109,11 +116,12 @@ def profile(demand: list[float], hours: list[datetime]) -> dict[str, Any]:
 
 def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: float,
               ceiling: float | None = None, min_percentile: float = 50,
-              max_percentile: float = 95) -> list[Recommendation]:
-    """The proposal for sibling leaves of one key that share `capacity` (module docstring)."""
+              max_percentile: float = 95, exclusive_capacity: float | None = None
+              ) -> list[Recommendation]:
+    """The proposal for sibling queues of one key that share `capacity` (module docstring)."""
     top = ceiling if ceiling is not None else capacity
     active = {q.path: [d for d in q.demand if d > ACTIVE_GPUS] for q in queues}
-    floor = {q.path: math.ceil((q.lendable or 0) - 1e-9) for q in queues}
+    floor = {q.path: math.ceil(max(q.lendable or 0, q.floor) - 1e-9) for q in queues}
     raw_min = {q.path: max(floor[q.path],
                            math.ceil(percentile(active[q.path], min_percentile) - 1e-9))
                for q in queues}
@@ -123,6 +131,12 @@ def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: fl
         extra = split(max(0, int(capacity) - sum(floor.values())),
                       {k: float(v - floor[k]) for k, v in raw_min.items()})
         mins = {k: floor[k] + extra[k] for k in raw_min}
+    lend = {q.path: q.lendable for q in queues if q.lendable is not None}
+    exclusive = {k: mins[k] - v for k, v in lend.items()}
+    if exclusive_capacity is not None and sum(exclusive.values()) > exclusive_capacity + 1e-9:
+        allowed = split(max(0, math.floor(exclusive_capacity + 1e-9)), exclusive)
+        mins = {k: max(floor[k], math.floor(lend[k] + allowed[k] + 1e-9)) if k in lend else v
+                for k, v in mins.items()}
     # What each hour the queues borrowed beyond their current min (to credit the lenders).
     borrowed_by: dict[str, list[float]] = {
         q.path: [max(0.0, u - q.current_min) for u in q.used] for q in queues}
@@ -140,7 +154,8 @@ def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: fl
                                                    math.floor(top))))
         if not active[q.path]:
             # No demand in the window says nothing of its peak: the max stays.
-            new_max = None if q.current_max is None else int(math.floor(q.current_max))
+            new_max = None if q.current_max is None else int(max(new_min, min(
+                math.floor(q.current_max), math.floor(top))))
         lent = sum(idle * min(borrowed, pool) / pool
                    for idle, borrowed, pool in zip(idle_by[q.path], all_borrowed, idle_pool,
                                                    strict=True) if pool > 0)
@@ -161,7 +176,7 @@ def recommend(queues: list[QueueHistory], hours: list[datetime], *, capacity: fl
             "hours_above_proposed_min": sum(d > new_min for d in q.demand),
             "hours_above_proposed_max": sum(
                 d > new_max for d in q.demand) if new_max is not None else 0,
-            "scaled_to_fit": total > capacity,
+            "scaled_to_fit": total > capacity or new_min < raw_min[q.path],
             "largest_job_gpus": q.largest_job,
             "unscaled_min": raw_min[q.path],
             "floored_at_lendable": floor[q.path] > 0 and raw_min[q.path] == floor[q.path],

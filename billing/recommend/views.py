@@ -1,6 +1,6 @@
-"""The recommendations page: per queue and GPU model the proposed min and max with the
-evidence and the demand by hour of day (a chart per GPU model); file one as a capacity
-request, or replay them all over the history."""
+"""The recommendations page: per queue (every level) and key (flavor/resource) the proposed
+min and max with the evidence and the demand by hour of day (a chart per key); file one as a
+capacity request, or replay them all over the history."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ LAYOUT = {"margin": {"l": 55, "r": 10, "t": 36, "b": 40}, "height": 320,
           "legend": {"orientation": "h"}, "font": {"family": "system-ui, sans-serif"}}
 
 
-def profile_figure(flavor: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def profile_figure(key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Each queue's median demand by hour of day (solid) and its 90th percentile (dotted)."""
     data: list[dict[str, Any]] = []
     for r in rows:
@@ -37,18 +37,21 @@ def profile_figure(flavor: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
                      "x": hours, "y": [h["p90"] for h in r["evidence"]["by_hour"]],
                      "line": {"dash": "dot"}, "legendgroup": r["queue"], "showlegend": False})
     return {"data": data, "layout": {
-        **LAYOUT, "title": {"text": f"{flavor}: demand by hour of day (UTC)"},
+        **LAYOUT, "title": {"text": f"{key}: demand by hour of day (UTC)"},
         "xaxis": {"title": {"text": "hour of day (UTC)"}, "dtick": 3},
-        "yaxis": {"title": {"text": "GPUs (used + pending)"}, "rangemode": "tozero"}}}
+        "yaxis": {"title": {"text": f"{rows[0].get('unit', 'GPU') if rows else 'GPU'}s (used + "
+                                    "pending)"}, "rangemode": "tozero"}}}
 
 
 def _figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_flavor: dict[str, list[dict[str, Any]]] = {}
+    """A chart per key (flavor/resource) with demand."""
+    by_key: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        by_flavor.setdefault(r["flavor"], []).append(r)
+        if r["evidence"]["active_hours"] or r["resource"] == "gpu":
+            by_key.setdefault(f"{r['flavor']}/{r['resource']}", []).append(r)
     return [{"id": f"chart-profile-{i}", "data_id": f"chart-profile-{i}-data",
-             "title": f"{flavor} demand by hour", "json": profile_figure(flavor, rs)}
-            for i, (flavor, rs) in enumerate(sorted(by_flavor.items()))]
+             "title": f"{key} demand by hour", "json": profile_figure(key, rs)}
+            for i, (key, rs) in enumerate(sorted(by_key.items()))]
 
 
 @login_required
@@ -80,7 +83,9 @@ def recommendation_file_view(request: HttpRequest) -> HttpResponse:
     try:
         options = options_from(request.POST)
         req = recommendation_file(user=request.user, queue=request.POST.get("queue", ""),
-                                  flavor=request.POST.get("flavor", ""), options=options)
+                                  flavor=request.POST.get("flavor", ""),
+                                  resource=request.POST.get("resource") or "gpu",
+                                  options=options)
     except ValidationError as exc:
         return _back(request, exc.message_dict)
     return redirect("capacity-request-detail", req.pk)

@@ -91,3 +91,48 @@ def user_scope(user: User | AnonymousUser) -> Scope:
         visible_queue_ids=frozenset(_related(seen, all_queues)),
         decide_queue_ids=frozenset(_related(lead, all_queues)),
     )
+
+
+@dataclass(frozen=True)
+class PlanScope:
+    """The queues a user may try changes of in the capacity planner (what-if, trace replay,
+    recommendations): every queue for admins; for a lead, their teams' queues and what is
+    below them (never an ancestor: a department is decided by admins); nothing for others."""
+
+    is_admin: bool
+    queue_ids: frozenset[int]
+
+    @property
+    def allowed(self) -> bool:
+        return self.is_admin or bool(self.queue_ids)
+
+    def can_plan(self, queue_id: int) -> bool:
+        return self.is_admin or queue_id in self.queue_ids
+
+
+def plan_scope(user: User | AnonymousUser) -> PlanScope:
+    """The user's planner scope (two queries for a non-admin, none for an admin)."""
+    if is_platform_admin(user):
+        return PlanScope(True, frozenset())
+    if not user.is_authenticated:
+        return PlanScope(False, frozenset())
+    roots = {p for p in TeamMembership.objects.filter(
+        user_id=user.pk, role=TeamRole.LEAD, team__queues__isnull=False).values_list(
+        "team__queues__path", flat=True) if p}
+    if not roots:
+        return PlanScope(False, frozenset())
+    ids = frozenset(qid for qid, path in Queue.objects.values_list("id", "path")
+                    if any(path == r or path.startswith(r + "/") for r in roots))
+    return PlanScope(False, ids)
+
+
+def may_plan(user: User | AnonymousUser) -> bool:
+    """Whether the capacity planner's pages (what-if, trace replay, recommendations) are open
+    to the user: admins, and leads of a team with queues (one query; what each page shows is
+    still limited to the queues they decide for)."""
+    if is_platform_admin(user):
+        return True
+    if not user.is_authenticated:
+        return False
+    return TeamMembership.objects.filter(user_id=user.pk, role=TeamRole.LEAD,
+                                         team__queues__isnull=False).exists()

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from quotas.models import Resource
+from quotas.models import RESOURCE_NAME_LENGTH, Resource
 
 
 class CapacityRequestState(models.TextChoices):
@@ -27,7 +27,10 @@ class CapacityRequest(models.Model):
     flavor = models.ForeignKey(
         "quotas.Flavor", on_delete=models.PROTECT, related_name="capacity_requests"
     )
-    resource = models.CharField(max_length=16, choices=Resource.choices, default=Resource.GPU)
+    resource = models.CharField(
+        max_length=RESOURCE_NAME_LENGTH, default=Resource.GPU,
+        help_text="gpu, cpu, memory, or an extended resource (nvidia.com/mig-1g.10gb).",
+    )
     min = models.DecimalField(
         max_digits=14, decimal_places=3, null=True, blank=True,
         validators=[MinValueValidator(0)], help_text="New min; empty: unchanged.",

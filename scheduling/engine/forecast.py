@@ -46,6 +46,11 @@ LEVELS = (0.25, 0.95)
 POINT = 0.75
 # How many of a queue's latest finished runs the start's run times come from (`RunTimes.point`).
 RECENT_RUNS = 10
+# The live forecast (settings.ALLOT_ETA): one more fast-forward at the median run times, and
+# the start as the median of the four fast-forwards' starts (`estimate`, start_stat="median"):
+# on Philly it lowers the median error / wait from 0.537 to 0.363 (docs/engine.md).
+LIVE_LEVELS = (0.25, 0.5, 0.95)
+LIVE_START_STAT = "median"
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -313,12 +318,14 @@ def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, 
 def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              horizon_s: float, targets: Collection[str] | None = None,
              levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
-             step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = ()
-             ) -> dict[str, Estimate]:
+             step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = (),
+             start_stat: str = "mean") -> dict[str, Estimate]:
     """Every pending workload's (or every target's) start: `start` from one fast-forward with
     the work not started yet at its mean run time and the running work's remaining time at
     quantile `point` (module docstring), the range over it and one fast-forward per level of
-    the run-time distribution (`step_s`, `step_rel`: the resolution, `fast_forward`)."""
+    the run-time distribution (`step_s`, `step_rel`: the resolution, `fast_forward`).
+    `start_stat="median"`: `start` is the median of all those fast-forwards' starts instead
+    (one beyond the horizon counting as latest; None if the median is)."""
     def run(q: float, mean: bool) -> dict[str, float]:
         remaining, durations = run_lengths(snap, known, runtimes, q, mean=mean)
         for w in arrivals:
@@ -338,7 +345,15 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
         got = [r.get(name) for r in runs]
         known_starts = [s for s in got if s is not None]
         out[name] = Estimate(
-            start=mid.get(name),
+            start=_median_start(got) if start_stat == "median" else mid.get(name),
             low=min(known_starts) if known_starts else None,
             high=max(known_starts) if len(known_starts) == len(got) else None)
     return out
+
+
+def _median_start(starts: Sequence[float | None]) -> float | None:
+    """The median of the simulated starts, None (beyond the horizon) the latest."""
+    xs = sorted((x if x is not None else math.inf) for x in starts)
+    n = len(xs)
+    mid = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    return mid if math.isfinite(mid) else None

@@ -1,6 +1,7 @@
 """Trace replay API: `POST /api/v1/trace-replays` (multipart: `file`, optional `flavor`,
-`changes` as JSON, `tree` a file; or JSON with `name` and `content`; 202: queued),
-`GET /api/v1/trace-replays/<id>` (progress, then the three sides),
+`changes` as JSON, `tree` a file; or JSON with `name` and `content`; 202: queued, the file
+read in the background), `GET /api/v1/trace-replays/<id>` (progress, then the three sides, or
+the upload's problems by line),
 `GET /api/v1/trace-replays/<id>/scenario?variant=static|current|proposed`."""
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ def trace_replay_data(run: TraceReplay) -> dict[str, Any]:
             "notes": run.notes, "state": run.state, "progress": run.progress,
             "changes": run.changes, "created_at": run.created_at, "seconds": run.seconds,
             "tenants": run.scenarios.get("current", {}).get("x-tenants"),
-            "result": run.result, "error": run.error or None,
+            "result": run.result, "error": run.error or None, "problems": run.problems,
             "scenario_urls": {v: f"/api/v1/trace-replays/{run.pk}/scenario?variant={v}"
                               for v in VARIANTS}}
 
 
 def trace_replay_visible(user: Any, pk: int) -> TraceReplay:
     """A replay its owner (or an admin) may read; 404 otherwise."""
-    run = TraceReplay.objects.filter(pk=pk).first()
+    run = TraceReplay.objects.filter(pk=pk).defer("upload").first()
     if run is None or not (run.owner_id == user.pk or user.is_staff or user.is_superuser):
         raise Http404("no such trace replay")
     return run
@@ -62,16 +63,17 @@ class TraceReplayCreateApi(APIView):
         tree = request.FILES.get("tree")
         body: Any = request.data
         if upload is not None:
-            name, data = upload.name or "trace.csv", upload.read()
+            name, size, read = upload.name or "trace.csv", upload.size or 0, upload.read
         elif isinstance(body.get("content"), str):
             name = str(body.get("name") or "trace.csv")
             data = body["content"].encode()
+            size, read = len(data), lambda: data
         else:
             return Response({"file": ["upload a trace as `file` (or `name` and `content`)"]},
                             status=status.HTTP_400_BAD_REQUEST)
         try:
             run = trace_replay_start(
-                user=request.user, name=name, data=data,
+                user=request.user, name=name, size=size, read=read,
                 flavor=body.get("flavor") or None, changes=body.get("changes"),
                 tree_name=(tree.name or "") if tree is not None else "",
                 tree_data=tree.read() if tree is not None else None)

@@ -1,12 +1,15 @@
-"""Start a trace replay (the upload read and checked, the three scenarios built and checked,
+"""Start a trace replay (the proposal and the upload's size and kind checked, the upload
 stored, queued; nothing is saved on a problem) and run it in the background (the task
-`scheduling.trace_replay`), its progress stored as it goes."""
+`scheduling.trace_replay`): the upload read and the three scenarios built (a refused upload
+ends the replay failed, its problems by line on its page and in the API), then replayed, the
+progress stored as it goes."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -16,24 +19,33 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from portal.pages.access import user_scope
+from portal.pages.access import plan_scope
 from scheduling import enqueue
 from scheduling.models import TraceReplay, WhatIfState
 from scheduling.planner.results import last_event, replay, side_summary
-from scheduling.planner.traces import TraceError, read_upload
-from scheduling.planner.variants import TAIL_S, VARIANTS, trace_scenario, variants
+from scheduling.planner.traces import TraceError, check_size, check_upload, read_upload
+from scheduling.planner.variants import (
+    TAIL_S,
+    VARIANTS,
+    check_on_frame,
+    trace_scenario,
+    variants,
+)
 from scheduling.whatif.build import live_frame, live_scenario
+from scheduling.whatif.compare import Progress
 from scheduling.whatif.services import what_if_allowed
 
 logger = logging.getLogger(__name__)
 MAX_HISTORY_DAYS = 90
+# The share of the progress bar for reading the upload (the rest: the three replays).
+READ_SHARE = 0.1
 
 
 def planner_allowed(*, user: Any, changes: dict[str, Any], tree: Any) -> None:
     """Admins may replay anything; a lead may propose quota changes of the queues they decide
     for (a whole tree is for admins); others nothing (PermissionDenied, naming why)."""
-    scope = user_scope(user)
-    if not (scope.is_admin or scope.is_lead):
+    scope = plan_scope(user)
+    if not scope.allowed:
         raise PermissionDenied("the capacity planner is for admins and team leads")
     if tree is not None and not scope.is_admin:
         raise PermissionDenied("only admins may propose a whole tree")
@@ -75,32 +87,54 @@ def _changes(raw: Any) -> dict[str, Any]:
     return {"quotas": raw.get("quotas") or []}
 
 
-def _store(*, user: Any, name: str, kind: str, notes: list[str], changes: dict[str, Any],
-           docs: dict[str, dict[str, Any]]) -> TraceReplay:
+def trace_replay_start(*, user: Any, name: str, size: int, read: Callable[[], bytes],
+                       flavor: str | None = None, changes: Any = None, tree_name: str = "",
+                       tree_data: bytes | None = None) -> TraceReplay:
+    """Check what is cheap (the proposal, who may make it, the upload's size and kind from its
+    first line; for a CSV the flavor and the changes on the live tree), store the upload and
+    queue the replay; the task reads the file (TraceError naming each problem here, nothing
+    saved). `read` gives the file's bytes, called only once its size is within the limit."""
+    changes = _changes(changes)
+    if tree_data is not None and len(tree_data) > settings.ALLOT_PLANNER_MAX_UPLOAD_BYTES:
+        raise TraceError({"tree": [f"{len(tree_data):,} bytes > the limit of "
+                                   f"{settings.ALLOT_PLANNER_MAX_UPLOAD_BYTES:,}"]})
+    tree = read_tree(tree_name or "tree.json", tree_data) if tree_data else None
+    planner_allowed(user=user, changes=changes, tree=tree)
+    limit = settings.ALLOT_PLANNER_MAX_UPLOAD_BYTES
+    check_size(size, max_bytes=limit)
+    data = read()
+    kind = check_upload(name, len(data), data[:4096], max_bytes=limit)
+    if kind != "scenario" and tree is None:
+        check_on_frame(live_frame(), flavor=flavor or None, changes=changes)
     with transaction.atomic():
         run = TraceReplay.objects.create(
-            owner=user, created_at=timezone.now(), name=name[:200], kind=kind,
-            workloads=len(docs["current"]["workloads"]), notes=notes, changes=changes,
-            scenarios=docs)
+            owner=user, created_at=timezone.now(), name=name[:200], kind=kind, upload=data,
+            flavor=flavor or "", changes=changes, tree=tree)
         transaction.on_commit(lambda: enqueue.trace_replay_queue(run.pk))
     return run
 
 
-def trace_replay_start(*, user: Any, name: str, data: bytes, flavor: str | None = None,
-                       changes: Any = None, tree_name: str = "",
-                       tree_data: bytes | None = None) -> TraceReplay:
-    """Check the upload and the proposal, build the three scenarios (TraceError naming each
-    problem, nothing saved), store the replay and queue it."""
-    changes = _changes(changes)
-    tree = read_tree(tree_name or "tree.json", tree_data) if tree_data else None
-    planner_allowed(user=user, changes=changes, tree=tree)
-    trace = read_upload(name, data, max_bytes=settings.ALLOT_PLANNER_MAX_UPLOAD_BYTES,
-                        max_jobs=settings.ALLOT_PLANNER_MAX_JOBS)
+def _store(*, user: Any, name: str, kind: str, changes: dict[str, Any],
+           docs: dict[str, dict[str, Any]]) -> TraceReplay:
+    with transaction.atomic():
+        run = TraceReplay.objects.create(
+            owner=user, created_at=timezone.now(), name=name[:200], kind=kind,
+            workloads=len(docs["current"]["workloads"]), changes=changes, scenarios=docs)
+        transaction.on_commit(lambda: enqueue.trace_replay_queue(run.pk))
+    return run
+
+
+def trace_replay_read(*, run: TraceReplay, report: Progress) -> dict[str, Any]:
+    """The stored upload read and its three scenarios built (the fleet and tree as they are
+    now): the fields to store (TraceError naming each line and problem)."""
+    trace = read_upload(run.name, bytes(run.upload or b""),
+                        max_bytes=settings.ALLOT_PLANNER_MAX_UPLOAD_BYTES,
+                        max_jobs=settings.ALLOT_PLANNER_MAX_JOBS, report=report)
     current = trace_scenario(trace, live_frame() if trace.scenario is None else {},
-                             flavor=flavor or None, name=name)
-    docs = variants(current, changes=changes, tree=tree)
-    return _store(user=user, name=name, kind=trace.kind, notes=trace.notes, changes=changes,
-                  docs=docs)
+                             flavor=run.flavor or None, name=run.name)
+    docs = variants(current, changes=run.changes, tree=run.tree)
+    return {"kind": trace.kind, "notes": trace.notes, "scenarios": docs,
+            "workloads": len(docs["current"]["workloads"])}
 
 
 def trace_replay_history(*, user: Any, days: float, changes: Any) -> TraceReplay:
@@ -121,24 +155,46 @@ def trace_replay_history(*, user: Any, days: float, changes: Any) -> TraceReplay
     doc["until"] = int(days * 86_400 + TAIL_S)
     doc["name"] = f"history {now - timedelta(days=days):%Y-%m-%d} to {now:%Y-%m-%d %H:%M} UTC"
     docs = variants(doc, changes=changes, tree=None)
-    return _store(user=user, name=doc["name"], kind="history", notes=[], changes=changes,
-                  docs=docs)
+    return _store(user=user, name=doc["name"], kind="history", changes=changes, docs=docs)
 
 
 def trace_replay_run(*, replay_id: int) -> None:
-    """Replay the three scenarios and store the comparison; idempotent (a finished one is
-    left)."""
+    """Read the upload (if not yet), replay the three scenarios and store the comparison;
+    idempotent (a finished one is left). A refused upload ends the run failed with its
+    problems, and nothing of it stored but them."""
     run = TraceReplay.objects.filter(pk=replay_id).first()
     if run is None or run.state in (WhatIfState.DONE, WhatIfState.FAILED):
         return
     TraceReplay.objects.filter(pk=run.pk).update(state=WhatIfState.RUNNING, progress=0.0)
     started = time.monotonic()
+    share = 0.0
+    if run.upload is not None:
+        share = READ_SHARE
+        try:
+            def reading(frac: float) -> None:
+                TraceReplay.objects.filter(pk=run.pk).update(progress=round(frac * READ_SHARE, 3))
+
+            fields = trace_replay_read(run=run, report=reading)
+        except TraceError as exc:
+            TraceReplay.objects.filter(pk=run.pk).update(
+                state=WhatIfState.FAILED, problems=exc.problems, error=str(exc)[:2000],
+                upload=None, seconds=round(time.monotonic() - started, 2))
+            return
+        except Exception as exc:
+            logger.exception("trace replay %s: reading the upload failed", run.pk)
+            TraceReplay.objects.filter(pk=run.pk).update(
+                state=WhatIfState.FAILED, error=str(exc)[:2000], upload=None,
+                seconds=round(time.monotonic() - started, 2))
+            return
+        TraceReplay.objects.filter(pk=run.pk).update(upload=None, progress=READ_SHARE,
+                                                     **fields)
+        run.refresh_from_db()
     try:
         outs = {}
         for i, label in enumerate(VARIANTS):
             def progress(frac: float, i: int = i) -> None:
-                TraceReplay.objects.filter(pk=run.pk).update(
-                    progress=round((i + frac) / len(VARIANTS), 3))
+                TraceReplay.objects.filter(pk=run.pk).update(progress=round(
+                    share + (1 - share) * (i + frac) / len(VARIANTS), 3))
 
             outs[label] = replay(run.scenarios[label], progress)
             progress(1.0)

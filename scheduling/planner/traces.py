@@ -2,6 +2,10 @@
 file (JSON or YAML). Every problem names its line and field with the numbers; the first
 `MAX_PROBLEMS` are collected and raised together as `TraceError` (nothing is kept).
 
+The request checks only what is cheap (`check_upload`: the size and the kind, from the name
+and the first line); the background task reads the whole file (`read_upload`), reporting how
+far through its lines it is.
+
 - Philly-style CSV (msr-fiddle/philly-traces, the per-job summary): `timestamp` (YYYY-MM-DD
   HH:MM:SS, UTC), `duration` (s), `num_gpus`, and the tenant in `cluster` (the virtual
   cluster) or `queue`; other columns (`gpu_time`, ...) are ignored.
@@ -19,6 +23,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,6 +35,8 @@ PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus")
 ALIBABA_COLUMNS = ("name", "num_gpu", "gpu_milli", "cpu_milli", "memory_mib", "creation_time",
                    "deletion_time")
 KINDS = ("philly", "alibaba", "scenario")
+REPORT_EVERY = 2000
+Report = Callable[[float], None]
 
 
 class TraceError(Exception):
@@ -129,9 +136,21 @@ def _rows(text: str, required: tuple[str, ...], kind: str) -> csv.DictReader:
     return reader
 
 
-def read_philly(text: str, *, max_jobs: int) -> Trace:
+def _reporter(text: str, report: Report | None) -> Callable[[int], None]:
+    """Calls `report` with the share of lines read, every `REPORT_EVERY` lines."""
+    total = max(1, text.count("\n"))
+
+    def at(line: int) -> None:
+        if report is not None and line % REPORT_EVERY == 0:
+            report(min(1.0, line / total))
+
+    return at
+
+
+def read_philly(text: str, *, max_jobs: int, report: Report | None = None) -> Trace:
     """A Philly-style CSV as jobs, in submission order from the first."""
     reader = _rows(text, PHILLY_COLUMNS, "Philly-style")
+    at = _reporter(text, report)
     tenant_col = "cluster" if "cluster" in (reader.fieldnames or []) else "queue"
     if tenant_col not in (reader.fieldnames or []):
         raise TraceError({"file": ["a Philly-style CSV needs the tenant in `cluster` or "
@@ -140,6 +159,7 @@ def read_philly(text: str, *, max_jobs: int) -> Trace:
     raw: list[tuple[float, float, float, str]] = []
     for row in reader:
         line = reader.line_num
+        at(line)
         if len(raw) >= max_jobs:
             raise TraceError({"file": [f"more than {max_jobs} jobs (line {line}); upload at "
                                        f"most {max_jobs}"]})
@@ -165,15 +185,17 @@ def read_philly(text: str, *, max_jobs: int) -> Trace:
     return Trace("philly", jobs, None, [])
 
 
-def read_alibaba(text: str, *, max_jobs: int) -> Trace:
+def read_alibaba(text: str, *, max_jobs: int, report: Report | None = None) -> Trace:
     """An Alibaba-style CSV (openb pod list) as jobs; pods without a GPU are left out."""
     reader = _rows(text, ALIBABA_COLUMNS, "Alibaba-style")
+    at = _reporter(text, report)
     tenant_col = "queue" if "queue" in (reader.fieldnames or []) else "qos"
     p = _Problems()
     raw: list[tuple[float, float, float, str, float, float]] = []
     cpu_only = 0
     for row in reader:
         line = reader.line_num
+        at(line)
         where = f"line {line}: "
         n = _number(p, where + "num_gpu", row.get("num_gpu"), integer=True)
         milli = _number(p, where + "gpu_milli", row.get("gpu_milli"))
@@ -236,12 +258,26 @@ def read_scenario_text(name: str, text: str, *, max_jobs: int) -> Trace:
     return Trace("scenario", [], doc, [])
 
 
-def read_upload(name: str, data: bytes, *, max_bytes: int, max_jobs: int) -> Trace:
-    """An uploaded file read and checked (module docstring); TraceError on any problem."""
-    if len(data) > max_bytes:
-        raise TraceError({"file": [f"{len(data):,} bytes > the limit of {max_bytes:,}"]})
-    if not data.strip():
+def check_size(size: int, *, max_bytes: int) -> None:
+    """TraceError if an upload of `size` bytes is over the limit."""
+    if size > max_bytes:
+        raise TraceError({"file": [f"{size:,} bytes > the limit of {max_bytes:,}"]})
+
+
+def check_upload(name: str, size: int, head: bytes, *, max_bytes: int) -> str:
+    """What the request checks of an upload, without reading it whole: its size and its kind
+    (from its name and first line); TraceError otherwise."""
+    check_size(size, max_bytes=max_bytes)
+    if not head.strip():
         raise TraceError({"file": ["the file is empty"]})
+    return sniff(name, head.decode("utf-8", errors="replace"))
+
+
+def read_upload(name: str, data: bytes, *, max_bytes: int, max_jobs: int,
+                report: Report | None = None) -> Trace:
+    """An uploaded file read and checked (module docstring); TraceError on any problem.
+    `report` gets the share of lines read (CSV)."""
+    check_upload(name, len(data), data[:4096], max_bytes=max_bytes)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -250,5 +286,5 @@ def read_upload(name: str, data: bytes, *, max_bytes: int, max_jobs: int) -> Tra
     if kind == "scenario":
         return read_scenario_text(name, text, max_jobs=max_jobs)
     if kind == "alibaba":
-        return read_alibaba(text, max_jobs=max_jobs)
-    return read_philly(text, max_jobs=max_jobs)
+        return read_alibaba(text, max_jobs=max_jobs, report=report)
+    return read_philly(text, max_jobs=max_jobs, report=report)

@@ -106,18 +106,34 @@ def _pods(job: Job, flavor: str, node: dict[str, Any]) -> list[dict[str, Any]]:
     return pods
 
 
-def trace_scenario(trace: Trace, frame: dict[str, Any], *, flavor: str | None,
-                   name: str) -> dict[str, Any]:
-    """The `current` scenario: a scenario file as it is, a CSV trace on `frame` (the live
-    fleet and tree)."""
-    if trace.scenario is not None:
-        return copy.deepcopy(trace.scenario)
+def pick_flavor(frame: dict[str, Any], flavor: str | None) -> tuple[str, list[dict[str, Any]]]:
+    """The flavor a CSV's jobs ask (default: the one with the most GPUs) and its nodes;
+    TraceError if no ready node has it."""
     flavor = flavor or default_flavor(frame)
     nodes = _flavor_nodes(frame, flavor) if flavor else []
     if not flavor or not nodes:
         known = sorted({n["flavor"] for c in frame["clusters"] for n in c["nodes"]})
         raise TraceError({"flavor": [f"{flavor!r}: no ready node has it (the fleet has "
                                      f"{', '.join(known) or 'no ready node'})"]})
+    return flavor, nodes
+
+
+def check_on_frame(frame: dict[str, Any], *, flavor: str | None,
+                   changes: dict[str, Any] | None) -> None:
+    """What can be checked of a CSV trace's replay before the trace is read: the flavor and
+    the quota changes on the live tree (TraceError naming each problem)."""
+    pick_flavor(frame, flavor)
+    variants({"name": "check", "until": 1, **frame, "workloads": []}, changes=changes,
+             tree=None)
+
+
+def trace_scenario(trace: Trace, frame: dict[str, Any], *, flavor: str | None,
+                   name: str) -> dict[str, Any]:
+    """The `current` scenario: a scenario file as it is, a CSV trace on `frame` (the live
+    fleet and tree)."""
+    if trace.scenario is not None:
+        return copy.deepcopy(trace.scenario)
+    flavor, nodes = pick_flavor(frame, flavor)
     node = max(nodes, key=lambda n: (n.get("gpus") or 0, n["cpu"]))
     to_leaf = tenant_leaves(trace.jobs, frame, flavor)
     workloads = [{"name": f"j{i}", "queue": to_leaf[j.tenant], "submit_at": round(j.submit_s, 3),

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from portal.pages.access import user_scope
+from portal.pages.access import plan_scope
 from quotas.models import Flavor, QuotaEntry
 from scheduling.models import TraceReplay
 from scheduling.planner.api import scenario_file, trace_replay_visible
@@ -23,11 +23,12 @@ from scheduling.planner.variants import VARIANTS
 
 
 def quota_rows(scope: Any) -> list[dict[str, Any]]:
-    """The quota entries the user decides for, as the editable rows of the proposal."""
+    """The quota entries of the queues the user may plan for (a lead: their subtree), as the
+    editable rows of the proposal."""
     rows = []
     for e in QuotaEntry.objects.select_related("queue", "flavor").order_by(
             "queue__path", "flavor__name", "resource"):
-        if scope.can_decide(e.queue_id):
+        if scope.can_plan(e.queue_id):
             key = f"{e.queue.path}|{e.flavor.name}|{e.resource}"
             rows.append({"key": key, "queue": e.queue.path, "flavor": e.flavor.name,
                          "resource": e.resource, "min": e.min, "max": e.max})
@@ -63,8 +64,8 @@ def changes_from_form(post: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
 @login_required
 def trace_replay_page(request: HttpRequest) -> HttpResponse:
     """The upload form and the user's earlier replays; a POST starts one and shows it."""
-    scope = user_scope(request.user)
-    if not (scope.is_admin or scope.is_lead):
+    scope = plan_scope(request.user)
+    if not scope.allowed:
         raise PermissionDenied("the capacity planner is for admins and team leads")
     rows = quota_rows(scope)
     errors: dict[str, list[str]] = {}
@@ -75,7 +76,8 @@ def trace_replay_page(request: HttpRequest) -> HttpResponse:
             if upload is None:
                 raise TraceError({"file": ["choose a trace file to upload"]})
             run = trace_replay_start(
-                user=request.user, name=upload.name or "trace.csv", data=upload.read(),
+                user=request.user, name=upload.name or "trace.csv", size=upload.size or 0,
+                read=upload.read,
                 flavor=request.POST.get("flavor") or None,
                 changes=changes_from_form(request.POST, rows),
                 tree_name=(tree.name or "") if tree is not None else "",
@@ -91,7 +93,7 @@ def trace_replay_page(request: HttpRequest) -> HttpResponse:
         "errors": errors, "post": post, "rows": rows, "is_admin": scope.is_admin,
         "flavors": list(Flavor.objects.order_by("name").values_list("name", flat=True)),
         "runs": TraceReplay.objects.filter(owner_id=request.user.pk).defer(
-            "scenarios", "result")[:20],
+            "scenarios", "result", "upload")[:20],
     }, status=400 if errors else 200)
 
 
@@ -111,7 +113,8 @@ def trace_replay_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {"run": run, "rows": result_rows(result) if done else [],
                "sides": [(v, LABELS[v], result[v]) for v in VARIANTS] if done else [],
                "figures": figures(result) if done else [], "variants": VARIANTS,
-               "tenants": run.scenarios.get("current", {}).get("x-tenants")}
+               "tenants": run.scenarios.get("current", {}).get("x-tenants"),
+               "reading": not run.scenarios}
     partial = bool(getattr(request, "htmx", False))
     if partial and run.state in ("done", "failed"):
         # The charts are drawn on page load (static/js/charts.js): show the finished page.

@@ -20,7 +20,15 @@ from typing import Any
 
 from scheduling.engine import Engine, WorkloadSpec
 from scheduling.engine.export import snapshot_of
-from scheduling.engine.forecast import LEVELS, POINT, RECENT_RUNS, Known, RunTimes, estimate
+from scheduling.engine.forecast import (
+    LIVE_LEVELS,
+    LIVE_START_STAT,
+    POINT,
+    RECENT_RUNS,
+    Known,
+    RunTimes,
+    estimate,
+)
 from scheduling.replay.record import WorkloadRecord
 
 
@@ -38,7 +46,7 @@ class EtaOptions:
     step_rel: float = 0.02
     every: int = 1
     hints: bool = False
-    levels: tuple[float, ...] = LEVELS
+    levels: tuple[float, ...] = LIVE_LEVELS
     point: float = POINT
     # The start's run times from each queue's last `recent_runs` finished runs (0: from the
     # mean of the history, as before: the old forecast, for comparison).
@@ -48,6 +56,9 @@ class EtaOptions:
     # > 0: the submissions of the last `arrivals_s` seconds come again, shifted by that much,
     # during the forecast (the coming demand taken to be the recent past's).
     arrivals_s: float = 0.0
+    # "median": the start is the median of the fast-forwards' starts (`forecast.estimate`);
+    # "mean": the mean-run fast-forward's (before).
+    start_stat: str = LIVE_START_STAT
 
 
 class RunHistory:
@@ -107,7 +118,8 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
         known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
     est = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                    targets={name}, step_s=opts.step_s, step_rel=opts.step_rel,
-                   levels=opts.levels, point=opts.point, arrivals=arrivals)[name]
+                   levels=opts.levels, point=opts.point, arrivals=arrivals,
+                   start_stat=opts.start_stat)[name]
     return {"at": now, "start": est.start, "low": est.low, "high": est.high}
 
 

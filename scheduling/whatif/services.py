@@ -11,7 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from portal.pages.access import user_scope
+from portal.pages.access import plan_scope
 from quotas.models import Queue
 from scheduling import enqueue
 from scheduling.models import WhatIf, WhatIfState
@@ -33,17 +33,17 @@ logger = logging.getLogger(__name__)
 def what_if_allowed(*, user: Any, changes: dict[str, Any]) -> None:
     """Admins may try anything; a lead only quota and strategy changes of the queues they
     decide for (their teams' subtrees); others nothing (PermissionDenied, naming why)."""
-    scope = user_scope(user)
+    scope = plan_scope(user)
     if scope.is_admin:
         return
-    if not scope.is_lead:
+    if not scope.allowed:
         raise PermissionDenied("what-if is for admins and team leads")
     fleet = fleet_changes(changes)
     if fleet:
         raise PermissionDenied(f"only admins may try {', '.join(fleet)} (fleet-wide changes)")
     paths = changed_queues(changes)
     ids = dict(Queue.objects.filter(path__in=paths).values_list("path", "id"))
-    outside = sorted(p for p in paths if p in ids and not scope.can_decide(ids[p]))
+    outside = sorted(p for p in paths if p in ids and not scope.can_plan(ids[p]))
     if outside:
         raise PermissionDenied(f"outside your subtree: {', '.join(outside)}")
 

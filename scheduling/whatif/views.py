@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from portal.pages.access import user_scope
+from portal.pages.access import plan_scope
 from quotas.models import Flavor, Queue
 from scheduling.models import Cluster, WhatIf
 from scheduling.replay.checker import STRATEGIES
@@ -65,8 +65,8 @@ def changes_from_form(post: Any) -> dict[str, Any]:
 @login_required
 def what_if_page(request: HttpRequest) -> HttpResponse:
     """The form and the user's earlier what-ifs; a POST starts one and shows it."""
-    scope = user_scope(request.user)
-    if not (scope.is_admin or scope.is_lead):
+    scope = plan_scope(request.user)
+    if not scope.allowed:
         raise PermissionDenied("what-if is for admins and team leads")
     errors: dict[str, list[str]] = {}
     if request.method == "POST":
@@ -79,7 +79,7 @@ def what_if_page(request: HttpRequest) -> HttpResponse:
         except WhatIfError as exc:
             errors = exc.problems
     queues = [q for q in Queue.objects.order_by("path").values("id", "path")
-              if scope.can_decide(q["id"])]
+              if scope.can_plan(q["id"])]
     return render(request, "scheduling/whatif.html", {
         "errors": errors, "post": request.POST, "queues": queues, "is_admin": scope.is_admin,
         "flavors": list(Flavor.objects.order_by("name").values_list("name", flat=True)),

@@ -23,6 +23,8 @@ from django.utils import timezone
 from core import db
 from scheduling import engine
 from scheduling.engine.forecast import (
+    LIVE_LEVELS,
+    LIVE_START_STAT,
     RECENT_RUNS,
     Estimate,
     Known,
@@ -41,7 +43,8 @@ logger = logging.getLogger(__name__)
 ALL_PENDING = 10_000_000
 HISTORY_ROWS = 100_000
 ASSUMED = ("no new work goes ahead of it; the fleet and the quotas stay as they are; the "
-           "range is over run times from their 25th to their 95th percentile")
+           "range is over run times from their 25th to their 95th percentile, the start the "
+           "median of the starts simulated")
 
 
 @dataclass
@@ -129,7 +132,8 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
     conf = settings.ALLOT_ETA
     est = estimate(snap, known=known, runtimes=runtimes, horizon_s=float(conf["horizon_s"]),
                    targets=targets, step_s=float(conf["step_s"]),
-                   step_rel=float(conf["step_rel"]))
+                   step_rel=float(conf["step_rel"]), levels=LIVE_LEVELS,
+                   start_stat=LIVE_START_STAT)
     return est, runtimes
 
 

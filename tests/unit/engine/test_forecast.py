@@ -138,3 +138,18 @@ def test_victims_requeue_and_start_again():
     starts = fast_forward(s, remaining={"x": 4000}, durations={"p": 100, "x": 4000},
                           horizon_s=86400, targets={"p"})
     assert starts == {"p": NOW + 30}
+
+
+def test_start_as_the_median_of_the_simulated_starts():
+    # As above: the mean-run fast-forward starts c at +500; at p25 and p50 (100 s each) +300,
+    # at p95 +1100. The median of the four: (300 + 500) / 2; the range as before.
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   levels=(0.25, 0.5, 0.95), start_stat="median")["c"]
+    assert (est.low, est.start, est.high) == (NOW + 300, NOW + 400, NOW + 1100)
+    # A start beyond the horizon counts as the latest: past it when half of them are.
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=450,
+                   levels=(0.25, 0.5, 0.95), start_stat="median")["c"]
+    assert (est.low, est.start, est.high) == (NOW + 300, None, None)

@@ -51,11 +51,16 @@ def test_the_start_follows_the_queues_latest_runs():
     jobs += [job(f"s{i}", "a", 10000, duration_s=100) for i in range(5)]
     jobs += [job("x", "a", 10500, duration_s=100), job("y", "a", 10505, duration_s=100),
              job("c", "a", 10510, duration_s=10)]
-    out = run(jobs, until=30000)
+    mean_run = {"start_stat": "mean", "levels": (0.25, 0.95)}
+    out = run(jobs, until=30000, **mean_run)
     assert out["x"]["admissions"][0]["at"] == 10500
     assert out["c"]["eta_at_submit"]["start"] == 12050
-    old = run(jobs, until=30000, recent_runs=0)
+    old = run(jobs, until=30000, recent_runs=0, **mean_run)
     assert old["c"]["eta_at_submit"]["start"] == 12200
+    # The live start: the median of the four simulated starts, at the mean runs (12050) and
+    # at the runs' p25 (10700), p50 and p95 (both 12500): (12050 + 12500) / 2.
+    live = run(jobs, until=30000)["c"]["eta_at_submit"]
+    assert (live["low"], live["start"], live["high"]) == (10700, 12275, 12500)
 
 
 def test_no_history_uses_the_default_run_time():

@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from scheduling.models import TraceReplay, WhatIfState
-from scheduling.planner.services import trace_replay_run
+from scheduling.planner.services import trace_replay_read, trace_replay_run
 from scheduling.replay import load_scenario, run_scenario
 from tests.integration.scheduling.world import make_world
 
@@ -49,12 +49,16 @@ def test_philly_trace_under_static_current_and_proposed(world):
                    format="multipart")
     assert r.status_code == 202, r.json()
     body = r.json()
-    assert body["state"] == "queued" and body["kind"] == "philly" and body["workloads"] == 4
-    # vision by name; "other" by rank onto the leaf with the largest min (a tie: rd/nlp first).
-    assert body["tenants"] == {"other": "nlp", "vision": "vision"}
+    # The request stores the file; the task reads it.
+    assert body["state"] == "queued" and body["kind"] == "philly" and body["workloads"] == 0
+    assert body["tenants"] is None and body["problems"] == {}
+    assert bytes(TraceReplay.objects.get().upload) == PHILLY.encode()
     trace_replay_run(replay_id=body["id"])
     body = admin.get(f"/api/v1/trace-replays/{body['id']}").json()
-    assert body["state"] == "done" and body["progress"] == 1.0
+    assert body["state"] == "done" and body["progress"] == 1.0 and body["workloads"] == 4
+    # vision by name; "other" by rank onto the leaf with the largest min (a tie: rd/nlp first).
+    assert body["tenants"] == {"other": "nlp", "vision": "vision"}
+    assert TraceReplay.objects.get().upload is None
     static, current, proposed = (body["result"][v]["queues"]["rd/vision"]
                                  for v in ("static", "current", "proposed"))
     # Static (max 8): one job at a time, the last waits two hours; current (max 24): none
@@ -83,8 +87,10 @@ def test_alibaba_trace_and_a_scenario_file(world):
     r = admin.post("/api/v1/trace-replays", {"name": "openb.csv", "content": alibaba},
                    format="json")
     assert r.status_code == 202, r.json()
-    assert r.json()["kind"] == "alibaba" and r.json()["workloads"] == 2
-    assert r.json()["notes"] == ["1 pods without a GPU left out"]
+    assert r.json()["kind"] == "alibaba"
+    trace_replay_run(replay_id=r.json()["id"])
+    body = admin.get(f"/api/v1/trace-replays/{r.json()['id']}").json()
+    assert body["workloads"] == 2 and body["notes"] == ["1 pods without a GPU left out"]
     run = TraceReplay.objects.get(pk=r.json()["id"])
     pods = [w["pods"] for w in run.scenarios["current"]["workloads"]]
     assert pods[0][0]["gpus"] == 0.5 and pods[1][0]["gpus"] == 2
@@ -118,17 +124,53 @@ def test_alibaba_trace_and_a_scenario_file(world):
      "'yesterday' is not YYYY-MM-DD HH:MM:SS"),
     ("p.csv", "timestamp,num_gpus,cluster\n2017-10-09 07:00:00,1,a\n", "file",
      "missing: duration"),
-    ("x.txt", "hello,world\n1,2\n", "file", "not a trace this page reads"),
     ("s.json", "{not json", "file", "not valid JSON"),
     ("a.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
               "p0,1000,1024,1,1500,0,10\n", "line 2: gpu_milli", "1500 > 1000"),
+    ("p.csv", PHILLY.replace(",vision\n", ",vision\n\xff", 1), "file", "not UTF-8 text"),
 ])
-def test_bad_uploads_name_line_and_field_and_save_nothing(world, name, text, field, words):
-    r = api(world.admin).post("/api/v1/trace-replays", {"file": upload(name, text)},
+def test_bad_uploads_fail_in_the_task_naming_line_and_field(world, client, name, text, field,
+                                                            words):
+    r = api(world.admin).post("/api/v1/trace-replays", {
+        "file": SimpleUploadedFile(name, text.encode("latin-1" if "\xff" in text else "utf-8"))},
+        format="multipart")
+    assert r.status_code == 202, r.json()
+    trace_replay_run(replay_id=r.json()["id"])
+    body = api(world.admin).get(f"/api/v1/trace-replays/{r.json()['id']}").json()
+    assert body["state"] == "failed", body
+    assert field in body["problems"] and words in " ".join(body["problems"][field]), body
+    # Nothing half-saved: no scenario, no workloads, the upload dropped.
+    run = TraceReplay.objects.get()
+    assert run.scenarios == {} and run.workloads == 0 and run.result is None
+    assert run.upload is None
+    client.force_login(world.admin)
+    page = client.get(f"/planner/replay/{run.pk}/").content.decode()
+    assert 'id="trace-replay-problems"' in page and field in page
+    assert words.replace("'", "&#x27;").replace(">", "&gt;").replace("<", "&lt;") in page
+
+
+def test_the_request_refuses_only_what_is_cheap(world):
+    r = api(world.admin).post("/api/v1/trace-replays",
+                              {"file": upload("x.txt", "hello,world\n1,2\n")},
                               format="multipart")
-    assert r.status_code == 400
-    assert field in r.json() and words in " ".join(r.json()[field]), r.json()
+    assert r.status_code == 400 and "not a trace this page reads" in r.json()["file"][0]
+    r = api(world.admin).post("/api/v1/trace-replays", {"file": upload("p.csv", "  \n")},
+                              format="multipart")
+    assert r.status_code == 400 and r.json()["file"] == ["the file is empty"]
     assert not TraceReplay.objects.exists()
+
+
+def test_reading_reports_progress(world, monkeypatch):
+    monkeypatch.setattr("scheduling.planner.traces.REPORT_EVERY", 2)
+    r = api(world.admin).post("/api/v1/trace-replays", {"file": upload("p.csv", PHILLY)},
+                              format="multipart")
+    seen: list[float] = []
+    fields = trace_replay_read(run=TraceReplay.objects.get(), report=seen.append)
+    # Lines 2 and 4 of the five.
+    assert seen == [0.4, 0.8] and fields["workloads"] == 4
+    assert TraceReplay.objects.get().scenarios == {}
+    trace_replay_run(replay_id=r.json()["id"])
+    assert TraceReplay.objects.get().progress == 1.0
 
 
 def test_limits_and_bad_proposals(world, settings):
@@ -136,7 +178,11 @@ def test_limits_and_bad_proposals(world, settings):
     settings.ALLOT_PLANNER_MAX_JOBS = 3
     r = admin.post("/api/v1/trace-replays", {"file": upload("p.csv", PHILLY)},
                    format="multipart")
-    assert r.status_code == 400 and "more than 3 jobs (line 5)" in r.json()["file"][0]
+    assert r.status_code == 202
+    trace_replay_run(replay_id=r.json()["id"])
+    run = TraceReplay.objects.get()
+    assert run.state == "failed" and "more than 3 jobs (line 5)" in run.problems["file"][0]
+    run.delete()
     settings.ALLOT_PLANNER_MAX_JOBS = 100
     settings.ALLOT_PLANNER_MAX_UPLOAD_BYTES = 50
     r = admin.post("/api/v1/trace-replays", {"file": upload("p.csv", PHILLY)},

@@ -101,3 +101,24 @@ def test_max_never_refuses_the_largest_job_seen():
     q = QueueHistory("p/a", flat(4), flat(4), 4, None, largest_job=24)
     (rec,) = recommend([q], HOURS, capacity=64)
     assert (rec.min, rec.max) == (4, 24) and rec.evidence["largest_job_gpus"] == 24
+
+
+def test_exclusive_parts_fit_the_parents_exclusive_part():
+    # Both lend 2 of their min: their exclusive parts (min - lendable) are 8 and 4 at the
+    # medians 10 and 6, but the parent's proposal keeps only 6 exclusive: scaled to 4 and 2.
+    a = QueueHistory("p/a", flat(10), flat(10), 4, None, lendable=2)
+    b = QueueHistory("p/b", flat(6), flat(6), 4, None, lendable=2)
+    recs = recommend([a, b], HOURS, capacity=64, exclusive_capacity=6)
+    assert [(r.min, r.evidence["scaled_to_fit"]) for r in recs] == [(6, True), (4, True)]
+    assert sum(r.min - 2 for r in recs) <= 6
+    # Without lendables there is no exclusive part to fit.
+    c = QueueHistory("p/c", flat(10), flat(10), 4, None)
+    (rec,) = recommend([c], HOURS, capacity=64, exclusive_capacity=0)
+    assert rec.min == 10
+
+
+def test_a_parent_never_below_its_childrens_floors_and_a_kept_max_within_the_ceiling():
+    idle = QueueHistory("p", flat(0), flat(0), 8, 40, floor=5.5)
+    (rec,) = recommend([idle], HOURS, capacity=64, ceiling=24)
+    # No demand: min its floor (rounded up), the max kept but no higher than the ceiling.
+    assert (rec.min, rec.max) == (6, 24)
