@@ -187,6 +187,14 @@ else:
     # SQLite ignores an index's INCLUDE columns (the pending-head index's `gpus_total`): the
     # index still serves, the position reads the heap for the sum.
     SILENCED_SYSTEM_CHECKS = ["models.W040"]
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # `make run`: the portal and the embedded worker write one file from two processes. A
+    # transaction that read first and then writes could not wait for the other's write lock
+    # ("database is locked" at once, the cycle failed): every transaction takes the write lock
+    # as it begins, waiting up to 20 s, and readers never wait for writers (WAL).
+    DATABASES["default"].setdefault("OPTIONS", {}).update({
+        "transaction_mode": "IMMEDIATE", "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"})
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
