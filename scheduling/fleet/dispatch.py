@@ -36,7 +36,12 @@ from scheduling.backends.base import (
     ScalableObjects,
     WorkloadSpec,
 )
-from scheduling.backends.naming import LABEL_OBJECT, LABEL_SCALE_OF, LABEL_SIM_GPU_UTIL
+from scheduling.backends.naming import (
+    LABEL_OBJECT,
+    LABEL_SCALE_OF,
+    LABEL_SIM_GPU_UTIL,
+    adopted_group,
+)
 from scheduling.fleet import scaling
 from scheduling.fleet.refs import (
     penalty,
@@ -163,7 +168,8 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
                 if k == LABEL_SIM_GPU_UTIL},
         kind=row.get("workload__kind") or "",
         manifest=row.get("workload__manifest") or {},
-        object_name=(row.get("workload__labels") or {}).get(LABEL_OBJECT, ""))
+        object_name=(row.get("workload__labels") or {}).get(LABEL_OBJECT, ""),
+        group=adopted_group(row.get("workload__labels")))
 
 
 def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime | None,
