@@ -1,8 +1,9 @@
 """The replica groups of a LeaderWorkerSet adopted from a cluster end with its object: when the
 user deletes the object (`kubectl delete lws vllm`), the sync finds a dispatched group's object
-gone, and every open group of it (pending ones too: their pods went with it) is cancelled,
-its quota released, with the reason on its timeline. Called under the scheduling lock, in
-its transaction (scheduling/fleet/sync.py)."""
+gone (or a group's dispatch is refused: `job_gone`), and every open group of it (pending ones
+too: their pods went with it) is cancelled, its quota released, with the reason on its
+timeline. Called under the scheduling lock, in its transaction (scheduling/fleet/sync.py,
+scheduling/fleet/dispatch.py)."""
 
 from __future__ import annotations
 

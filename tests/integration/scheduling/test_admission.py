@@ -398,3 +398,31 @@ def test_deleting_an_adopted_lws_ends_every_group(world, client, kube):
     assert ran.count() == 1 and not ran.filter(ended_at__isnull=True).exists()
     assert ran.get().end_reason == "cancelled"
     assert OutboxMessage.objects.filter(kind=OutboxKind.DELETE).count() == 1
+
+
+def test_an_lws_deleted_before_any_group_ran_ends_every_group(world, client, kube):
+    """The object is gone when the first group is dispatched: the refusal (`job_gone`) ends
+    every group of it instead of requeueing them on a cluster that has no object for them."""
+    from scheduling.backends import clear_backend_cache
+    from scheduling.fleet.dispatch import cluster_dispatch
+
+    kube.state.add_node("bj-a100-1", labels=dict(A100.node_selector), gpus=8)
+    kube.state.create_namespace({"metadata": {"name": "rd-vision"}})  # vllm never arrives
+    bj = Cluster.objects.get(name="bj")
+    bj.backend, bj.connection = "kubernetes", {**kube.connection, "timeout_s": 2,
+                                               "webhook_token": TOKEN}
+    bj.save()
+    clear_backend_cache()
+    try:
+        post(client, review(labelled_lws()))
+        cycle_run(wait=True)  # one group reserved on bj (the dispatch pass creates it)
+        groups = list(Workload.objects.order_by("pk"))
+        assert [w.state for w in groups].count(WorkloadState.RESERVED) == 1
+        report = cluster_dispatch(cluster_id=bj.pk)
+    finally:
+        clear_backend_cache()
+    assert len(report.refused) == 1
+    for w in groups:
+        w.refresh_from_db()
+        assert w.state == WorkloadState.CANCELLED
+        assert "its LeaderWorkerSet vllm was deleted from bj" in w.events.latest("at").message
