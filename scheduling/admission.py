@@ -22,6 +22,7 @@ from django.db import transaction
 from quotas.models import Queue
 from scheduling import kinds
 from scheduling.backends.naming import (
+    ANNOTATION_GROUP_WORKLOADS,
     HAMI_USE_UUID,
     LABEL_MANAGED_BY,
     LABEL_OBJECT,
@@ -33,7 +34,7 @@ from scheduling.backends.naming import (
     queue_label,
 )
 from scheduling.models import Cluster, WorkloadState
-from scheduling.request.submission import workload_submit
+from scheduling.request.submission import workload_submit_detailed
 
 QUEUE_LABEL = LABEL_QUEUE  # allot.io/queue
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -139,17 +140,28 @@ def admission_review(*, cluster: Cluster, review: Any) -> dict[str, Any]:
         return _answer(uid, True)
     try:
         with transaction.atomic():
-            w = workload_submit(user=user, data=data)
+            done = workload_submit_detailed(user=user, data=data)
     except ValidationError as exc:
         problems = ("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
                     if hasattr(exc, "error_dict") else "; ".join(exc.messages))
         return _answer(uid, False, code=422, message=f"Allot: {kind.kind} {name}: {problems}")
+    w = done.workload
+    groups = done.gangs or (w,)  # a LeaderWorkerSet of several groups: a workload each
     if w.state == WorkloadState.REJECTED:
         return _answer(uid, False, code=403, message=f"Allot: {kind.kind} {name} rejected: "
                        f"{w.reason_message}")
     patch = kind.hold_patch(obj, labels={
         LABEL_WORKLOAD_ID: str(w.pk), LABEL_MANAGED_BY: MANAGED_BY,
         QUEUE_LABEL: queue_label(queue.path)})
+    if len(groups) > 1:
+        # Each group's pods are gated and lifted on their own: the object lists its groups.
+        for op in patch:
+            if op["path"] == "/metadata/annotations":
+                op["value"][ANNOTATION_GROUP_WORKLOADS] = ",".join(str(g.pk) for g in groups)
+        return _answer(uid, True, patch=patch, warnings=[
+            f"Allot: queued as {len(groups)} workloads in {queue.path}, one per replica group "
+            f"({groups[0].name} = {groups[0].pk} .. {groups[-1].name} = {groups[-1].pk}); "
+            "each group starts when admitted"])
     return _answer(uid, True, patch=patch, warnings=[
         f"Allot: queued as workload {w.pk} in {queue.path}; it starts when admitted "
         f"(allot workloads get {w.pk})"])

@@ -81,7 +81,7 @@ def pod_owners(start: datetime, end: datetime) -> Any:
     """Whose pods are whose over [start, end) (`naming.PodOwners`): the objects adopted from
     clusters (kubectl apply with the queue label) admitted in that time, by namespace and
     their own names; Allot's own objects need no lookup."""
-    from scheduling.backends.naming import LABEL_OBJECT, PodOwners
+    from scheduling.backends.naming import LABEL_OBJECT, PodOwners, adopted_group
 
     rows = Admission.objects.filter(reserved_at__lt=end).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gt=start)).filter(
@@ -89,7 +89,9 @@ def pod_owners(start: datetime, end: datetime) -> Any:
         "workload_id", "workload__labels", "workload__queue__namespace", "workload__queue__path")
     adopted = {}
     for workload_id, labels, namespace, path in rows:
-        adopted[(namespace or path.replace("/", "-"), labels[LABEL_OBJECT])] = workload_id
+        group = adopted_group(labels)  # a LeaderWorkerSet's group: its pods' own prefix
+        name = labels[LABEL_OBJECT] if group is None else f"{labels[LABEL_OBJECT]}-{group}"
+        adopted[(namespace or path.replace("/", "-"), name)] = workload_id
     return PodOwners(adopted)
 
 

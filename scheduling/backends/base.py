@@ -144,6 +144,9 @@ class WorkloadSpec:
     kind: str = ""
     manifest: Mapping[str, Any] = field(default_factory=dict)
     object_name: str = ""  # an adopted object's own name ("" = Allot names it)
+    # One replica group of an adopted object (a LeaderWorkerSet's group index): its pods are
+    # gated and lifted, the object is the user's. None = the whole object.
+    group: int | None = None
 
     @property
     def ref(self) -> WorkloadRef:
@@ -152,7 +155,7 @@ class WorkloadSpec:
             namespace=self.namespace,
             workload_id=self.workload_id,
             pod_set_indexes=[p.index for p in self.pod_sets],
-            kind=self.kind, object_name=self.object_name,
+            kind=self.kind, object_name=self.object_name, group=self.group,
         )
 
 
@@ -167,6 +170,7 @@ class WorkloadRef:
     # `object_name`, whose pods carry the pod set label; "" = a Job per pod set.
     kind: str = ""
     adopted_name: str = ""  # the object's own name when the user created it (the webhook)
+    group: int | None = None  # one replica group of the adopted object (its pods only)
     # When its oldest object was created (list_workloads; None: not known): the orphan sweep
     # waits the TTL from it for an object whose workload is gone.
     created_at: datetime | None = field(default=None, compare=False)
@@ -180,7 +184,7 @@ class WorkloadRef:
     @classmethod
     def for_workload(
         cls, *, namespace: str, workload_id: int, pod_set_indexes: Sequence[int],
-        kind: str = "", object_name: str = "",
+        kind: str = "", object_name: str = "", group: int | None = None,
     ) -> WorkloadRef:
         """Build the reference from database facts (so workers never need to store it)."""
         return cls(
@@ -188,6 +192,7 @@ class WorkloadRef:
             workload_id=workload_id,
             job_names=tuple(job_name(workload_id, i) for i in pod_set_indexes),
             kind=kind, adopted_name=object_name if kind else "",
+            group=group if kind and object_name else None,
         )
 
 

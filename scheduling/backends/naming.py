@@ -24,6 +24,13 @@ LABEL_OBJECT = "allot.io/object"
 # name of the whole it was submitted as, and its group index there.
 LABEL_GANG_OF = "allot.io/gang-of"
 LABEL_GANG = "allot.io/gang"
+# The labels the LeaderWorkerSet controller puts on each pod of a group (leaderworkerset.x-k8s.io
+# v1): the object's name, the group's index, and the pod's index in its group (0: the leader).
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# On an adopted LeaderWorkerSet of several groups: its groups' workload ids, in group order.
+ANNOTATION_GROUP_WORKLOADS = "allot.io/group-workloads"
 # On a scale-up of a running scalable workload (a Deployment's added pods): its id.
 LABEL_SCALE_OF = "allot.io/scale-of"
 MANAGED_BY = "allot"
@@ -38,6 +45,16 @@ _JOB_RE = re.compile(r"^allot-w(?P<workload>\d+)-(?P<index>\d+)$")
 # `<object>-<random>-head-<random>`, ...): every one starts with `<object>-`.
 _POD_RE = re.compile(
     r"^allot-w(?P<workload>\d+)-(?P<index>\d+)-[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def adopted_group(labels: Mapping[str, Any] | None) -> int | None:
+    """The replica group a workload is of the user's own object (an adopted LeaderWorkerSet:
+    each group a workload, the object one), or None."""
+    labels = labels or {}
+    raw = str(labels.get(LABEL_GANG, ""))
+    if LABEL_OBJECT in labels and raw.isdigit():
+        return int(raw)
+    return None
 
 
 def job_name(workload_id: int, pod_set_index: int) -> str:
@@ -82,6 +99,9 @@ class PodOwners:
     its pods are found by the longest `<object name>-` their name starts with, in its
     namespace (a pod of another object whose name extends an adopted one's and is not
     Allot's would be taken for it: controllers name pods after their object, nothing else).
+    A replica group of an adopted LeaderWorkerSet is a workload of its own, named here
+    `<object name>-<group index>`: its leader pod has that very name, its workers
+    `<object name>-<group index>-<worker index>`.
     """
 
     def __init__(self, adopted: dict[tuple[str, str], int] | None = None):
@@ -97,7 +117,7 @@ class PodOwners:
         if parsed is not None:
             return parsed[0]
         for prefix, workload_id in self.by_namespace.get(namespace, ()):
-            if pod.startswith(prefix) and len(pod) > len(prefix):
+            if (pod.startswith(prefix) and len(pod) > len(prefix)) or pod == prefix[:-1]:
                 return workload_id
         return None
 

@@ -33,11 +33,17 @@ from scheduling.backends.base import (
     DispatchOutcome,
     DispatchRefused,
     PodSetSpec,
+    RefusalReason,
     ScalableObjects,
     WorkloadSpec,
 )
-from scheduling.backends.naming import LABEL_OBJECT, LABEL_SCALE_OF, LABEL_SIM_GPU_UTIL
-from scheduling.fleet import scaling
+from scheduling.backends.naming import (
+    LABEL_OBJECT,
+    LABEL_SCALE_OF,
+    LABEL_SIM_GPU_UTIL,
+    adopted_group,
+)
+from scheduling.fleet import groups, scaling
 from scheduling.fleet.refs import (
     penalty,
     penalty_s,
@@ -163,7 +169,8 @@ def _spec_of(row: dict[str, Any], pod_sets: list[dict[str, Any]]) -> WorkloadSpe
                 if k == LABEL_SIM_GPU_UTIL},
         kind=row.get("workload__kind") or "",
         manifest=row.get("workload__manifest") or {},
-        object_name=(row.get("workload__labels") or {}).get(LABEL_OBJECT, ""))
+        object_name=(row.get("workload__labels") or {}).get(LABEL_OBJECT, ""),
+        group=adopted_group(row.get("workload__labels")))
 
 
 def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime | None,
@@ -212,6 +219,13 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
             for row, refusal in refused:
                 if _refused(row, refusal, at):
                     report.refused.append(row["workload_id"])
+            # A group of an adopted LeaderWorkerSet whose object the user deleted: every
+            # group of it ends (its object will not come back).
+            gone = [row["workload_id"] for row, refusal in refused
+                    if refusal.reason == RefusalReason.JOB_GONE
+                    and adopted_group(row.get("workload__labels")) is not None]
+            if gone:
+                groups.end_deleted_groups(cluster, gone, at)
         enqueue.cycle_nudge()
 
 

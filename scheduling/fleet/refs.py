@@ -7,7 +7,7 @@ from django.conf import settings
 from scheduling.backends.base import (
     WorkloadRef,
 )
-from scheduling.backends.naming import LABEL_OBJECT
+from scheduling.backends.naming import LABEL_OBJECT, adopted_group
 from scheduling.models import (
     Admission,
     Workload,
@@ -44,7 +44,7 @@ def workload_ref(admission: Admission) -> WorkloadRef:
     return WorkloadRef.for_workload(
         namespace=namespace_of(w), workload_id=w.pk,
         pod_set_indexes=[ps.index for ps in w.pod_sets.all()], kind=w.kind,
-        object_name=(w.labels or {}).get(LABEL_OBJECT, ""))
+        object_name=(w.labels or {}).get(LABEL_OBJECT, ""), group=adopted_group(w.labels))
 
 
 def _admissions(**filters: object) -> list[Admission]:

@@ -25,8 +25,8 @@ from scheduling.backends.base import (
     ServedKinds,
     WorkloadRef,
 )
-from scheduling.backends.naming import LABEL_OBJECT, LABEL_SCALE_OF
-from scheduling.fleet import scaling
+from scheduling.backends.naming import LABEL_OBJECT, LABEL_SCALE_OF, adopted_group
+from scheduling.fleet import groups, scaling
 from scheduling.locks import (
     scheduling_lock,
 )
@@ -57,6 +57,9 @@ class SyncReport:
     finished: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
+    # Groups of an adopted LeaderWorkerSet whose object was deleted, and every open group of
+    # it: cancelled (scheduling/fleet/groups.py).
+    gone: list[int] = field(default_factory=list)
     nodes_changed: int = 0
 
 
@@ -95,7 +98,8 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
         namespace=r["workload__queue__namespace"] or r["workload__queue__path"].replace("/", "-"),
         workload_id=r["workload_id"], pod_set_indexes=indexes.get(r["workload_id"], []),
         kind=r["workload__kind"],
-        object_name=(r["workload__labels"] or {}).get(LABEL_OBJECT, ""))
+        object_name=(r["workload__labels"] or {}).get(LABEL_OBJECT, ""),
+        group=adopted_group(r["workload__labels"]))
         for r in rows]
     try:
         statuses = backend.workload_statuses(refs)
@@ -111,8 +115,11 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
     with scheduling_lock(wait=True):
         # The clock is read once the lock is held: what a cycle wrote while this pass waited
         # comes before the changes it records.
-        _apply_status(cluster.name, observed, now or timezone.now(), report)
-    if nudge and (report.finished or report.failed or report.lost):
+        at = now or timezone.now()
+        _apply_status(cluster.name, observed, at, report)
+        if report.gone:
+            report.gone = groups.end_deleted_groups(cluster, report.gone, at)
+    if nudge and (report.finished or report.failed or report.lost or report.gone):
         enqueue.cycle_nudge()
     return report
 
@@ -172,7 +179,7 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, RunPhase, st
     ids = [wid for _, wid, _, _ in observed]
     fresh = {w.pk: w for w in Workload.objects.select_for_update().filter(pk__in=ids)
              .only("id", "name", "state", "state_changed_at", "finished_at", "progress_s",
-                   "preempt_deadline").order_by("pk")}
+                   "preempt_deadline", "labels").order_by("pk")}
     open_adm = {a.pk: a for a in Admission.objects.select_for_update().filter(
         pk__in=[pk for pk, _, _, _ in observed], ended_at__isnull=True)
         .only("id", "workload_id", "nodes", "borrowed", "running_at", "ended_at",
@@ -214,6 +221,9 @@ def _apply_status(cluster_name: str, observed: list[tuple[int, int, RunPhase, st
                 message=f"failed on {cluster_name}: {message or 'a pod failed'}"))
             changed_w[w.pk] = w
             report.failed.append(w.pk)
+        elif (phase == RunPhase.MISSING and w.state in (S.RUNNING, S.RESERVED)
+              and adopted_group(w.labels) is not None):
+            report.gone.append(w.pk)  # its user's object was deleted: all its groups end
         elif phase == RunPhase.MISSING and w.state in (S.RUNNING, S.RESERVED):
             # Its Jobs vanished (deleted by hand, cluster rebuilt): back to the queue.
             a.ended_at, a.end_reason, a.forced = now, EndReason.FAILED, a.borrowed

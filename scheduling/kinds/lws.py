@@ -3,7 +3,9 @@ and size-1 workers); the leaders are one pod set, the workers another. Each repl
 a gang of its own (`gangs`): a submission of `replicas` groups becomes that many workloads,
 each a LeaderWorkerSet of one group (`replicas: 1`), admitted, placed, preempted and billed on
 its own. It has no suspend field: its pods are created with a scheduling gate that Allot
-lifts once admitted. It serves until deleted."""
+lifts once admitted. It serves until deleted. One adopted from a cluster (the webhook) stays
+the user's one object, its groups workloads of their own whose pods are lifted group by group
+(scheduling/backends/k8s/groups.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from core import changes, db
 from core.db import hot_cursor
 from quotas.models import Queue
 from scheduling import enqueue, extensions, kinds
-from scheduling.backends.naming import LABEL_GANG, LABEL_GANG_OF, LABEL_OBJECT
+from scheduling.backends.naming import LABEL_GANG, LABEL_GANG_OF
 from scheduling.models import (
     EventCode,
     EventType,
@@ -317,9 +317,10 @@ def _ask_approvers(workloads: list[Workload], user: Any) -> None:
 def _gangs(clean: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """A validated submission split into its kind's independent gangs, each a submission of
     its own named `<name>-<group>` and labelled with the whole's name and its group index
-    (a LeaderWorkerSet's replica groups); as it is when it is one gang, or adopted from a
-    cluster (its one object there is the user's)."""
-    if not clean["kind"] or LABEL_OBJECT in clean["labels"]:
+    (a LeaderWorkerSet's replica groups); as it is when it is one gang. One adopted from a
+    cluster is split too, each group keeping the object's name (`allot.io/object`): the one
+    object there is the user's, each group's pods are gated and lifted on their own."""
+    if not clean["kind"]:
         return [clean]
     gangs = gang_manifests(clean["kind"], clean["manifest"], clean["pods"])
     if len(gangs) == 1:

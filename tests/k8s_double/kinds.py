@@ -28,6 +28,11 @@ from scheduling.kinds.base import get
 from tests.k8s_double.errors import ApiError, already_exists, forbidden_create, invalid, not_found
 from tests.k8s_double.patches import apply_patch
 
+# The labels the LeaderWorkerSet controller puts on each pod of a group.
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
+
 BUILT_IN = ("v1", "batch/v1", "apps/v1", "events.k8s.io/v1", "scheduling.k8s.io/v1")
 TEMPLATE_HASH = "double.allot.io/template-hash"
 # Kinds whose controller replaces pods of an older template itself (a rollout); the others
@@ -206,6 +211,11 @@ class KindsController:
                     del self.pods[(namespace, pod["metadata"]["name"])]
             self._report(kind, obj, "Suspended")
             return
+        if kind.kind == "LeaderWorkerSet":
+            self._reconcile_groups(kind, obj)
+            status.pop("suspendedAt", None)
+            self._report(kind, obj, "Running")
+            return
         for index, (count, template) in enumerate(self._templates(kind, obj)):
             digest = _hash(template)
             mine = [p for p in self.object_pods(obj)
@@ -232,15 +242,48 @@ class KindsController:
         status.pop("suspendedAt", None)
         self._report(kind, obj, "Running")
 
-    def _create_pod_from(self, obj: dict, kind: kinds.Kind, index: int, template: dict,
-                         digest: str) -> None:
+    def _reconcile_groups(self, kind: kinds.Kind, obj: dict) -> None:
+        """A LeaderWorkerSet's pods as its controller names and labels them: group g's leader
+        `<name>-<g>`, its workers `<name>-<g>-<w>`, each labelled with the object's name, the
+        group index and the worker index (0: the leader); pods of an older template are
+        replaced (a rollout), pods of groups past `replicas` deleted (a scale-down)."""
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        pod_name = f"{name}-{index}-{uuid.uuid4().hex[:5]}"
+        base = get(obj, "spec.leaderWorkerTemplate") or {}
+        groups, size = int(get(obj, "spec.replicas") or 1), int(base.get("size") or 1)
+        worker = base.get("workerTemplate") or {}
+        leader = base.get("leaderTemplate") or worker
+        wanted = set()
+        for g in range(groups):
+            for w in range(size):
+                pod_name = f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}"
+                wanted.add(pod_name)
+                template = leader if w == 0 else worker
+                digest = _hash(template)
+                pod = self.pods.get((namespace, pod_name))
+                if pod is not None and pod["metadata"]["annotations"].get(TEMPLATE_HASH) != \
+                        digest and pod["status"]["phase"] in ("Pending", "Running"):
+                    del self.pods[(namespace, pod_name)]  # a rollout
+                    pod = None
+                if pod is None:
+                    self._create_pod_from(obj, kind, 0 if w == 0 else 1, template, digest,
+                                          pod_name=pod_name, labels={
+                                              LWS_NAME: name, LWS_GROUP: str(g),
+                                              LWS_WORKER: str(w)})
+        for pod in self.object_pods(obj):
+            if pod["metadata"]["name"] not in wanted:
+                del self.pods[(namespace, pod["metadata"]["name"])]
+                self.record_pod("DELETED", pod)
+
+    def _create_pod_from(self, obj: dict, kind: kinds.Kind, index: int, template: dict,
+                         digest: str, *, pod_name: str = "",
+                         labels: dict[str, str] | None = None) -> None:
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        pod_name = pod_name or f"{name}-{index}-{uuid.uuid4().hex[:5]}"
         meta = copy.deepcopy(template.get("metadata") or {})
         self.pods[(namespace, pod_name)] = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": self.new_meta({
-                "name": pod_name, "labels": meta.get("labels") or {},
+                "name": pod_name, "labels": {**(meta.get("labels") or {}), **(labels or {})},
                 "annotations": {**(meta.get("annotations") or {}), TEMPLATE_HASH: digest,
                                 "double.allot.io/pod-set": str(index)},
                 "ownerReferences": [{"apiVersion": kind.api_version, "kind": kind.kind,
@@ -321,8 +364,10 @@ class KindsController:
             return moved
 
     def patch_pod(self, namespace: str, name: str, patch: Any, content_type: str) -> dict:
-        """Patch a pod as the API server allows: its spec is immutable but for scheduling
-        gates, which may only be removed (a 422 otherwise)."""
+        """Patch a pod as the API server allows: its labels change freely, its spec is
+        immutable but for scheduling gates, which may only be removed, and, while it is gated,
+        its scheduling directives, which may only narrow it: node selector entries added,
+        tolerations added, the required node affinity set (a 422 otherwise)."""
         with self.lock:
             pod = self.pods.get((namespace, name))
             if pod is None:
@@ -330,13 +375,27 @@ class KindsController:
             patched = apply_patch(copy.deepcopy(pod), patch, content_type)
             before = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
             after = {g["name"] for g in patched["spec"].get("schedulingGates") or []}
-            rest = {k: v for k, v in patched["spec"].items() if k != "schedulingGates"}
-            if not after <= before or rest != {k: v for k, v in pod["spec"].items()
-                                               if k != "schedulingGates"}:
+            mutable = {"schedulingGates"}
+            if before:
+                mutable |= {"nodeSelector", "tolerations", "affinity"}
+            old_sel = pod["spec"].get("nodeSelector") or {}
+            new_sel = patched["spec"].get("nodeSelector") or {}
+            old_tol = pod["spec"].get("tolerations") or []
+            new_tol = patched["spec"].get("tolerations") or []
+            rest = {k: v for k, v in patched["spec"].items() if k not in mutable}
+            if (not after <= before or rest != {k: v for k, v in pod["spec"].items()
+                                                if k not in mutable}
+                    or any(new_sel.get(k) != v for k, v in old_sel.items())
+                    or new_tol[:len(old_tol)] != old_tol):
                 raise invalid("Pod", name, [("spec", "Forbidden: pod updates may not change "
                                              "fields other than ... spec.schedulingGates "
-                                             "(only removal)")])
+                                             "(only removal), and scheduling directives of "
+                                             "a gated pod (only additions)")])
+            for key in mutable:
+                if key in patched["spec"]:
+                    pod["spec"][key] = patched["spec"][key]
             pod["spec"]["schedulingGates"] = patched["spec"].get("schedulingGates") or []
+            pod["metadata"]["labels"] = patched["metadata"].get("labels") or {}
             self.record_pod("MODIFIED", pod)
             return pod
 

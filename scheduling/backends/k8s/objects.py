@@ -31,7 +31,8 @@ from scheduling.backends.base import (
     WorkloadSpec,
     WorkloadStatus,
 )
-from scheduling.backends.k8s.client import JSON_PATCH, MERGE_PATCH, KubeClient
+from scheduling.backends.k8s.client import JSON_PATCH, MERGE_PATCH
+from scheduling.backends.k8s.groups import GroupsMixin
 from scheduling.backends.k8s.jobs import KAI_QUEUE_LABEL, sharing_fields
 from scheduling.backends.naming import (
     LABEL_POD_SET,
@@ -51,14 +52,11 @@ def kind_for(key: str) -> Kind:
     return found
 
 
-class ObjectsMixin(KubeClient):
-    """The objects of manifest workloads: create, start, suspend, delete, status, kinds."""
+class ObjectsMixin(GroupsMixin):
+    """The objects of manifest workloads: create, start, suspend, delete, status, kinds (one
+    replica group of an adopted LeaderWorkerSet: scheduling/backends/k8s/groups.py)."""
 
     _served: tuple[float, frozenset[str]] | None = None
-
-    @property
-    def custom(self) -> k8s.CustomObjectsApi:
-        return k8s.CustomObjectsApi(self.api_client)
 
     def served_kinds(self) -> list[str]:
         """The kinds whose group/version the cluster's API lists (`GET /apis`)."""
@@ -115,6 +113,8 @@ class ObjectsMixin(KubeClient):
         kind = kind_for(spec.kind)
         self._check_kind(kind)
         ref = spec.ref
+        if ref.group is not None:
+            return self._create_group(kind, spec)
         placements = []
         for p in spec.pod_sets:
             shared = sharing_fields(p, sharing, card_uuids, kai_queue)
@@ -179,6 +179,9 @@ class ObjectsMixin(KubeClient):
 
     def _set_object_suspend(self, ref: WorkloadRef, suspend: bool) -> None:
         kind = kind_for(ref.kind)
+        if ref.group is not None:
+            self._set_group_gates(kind, ref, suspend)
+            return
         verb = "suspend" if suspend else "start"
         what = f'{verb} {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
         try:
@@ -312,6 +315,9 @@ class ObjectsMixin(KubeClient):
 
     def _delete_object(self, ref: WorkloadRef) -> None:
         kind = kind_for(ref.kind)
+        if ref.group is not None:
+            self._delete_group(kind, ref)
+            return
         what = f'delete {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
         try:
             self._call(what, self.custom.delete_namespaced_custom_object, kind.group,
@@ -352,6 +358,9 @@ class ObjectsMixin(KubeClient):
         out = []
         for ref in refs:
             kind = kind_for(ref.kind)
+            if ref.group is not None:
+                out.append(self._group_status(kind, ref))
+                continue
             obj = self._get_object(kind, ref)
             if obj is None:
                 out.append(WorkloadStatus(ref=ref, pod_sets=tuple(

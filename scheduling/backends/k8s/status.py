@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from scheduling.backends.base import PodSetStatus, WorkloadRef, WorkloadStatus
+from scheduling.backends.k8s.groups import group_refs
 from scheduling.backends.k8s.objects import ObjectsMixin
 from scheduling.backends.naming import (
     LABEL_MANAGED_BY,
@@ -138,6 +139,10 @@ class StatusMixin(ObjectsMixin):
             meta = obj.get("metadata") or {}
             name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
             parsed = parse_job_name(name)
+            groups = group_refs(kind, obj, _created(meta.get("creationTimestamp")))
+            if groups is not None:  # an adopted LeaderWorkerSet: a workload per group
+                refs += groups
+                continue
             refs.append(WorkloadRef(
                 namespace=namespace, workload_id=owner,
                 job_names=(name,) if parsed is not None else (), kind=kind.key,

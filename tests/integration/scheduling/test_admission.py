@@ -218,3 +218,211 @@ def test_why_an_adopted_object_waits_is_an_event_on_it(world, client, kube):
     assert len(events) == 1
     assert events[0]["type"] == "Warning" and events[0]["reason"] == "Pending"
     assert events[0]["note"].startswith(f"Allot: workload {w.pk} waits: {w.reason_code}: ")
+
+
+# ------------------------------------------------------------------ an adopted LeaderWorkerSet
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+
+
+def labelled_lws(groups: int = 3, size: int = 2) -> dict:
+    """vllm: `groups` groups of a leader and size-1 workers, 8 A100s a pod."""
+    obj = labelled("LeaderWorkerSet")
+    obj["spec"]["replicas"] = groups
+    obj["spec"]["leaderWorkerTemplate"]["size"] = size
+    return obj
+
+
+def _lws_on_double(client, kube):
+    """The user's vllm applied through the webhook's patch to the API double: its workloads
+    (group order) and the object as stored."""
+    from tests.k8s_double.patches import json_patch
+
+    obj = labelled_lws()
+    answer = post(client, review(obj)).json()["response"]
+    applied = json_patch(obj, json.loads(base64.b64decode(answer["patch"])))
+    kube.state.create_namespace({"metadata": {"name": "rd-vision"}})
+    kube.state.create_object("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "rd-vision",
+                             applied)
+    groups = list(Workload.objects.filter(labels__has_key="allot.io/gang").order_by("pk"))
+    return groups, kube.state.objects[("leaderworkerset.x-k8s.io/leaderworkersets",
+                                       "rd-vision", "vllm")]
+
+
+def _group_spec(w):
+    from scheduling import kinds
+    from scheduling.backends import PodSetSpec, WorkloadSpec
+    from scheduling.backends.naming import adopted_group
+
+    sets = kinds.kind_of(w.manifest).derive(w.manifest)
+    return WorkloadSpec(
+        workload_id=w.pk, name=w.name, namespace="rd-vision", queue_path="rd/vision",
+        pod_sets=tuple(PodSetSpec(index=i, count=s.count, flavor="a100-80g", gpus=s.gpus,
+                                  cpu=s.cpu, memory_gib=s.memory_gib,
+                                  node_selector=dict(A100.node_selector),
+                                  nodes=("bj-a100-0",) * s.count)
+                       for i, s in enumerate(sets)),
+        kind=w.kind, manifest=w.manifest, object_name="vllm", group=adopted_group(w.labels))
+
+
+def _pods(kube, group: int) -> list[dict]:
+    return sorted((p for (ns, _), p in kube.state.pods.items() if ns == "rd-vision"
+                   and p["metadata"]["labels"].get(LWS_GROUP) == str(group)),
+                  key=lambda p: p["metadata"]["name"])
+
+
+def test_an_adopted_leaderworkerset_is_a_workload_per_group(world, client):
+    """Three groups: three workloads vllm-0 .. vllm-2 pinned to bj and to the object vllm,
+    each of one leader and one worker; the object's templates gated, its groups listed."""
+    answer = post(client, review(labelled_lws())).json()["response"]
+    assert answer["allowed"] is True
+    groups = list(Workload.objects.order_by("pk"))
+    assert [w.name for w in groups] == ["vllm-0", "vllm-1", "vllm-2"]
+    for index, w in enumerate(groups):
+        assert w.labels == {"allot.io/cluster": "bj", "allot.io/object": "vllm",
+                            "allot.io/gang-of": "vllm", "allot.io/gang": str(index)}
+        assert w.manifest["spec"]["replicas"] == 1
+        assert [(ps.count, ps.gpus) for ps in w.pod_sets.order_by("index")] == [(1, 8), (1, 8)]
+    ops = {op["path"]: op["value"] for op in json.loads(base64.b64decode(answer["patch"]))}
+    assert ops["/metadata/labels"]["allot.io/workload-id"] == str(groups[0].pk)
+    assert ops["/metadata/annotations"]["allot.io/group-workloads"] == ",".join(
+        str(w.pk) for w in groups)
+    base = ops["/spec"]["leaderWorkerTemplate"]
+    assert ops["/spec"]["replicas"] == 3  # the user's object is not split
+    for template in ("leaderTemplate", "workerTemplate"):
+        assert base[template]["spec"]["schedulingGates"] == [{"name": "allot.io/admission"}]
+    assert "queued as 3 workloads in rd/vision, one per replica group" in answer["warnings"][0]
+
+
+def test_each_group_of_an_adopted_lws_is_ungated_preempted_and_ended_alone(world, client, kube):
+    """On the cluster (the API double): the controller makes every group's pods gated;
+    admitting group 1 places and ungates its two pods only; a pod made again after a restart
+    is ungated by the next status read; preempting it deletes its pods, made again gated; the
+    object is deleted once every group has ended."""
+    from scheduling.backends import RunPhase
+    from scheduling.backends.k8s import KubernetesBackend
+
+    groups, stored = _lws_on_double(client, kube)
+    assert len(kube.state.pods) == 6
+    assert all(p["spec"]["schedulingGates"] for p in kube.state.pods.values())
+    assert [p["metadata"]["name"] for p in _pods(kube, 1)] == ["vllm-1", "vllm-1-1"]
+    backend = KubernetesBackend(name="bj", connection=kube.connection)
+    spec = _group_spec(groups[1])
+    assert spec.ref.group == 1
+
+    ref = backend.create_workload(spec)
+    backend.start_workload(ref)
+    for pod in _pods(kube, 1):
+        assert pod["spec"]["schedulingGates"] == []
+        assert pod["spec"]["nodeSelector"] == dict(A100.node_selector)
+        terms = pod["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms[0]["matchExpressions"][-1]["values"] == ["bj-a100-0"]
+        assert pod["metadata"]["labels"]["allot.io/workload-id"] == str(groups[1].pk)
+    assert [p["metadata"]["labels"]["allot.io/pod-set"] for p in _pods(kube, 1)] == ["0", "1"]
+    for other in (0, 2):  # the other groups wait gated
+        assert all(p["spec"]["schedulingGates"] for p in _pods(kube, other))
+    assert stored["spec"]["replicas"] == 3  # the object itself is unchanged
+    others = backend.workload_statuses([_group_spec(groups[0]).ref])[0]
+    assert others.phase == RunPhase.SUSPENDED
+
+    assert kube.state.set_workload_pods("rd-vision", groups[1].pk, "Running") == 2
+    status = backend.workload_statuses([ref])[0]
+    assert status.phase == RunPhase.RUNNING
+    assert [(s.count, s.running) for s in status.pod_sets] == [(1, 1), (1, 1)]
+
+    kube.state.delete_pod("rd-vision", "vllm-1-1")  # a restart: made again, gated
+    assert _pods(kube, 1)[1]["spec"]["schedulingGates"]
+    backend.workload_statuses([ref])
+    assert _pods(kube, 1)[1]["spec"]["schedulingGates"] == []
+    assert _pods(kube, 1)[1]["metadata"]["labels"]["allot.io/workload-id"] == str(groups[1].pk)
+
+    backend.suspend_workload(ref, 30)  # preempted: that group's pods only
+    assert [p["spec"]["schedulingGates"] for p in _pods(kube, 1)] == [
+        [{"name": "allot.io/admission"}]] * 2
+    assert "allot.io/workload-id" not in _pods(kube, 1)[0]["metadata"]["labels"]
+    assert backend.workload_statuses([ref])[0].phase == RunPhase.SUSPENDED
+    backend.start_workload(ref)  # resumed
+    assert all(p["spec"]["schedulingGates"] == [] for p in _pods(kube, 1))
+
+    for w in groups[:2]:
+        backend.delete_workload(_group_spec(w).ref)
+    assert ("leaderworkerset.x-k8s.io/leaderworkersets", "rd-vision", "vllm") in \
+        kube.state.objects
+    assert all(p["spec"]["schedulingGates"] for p in _pods(kube, 1))  # ended: held back
+    backend.delete_workload(_group_spec(groups[2]).ref)  # the last group ends
+    assert ("leaderworkerset.x-k8s.io/leaderworkersets", "rd-vision", "vllm") not in \
+        kube.state.objects
+
+
+def test_the_cleanup_sees_each_group_of_an_adopted_lws(world, client, kube):
+    """list_workloads (orphan sweep, resync) names each group's workload on the object."""
+    from scheduling.backends.k8s import KubernetesBackend
+
+    groups, _ = _lws_on_double(client, kube)
+    backend = KubernetesBackend(name="bj", connection=kube.connection)
+    refs = [r for r in backend.list_workloads() if r.kind]
+    assert [(r.workload_id, r.group, r.adopted_name) for r in refs] == [
+        (w.pk, i, "vllm") for i, w in enumerate(groups)]
+
+
+def test_deleting_an_adopted_lws_ends_every_group(world, client, kube):
+    """Groups run (on the simulated bj) or wait; then the user deletes the object: the sync
+    finds it gone and every group of it is cancelled, running and waiting, its quota freed."""
+    from scheduling.backends import clear_backend_cache
+    from scheduling.fleet.sync import cluster_sync
+    from scheduling.models import OutboxKind, OutboxMessage
+
+    post(client, review(labelled_lws()))  # 16 GPUs a group, vision's max is 24: one runs
+    cycle_run(wait=True)
+    groups = list(Workload.objects.order_by("pk"))
+    assert [w.state for w in groups].count(WorkloadState.RUNNING) == 1
+    assert [w.state for w in groups].count(WorkloadState.PENDING) == 2
+
+    kube.state.create_namespace({"metadata": {"name": "rd-vision"}})  # no vllm: deleted
+    bj = Cluster.objects.get(name="bj")
+    bj.backend, bj.connection = "kubernetes", {**kube.connection, "timeout_s": 2}
+    bj.save()
+    clear_backend_cache()
+    try:
+        report = cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+    finally:
+        clear_backend_cache()
+    assert sorted(report.gone) == [w.pk for w in groups]
+    for w in groups:
+        w.refresh_from_db()
+        assert w.state == WorkloadState.CANCELLED
+        assert "its LeaderWorkerSet vllm was deleted from bj" in w.events.latest("at").message
+    from scheduling.models import Admission
+
+    ran = Admission.objects.filter(workload__in=groups)
+    assert ran.count() == 1 and not ran.filter(ended_at__isnull=True).exists()
+    assert ran.get().end_reason == "cancelled"
+    assert OutboxMessage.objects.filter(kind=OutboxKind.DELETE).count() == 1
+
+
+def test_an_lws_deleted_before_any_group_ran_ends_every_group(world, client, kube):
+    """The object is gone when the first group is dispatched: the refusal (`job_gone`) ends
+    every group of it instead of requeueing them on a cluster that has no object for them."""
+    from scheduling.backends import clear_backend_cache
+    from scheduling.fleet.dispatch import cluster_dispatch
+
+    kube.state.add_node("bj-a100-1", labels=dict(A100.node_selector), gpus=8)
+    kube.state.create_namespace({"metadata": {"name": "rd-vision"}})  # vllm never arrives
+    bj = Cluster.objects.get(name="bj")
+    bj.backend, bj.connection = "kubernetes", {**kube.connection, "timeout_s": 2,
+                                               "webhook_token": TOKEN}
+    bj.save()
+    clear_backend_cache()
+    try:
+        post(client, review(labelled_lws()))
+        cycle_run(wait=True)  # one group reserved on bj (the dispatch pass creates it)
+        groups = list(Workload.objects.order_by("pk"))
+        assert [w.state for w in groups].count(WorkloadState.RESERVED) == 1
+        report = cluster_dispatch(cluster_id=bj.pk)
+    finally:
+        clear_backend_cache()
+    assert len(report.refused) == 1
+    for w in groups:
+        w.refresh_from_db()
+        assert w.state == WorkloadState.CANCELLED
+        assert "its LeaderWorkerSet vllm was deleted from bj" in w.events.latest("at").message

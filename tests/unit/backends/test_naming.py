@@ -4,6 +4,7 @@ import pytest
 
 from scheduling.backends.naming import (
     PodOwners,
+    adopted_group,
     job_labels,
     job_name,
     parse_job_name,
@@ -54,6 +55,27 @@ def test_pod_owners_find_adopted_objects_by_the_longest_name_in_their_namespace(
     assert owners.workload_of("rd-vision", "llm-") is None
     assert owners.workload_of("other", "llm-worker-0") is None
     assert owners.workload_of("other", "allot-w3-1-abcde") == 3  # Allot's: by name alone
+
+
+def test_each_group_of_an_adopted_lws_owns_its_leader_and_workers():
+    """Groups of an adopted LeaderWorkerSet are owned as `<name>-<group>`: the leader pod is
+    that very name, its workers `<name>-<group>-<worker>`; group 1 is not group 10."""
+    owners = PodOwners({("rd-vision", "vllm-1"): 21, ("rd-vision", "vllm-10"): 30})
+    assert owners.workload_of("rd-vision", "vllm-1") == 21
+    assert owners.workload_of("rd-vision", "vllm-1-3") == 21
+    assert owners.workload_of("rd-vision", "vllm-10") == 30
+    assert owners.workload_of("rd-vision", "vllm-10-1") == 30
+    assert owners.workload_of("rd-vision", "vllm-2") is None
+
+
+@pytest.mark.parametrize(("labels", "group"), [
+    ({"allot.io/object": "vllm", "allot.io/gang": "2", "allot.io/gang-of": "vllm"}, 2),
+    ({"allot.io/gang": "2", "allot.io/gang-of": "vllm"}, None),  # submitted through Allot
+    ({"allot.io/object": "resnet-ddp"}, None),  # adopted, one gang
+    (None, None),
+])
+def test_a_group_of_an_adopted_object_is_read_from_its_labels(labels, group):
+    assert adopted_group(labels) == group
 
 
 def _pod(annotations=None, labels=None):
