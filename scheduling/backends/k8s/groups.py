@@ -95,7 +95,8 @@ class GroupsMixin(KubeClient):
     def custom(self) -> k8s.CustomObjectsApi:
         return k8s.CustomObjectsApi(self.api_client)
 
-    def _read_group_object(self, kind: Kind, ref: WorkloadRef) -> dict[str, Any] | None:
+    def _get_object(self, kind: Kind, ref: WorkloadRef) -> dict[str, Any] | None:
+        """The object of `ref` (None if it is gone)."""
         what = f'read {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
         try:
             return self._call(what, self.custom.get_namespaced_custom_object, kind.group,  # type: ignore[no-any-return]
@@ -120,7 +121,7 @@ class GroupsMixin(KubeClient):
         """Record where the group goes on the user's object (it exists: the user made it)."""
         ref = spec.ref
         group = int(ref.group or 0)
-        obj = self._read_group_object(kind, ref)
+        obj = self._get_object(kind, ref)
         if obj is None:
             raise self._gone(kind, ref)
         if spec.workload_id not in group_workload_ids(obj):
@@ -152,7 +153,7 @@ class GroupsMixin(KubeClient):
         verb = "suspend" if suspend else "start"
         what = f'{verb} group {group} of {kind.kind} "{ref.object_name}" in namespace ' \
                f'"{ref.namespace}"'
-        obj = self._read_group_object(kind, ref)
+        obj = self._get_object(kind, ref)
         record = _record(obj, group)
         if obj is None or record is None:
             if suspend:
@@ -187,7 +188,7 @@ class GroupsMixin(KubeClient):
                 return
             raise self._unexpected(what, error) from error
         self._stop_group_pods(ref, self._group_pods(ref))
-        obj = self._read_group_object(kind, ref)
+        obj = self._get_object(kind, ref)
         if obj is None:
             return
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
@@ -269,7 +270,7 @@ class GroupsMixin(KubeClient):
     def _group_status(self, kind: Kind, ref: WorkloadRef) -> WorkloadStatus:
         """One group's pod sets: its leader and its workers, by phase; held back until
         admitted. An admitted group's pods made again (gated) are placed and ungated."""
-        obj = self._read_group_object(kind, ref)
+        obj = self._get_object(kind, ref)
         record = _record(obj, int(ref.group or 0))
         if obj is None:
             return WorkloadStatus(ref=ref, pod_sets=tuple(

@@ -167,16 +167,6 @@ class ObjectsMixin(GroupsMixin):
                            kind.version, spec.namespace, kind.plural, body)
         return ref
 
-    def _get_object(self, kind: Kind, ref: WorkloadRef) -> dict[str, Any] | None:
-        what = f'read {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
-        try:
-            return self._call(what, self.custom.get_namespaced_custom_object, kind.group,  # type: ignore[no-any-return]
-                              kind.version, ref.namespace, kind.plural, ref.object_name)
-        except k8s.ApiException as error:
-            if error.status == 404:
-                return None
-            raise self._unexpected(what, error) from error
-
     def _set_object_suspend(self, ref: WorkloadRef, suspend: bool) -> None:
         kind = kind_for(ref.kind)
         if ref.group is not None:
@@ -258,29 +248,29 @@ class ObjectsMixin(GroupsMixin):
         kind = kind_for(ref.kind)
         what = f'admit {count} pods of {kind.kind} "{ref.object_name}" in namespace ' \
                f'"{ref.namespace}"'
-        try:
-            self._call(what, self.custom.patch_namespaced_custom_object, kind.group,
-                       kind.version, ref.namespace, kind.plural, ref.object_name,
-                       {"metadata": {"annotations": {ANNOTATION_ADMITTED_PODS: str(count)}}},
-                       _content_type=MERGE_PATCH)
-        except k8s.ApiException as error:
-            if error.status == 404:
-                return
-            raise self._unexpected(what, error) from error
-        self._ungate_pods(ref, count)
+        if self._merge_patch(kind, ref, {"metadata": {"annotations": {
+                ANNOTATION_ADMITTED_PODS: str(count)}}}, what):
+            self._ungate_pods(ref, count)
 
     def scale_object(self, ref: WorkloadRef, replicas: int) -> None:
         """Set a scalable object's `spec.replicas` (a scale through Allot's API)."""
         kind = kind_for(ref.kind)
         what = f'scale {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}" to ' \
                f"{replicas}"
+        self._merge_patch(kind, ref, {"spec": {"replicas": int(replicas)}}, what)
+
+    def _merge_patch(self, kind: Kind, ref: WorkloadRef, patch: dict[str, Any],
+                     what: str) -> bool:
+        """Merge-patch the object of `ref`; False if it is gone."""
         try:
             self._call(what, self.custom.patch_namespaced_custom_object, kind.group,
-                       kind.version, ref.namespace, kind.plural, ref.object_name,
-                       {"spec": {"replicas": int(replicas)}}, _content_type=MERGE_PATCH)
+                       kind.version, ref.namespace, kind.plural, ref.object_name, patch,
+                       _content_type=MERGE_PATCH)
         except k8s.ApiException as error:
-            if error.status != 404:
-                raise self._unexpected(what, error) from error
+            if error.status == 404:
+                return False
+            raise self._unexpected(what, error) from error
+        return True
 
     def _ungate_pods(self, ref: WorkloadRef, admitted: int,
                      pods: list[Any] | None = None) -> None:
