@@ -174,6 +174,12 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["recent_running"] = True
     if "--start-stat" in argv:
         out["start_stat"] = argv[argv.index("--start-stat") + 1]
+    if "--by-size" in argv:
+        out["by_size"] = True
+    if "--remaining-mean" in argv:
+        out["remaining_stat"] = "mean"
+    if "--record-starts" in argv:
+        out["record_starts"] = True
     if "--step-rel" in argv:
         out["step_rel"] = float(argv[argv.index("--step-rel") + 1])
     return out
