@@ -158,7 +158,8 @@ def main(argv: list[str]) -> int:
 
 def overrides(argv: list[str]) -> dict[str, Any]:
     """Options to try on every configuration: --levels 0.25,0.95 --point 0.75 --arrivals S
-    --recent N --step-rel X."""
+    --recent N --step-rel X --by-size --remaining-mean --record-starts (each simulated start
+    in the --dump file)."""
     out: dict[str, Any] = {}
     if "--levels" in argv:
         out["levels"] = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(","))
