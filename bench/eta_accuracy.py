@@ -158,7 +158,8 @@ def main(argv: list[str]) -> int:
 
 def overrides(argv: list[str]) -> dict[str, Any]:
     """Options to try on every configuration: --levels 0.25,0.95 --point 0.75 --arrivals S
-    --recent N --step-rel X."""
+    --recent N --step-rel X --by-size --remaining-mean --record-starts (each simulated start
+    in the --dump file)."""
     out: dict[str, Any] = {}
     if "--levels" in argv:
         out["levels"] = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(","))
@@ -174,6 +175,12 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["recent_running"] = True
     if "--start-stat" in argv:
         out["start_stat"] = argv[argv.index("--start-stat") + 1]
+    if "--by-size" in argv:
+        out["by_size"] = True
+    if "--remaining-mean" in argv:
+        out["remaining_stat"] = "mean"
+    if "--record-starts" in argv:
+        out["record_starts"] = True
     if "--step-rel" in argv:
         out["step_rel"] = float(argv[argv.index("--step-rel") + 1])
     return out

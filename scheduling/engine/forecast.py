@@ -79,6 +79,12 @@ class RunTimes:
     recent: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     recent_stat: str = "mean"  # "mean" or "median" of the latest runs
     recent_running: bool = False  # running work conditioned on the latest runs too
+    # The latest runs per (queue, GPUs of the workload): `point` takes them first when there
+    # are `min_samples` of them (work of 8 GPUs runs differently from 1-GPU work).
+    recent_by_size: Mapping[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
+    # "mean": running work's remaining time for the start is E[T - age | T > age] over the
+    # queue's runs (`point_remaining`); "quantile": at quantile q of them
+    remaining_stat: str = "quantile"
 
     def samples(self, queue: str) -> tuple[tuple[float, ...], str]:
         """The samples a queue's run times are drawn from and where they come from."""
@@ -99,12 +105,14 @@ class RunTimes:
         xs, _ = self.samples(queue)
         return sum(xs) / len(xs) if xs else self.default_s
 
-    def point(self, queue: str) -> float:
+    def point(self, queue: str, gpus: int | None = None) -> float:
         """A run not started yet, for the start: the mean (`recent_stat`) of the queue's
         latest runs when there are `min_samples` of them (work comes in batches of alike
         runs: on Philly the mean of a queue's last ten predicts the next run's length within
         a factor 1.4 at the median, the month's mean within 1.9), else the month's mean."""
-        xs = self.recent.get(queue, ())
+        xs = self.recent_by_size.get((queue, gpus), ()) if gpus is not None else ()
+        if len(xs) < self.min_samples:
+            xs = self.recent.get(queue, ())
         if len(xs) >= self.min_samples:
             return quantile(xs, 0.5) if self.recent_stat == "median" else sum(xs) / len(xs)
         return self.mean(queue)
@@ -120,6 +128,12 @@ class RunTimes:
                 longer = xs[i:]
                 return (quantile(longer, 0.5) if self.recent_stat == "median"
                         else sum(longer) / len(longer)) - elapsed
+        if self.remaining_stat == "mean":
+            xs, _ = self.samples(queue)
+            i = bisect_right(xs, elapsed)
+            if i < len(xs):
+                longer = xs[i:]
+                return sum(longer) / len(longer) - elapsed
         return self.remaining(queue, elapsed, q)
 
     def remaining(self, queue: str, elapsed: float, q: float) -> float:
@@ -153,6 +167,8 @@ class Estimate:
     start: float | None
     low: float | None
     high: float | None
+    # each fast-forward's start (the mean-run one first, then one per level): for studying
+    starts: tuple[float | None, ...] = ()
 
 
 def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
@@ -274,18 +290,24 @@ def _next_threshold(eng: Engine, t: float) -> float:
     return nxt
 
 
+def gpus_of(w: WorkloadSpec) -> int:
+    """A workload's whole GPUs (a fraction of a card counts as one): its size class for
+    `RunTimes.recent_by_size`."""
+    return sum(ps.count * math.ceil(ps.gpus) for ps in w.pod_sets)
+
+
 def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, q: float,
                 *, mean: bool = False) -> tuple[dict[str, float], dict[str, float]]:
     """(remaining per admitted workload, duration per pending one) at quantile q: the hint
     where there is one, else the run-time history (`RunTimes`). `mean`: the start's run
     times instead (`RunTimes.point` for work not started, `RunTimes.point_remaining` for
     running work: the queue's latest runs, else the mean and quantile q)."""
-    def fresh(queue: str) -> float:
-        return runtimes.point(queue) if mean else runtimes.total(queue, q)
+    def fresh(w: WorkloadSpec) -> float:
+        return runtimes.point(w.queue, gpus_of(w)) if mean else runtimes.total(w.queue, q)
 
-    def reserved(queue: str) -> float:  # admitted, pods not running yet
-        return runtimes.point(queue) if mean and runtimes.recent.get(queue) \
-            else runtimes.total(queue, q)
+    def reserved(w: WorkloadSpec) -> float:  # admitted, pods not running yet
+        return runtimes.point(w.queue, gpus_of(w)) if mean and runtimes.recent.get(w.queue) \
+            else runtimes.total(w.queue, q)
 
     remaining: dict[str, float] = {}
     for a in snap.admitted:
@@ -298,20 +320,20 @@ def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, 
                 runtimes.point_remaining(a.workload.queue, age, q) if mean
                 else runtimes.remaining(a.workload.queue, age, q))
         else:
-            remaining[a.workload.name] = reserved(a.workload.queue)
+            remaining[a.workload.name] = reserved(a.workload)
     durations: dict[str, float] = {}
     for w in snap.pending:
         k = known.get(w.name, Known())
         if k.hint_s is not None:
             durations[w.name] = max(0.0, k.hint_s - k.progress_s)
         else:
-            durations[w.name] = max(0.0, fresh(w.queue) - k.progress_s)
+            durations[w.name] = max(0.0, fresh(w) - k.progress_s)
     for a in snap.admitted:  # victims in grace run again once readmitted
         if a.grace_until is not None:
             k = known.get(a.workload.name, Known())
             durations[a.workload.name] = (
                 max(0.0, k.hint_s - k.progress_s) if k.hint_s is not None
-                else fresh(a.workload.queue))
+                else fresh(a.workload))
     return remaining, durations
 
 
@@ -331,7 +353,7 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
         for w in arrivals:
             k = known.get(w.name)
             durations[w.name] = (k.hint_s if k is not None and k.hint_s is not None
-                                 else runtimes.point(w.queue) if mean
+                                 else runtimes.point(w.queue, gpus_of(w)) if mean
                                  else runtimes.total(w.queue, q))
         return fast_forward(snap, remaining=remaining, durations=durations,
                             horizon_s=horizon_s, targets=targets, step_s=step_s,
@@ -345,10 +367,19 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
         got = [r.get(name) for r in runs]
         known_starts = [s for s in got if s is not None]
         out[name] = Estimate(
-            start=_median_start(got) if start_stat == "median" else mid.get(name),
+            start=_mean_start(got) if start_stat == "average"
+            else _median_start(got) if start_stat == "median" else mid.get(name),
             low=min(known_starts) if known_starts else None,
-            high=max(known_starts) if len(known_starts) == len(got) else None)
+            high=max(known_starts) if len(known_starts) == len(got) else None,
+            starts=tuple(got))
     return out
+
+
+def _mean_start(starts: Sequence[float | None]) -> float | None:
+    """The mean of the simulated starts; with one beyond the horizon, their median."""
+    if any(x is None for x in starts):
+        return _median_start(starts)
+    return sum(x for x in starts if x is not None) / len(starts)
 
 
 def _median_start(starts: Sequence[float | None]) -> float | None:

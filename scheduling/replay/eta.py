@@ -59,6 +59,12 @@ class EtaOptions:
     # "median": the start is the median of the fast-forwards' starts (`forecast.estimate`);
     # "mean": the mean-run fast-forward's (before).
     start_stat: str = LIVE_START_STAT
+    # the latest runs per queue and workload size too (`RunTimes.recent_by_size`)
+    by_size: bool = False
+    # running work's remaining time for the start (`RunTimes.remaining_stat`)
+    remaining_stat: str = "quantile"
+    # record each fast-forward's start too (`starts` in `eta_at_submit`): for studying
+    record_starts: bool = False
 
 
 class RunHistory:
@@ -71,14 +77,18 @@ class RunHistory:
         self.fleet: list[float] = []
         self.log: deque[tuple[float, str, float]] = deque()
         self.latest: dict[str, deque[tuple[float, float]]] = {}  # (end, run)
+        self.latest_by_size: dict[tuple[str, int], deque[tuple[float, float]]] = {}
         self._cache: RunTimes | None = None
 
-    def add(self, queue: str, at: float, run_s: float) -> None:
+    def add(self, queue: str, at: float, run_s: float, gpus: int | None = None) -> None:
         insort(self.by_queue.setdefault(queue, []), run_s)
         insort(self.fleet, run_s)
         self.log.append((at, queue, run_s))
         if self.opts.recent_runs > 0:
             self.latest.setdefault(queue, deque(maxlen=self.opts.recent_runs)).append((at, run_s))
+            if self.opts.by_size and gpus is not None:
+                self.latest_by_size.setdefault(
+                    (queue, gpus), deque(maxlen=self.opts.recent_runs)).append((at, run_s))
         self._cache = None
 
     def runtimes(self, now: float) -> RunTimes:
@@ -94,8 +104,11 @@ class RunHistory:
                 fleet=tuple(self.fleet), default_s=self.opts.default_run_s,
                 min_samples=self.opts.min_samples, recent_stat=self.opts.recent_stat,
                 recent_running=self.opts.recent_running,
+                remaining_stat=self.opts.remaining_stat,
                 recent={q: tuple(sorted(r for at, r in xs if at >= now - self.window))
-                        for q, xs in self.latest.items()})
+                        for q, xs in self.latest.items()},
+                recent_by_size={k: tuple(sorted(r for at, r in xs if at >= now - self.window))
+                                for k, xs in self.latest_by_size.items()})
         return self._cache
 
 
@@ -120,7 +133,10 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
                    targets={name}, step_s=opts.step_s, step_rel=opts.step_rel,
                    levels=opts.levels, point=opts.point, arrivals=arrivals,
                    start_stat=opts.start_stat)[name]
-    return {"at": now, "start": est.start, "low": est.low, "high": est.high}
+    out: dict[str, Any] = {"at": now, "start": est.start, "low": est.low, "high": est.high}
+    if opts.record_starts:
+        out["starts"] = list(est.starts)
+    return out
 
 
 def _hint(w: WorkloadRecord, opts: EtaOptions) -> float | None:

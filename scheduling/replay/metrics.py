@@ -129,7 +129,8 @@ class Metrics:
             }
             if self.eta is not None:
                 workloads[name]["eta_at_submit"] = None if w.eta is None else {
-                    k: None if v is None else num(v) for k, v in w.eta.items()}
+                    k: None if v is None else [None if x is None else num(x) for x in v]
+                    if isinstance(v, list) else num(v) for k, v in w.eta.items()}
         waits.sort()
         mean_wait = sum(waits) / len(waits) if waits else 0.0
         p95 = waits[max(0, math.ceil(0.95 * len(waits)) - 1)] if waits else 0.0

@@ -33,6 +33,7 @@ from typing import Any
 from scheduling.engine import Engine, Reason, ReasonCode, WorkloadSpec, gpu_equivalent
 from scheduling.engine.accounting import EPS
 from scheduling.engine.export import snapshot_of
+from scheduling.engine.forecast import gpus_of
 from scheduling.replay.eta import EtaOptions, RunHistory, eta_at_submit
 from scheduling.replay.metrics import Metrics, num
 from scheduling.replay.record import WorkloadRecord
@@ -217,7 +218,7 @@ class Runner(Metrics):
         w.state = "finished"
         w.finished_at = t
         if w.run_start is not None:
-            self.history.add(w.sim.spec.queue, t, t - w.run_start)
+            self.history.add(w.sim.spec.queue, t, t - w.run_start, gpus_of(w.sim.spec))
 
     def _cancel(self, w: WorkloadRecord, name: str, t: float) -> None:
         """Pending: gone. Holding capacity outside a grace: freed now. In grace: it keeps the

@@ -153,3 +153,42 @@ def test_start_as_the_median_of_the_simulated_starts():
     est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=450,
                    levels=(0.25, 0.5, 0.95), start_stat="median")["c"]
     assert (est.low, est.start, est.high) == (NOW + 300, None, None)
+
+
+def test_start_as_the_average_of_the_simulated_starts_and_each_start_kept():
+    # As above: the four starts are +500 (mean runs), +300 (p25), +300 (p50), +1100 (p95):
+    # their average +550; with one beyond the horizon, their median (as start_stat="median").
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   levels=(0.25, 0.5, 0.95), start_stat="average")["c"]
+    assert (est.low, est.start, est.high) == (NOW + 300, NOW + 550, NOW + 1100)
+    assert est.starts == (NOW + 500, NOW + 300, NOW + 300, NOW + 1100)
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=1000,
+                   levels=(0.25, 0.5, 0.95), start_stat="average")["c"]
+    assert est.starts == (NOW + 500, NOW + 300, NOW + 300, None)
+    assert (est.start, est.high) == (NOW + 400, None)
+
+
+def test_latest_runs_by_size_first_then_the_queues():
+    rt = RunTimes(recent={"a": (100.0,) * 5}, recent_by_size={("a", 8): (700.0,) * 5,
+                                                               ("a", 1): (10.0,) * 2})
+    assert rt.point("a", 8) == 700.0
+    assert rt.point("a", 1) == 100.0  # fewer than min_samples of its size: the queue's
+    assert rt.point("a") == 100.0
+    # In the forecast: c (8 GPUs) waits behind a1 and b1 (8 GPUs, 700 s each) and r (+100).
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=rt, horizon_s=86400,
+                   levels=())["c"]
+    assert est.start == NOW + 100 + 2 * 700
+
+
+def test_running_work_for_the_start_at_its_conditional_mean_when_asked():
+    rt = RunTimes(by_queue={"a": (10.0, 20.0, 30.0, 40.0, 50.0)}, remaining_stat="mean")
+    # Runs longer than 25 s: 30, 40, 50 (mean 40): 15 s left; older than all: the rule.
+    assert rt.point_remaining("a", 25, 0.75) == 40 - 25
+    assert rt.point_remaining("a", 60, 0.5) == 60
+    # By default at the quantile: p75 of 30, 40, 50 is 45.
+    assert RunTimes(by_queue=rt.by_queue).point_remaining("a", 25, 0.75) == 45 - 25

@@ -61,6 +61,9 @@ def test_the_start_follows_the_queues_latest_runs():
     # at the runs' p25 (10700), p50 and p95 (both 12500): (12050 + 12500) / 2.
     live = run(jobs, until=30000)["c"]["eta_at_submit"]
     assert (live["low"], live["start"], live["high"]) == (10700, 12275, 12500)
+    # record_starts keeps each fast-forward's start (mean runs, then p25, p50, p95).
+    kept = run(jobs, until=30000, record_starts=True)["c"]["eta_at_submit"]
+    assert kept == {**live, "starts": [12050, 10700, 12500, 12500]}
 
 
 def test_no_history_uses_the_default_run_time():
@@ -84,3 +87,15 @@ def test_every_nth_and_off_by_default():
         True, False, True, False]
     plain = run_scenario(load_scenario(scenario(workloads=jobs)))["workloads"]
     assert "eta_at_submit" not in plain["j0"]
+
+
+def test_history_keeps_the_latest_runs_by_size_when_asked():
+    from scheduling.replay.eta import RunHistory
+
+    h = RunHistory(EtaOptions(recent_runs=2, by_size=True))
+    for at, gpus, run_s in [(10, 8, 500.0), (20, 1, 5.0), (30, 8, 700.0), (40, 8, 900.0)]:
+        h.add("a", at, run_s, gpus)
+    rt = h.runtimes(50)
+    assert rt.recent_by_size == {("a", 8): (700.0, 900.0), ("a", 1): (5.0,)}
+    assert rt.recent == {"a": (700.0, 900.0)}
+    assert RunHistory(EtaOptions()).runtimes(0).recent_by_size == {}
