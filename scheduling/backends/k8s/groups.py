@@ -194,14 +194,18 @@ class GroupsMixin(KubeClient):
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         groups = range(len(group_workload_ids(obj)))
         if all(annotations.get(group_annotation(g)) == ENDED for g in groups):
-            what = f'delete {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
-            try:
-                self._call(what, self.custom.delete_namespaced_custom_object, kind.group,
-                           kind.version, ref.namespace, kind.plural, ref.object_name,
-                           propagation_policy="Background")
-            except k8s.ApiException as error:
-                if error.status != 404:
-                    raise self._unexpected(what, error) from error
+            self._delete_whole_object(kind, ref)
+
+    def _delete_whole_object(self, kind: Kind, ref: WorkloadRef) -> None:
+        """Delete the object of `ref` and, in the background, what it owns (gone: done)."""
+        what = f'delete {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
+        try:
+            self._call(what, self.custom.delete_namespaced_custom_object, kind.group,
+                       kind.version, ref.namespace, kind.plural, ref.object_name,
+                       propagation_policy="Background")
+        except k8s.ApiException as error:
+            if error.status != 404:
+                raise self._unexpected(what, error) from error
 
     def _group_pods(self, ref: WorkloadRef) -> list[Any]:
         """The live pods of one group (by the LeaderWorkerSet controller's labels)."""

@@ -308,14 +308,7 @@ class ObjectsMixin(GroupsMixin):
         if ref.group is not None:
             self._delete_group(kind, ref)
             return
-        what = f'delete {kind.kind} "{ref.object_name}" in namespace "{ref.namespace}"'
-        try:
-            self._call(what, self.custom.delete_namespaced_custom_object, kind.group,
-                       kind.version, ref.namespace, kind.plural, ref.object_name,
-                       propagation_policy="Background")
-        except k8s.ApiException as error:
-            if error.status != 404:
-                raise self._unexpected(what, error) from error
+        self._delete_whole_object(kind, ref)
 
     def _pods_of(self, refs: Sequence[WorkloadRef]) -> dict[int, list[Any]]:
         """The live pods of these workloads (one list call per namespace)."""
