@@ -183,7 +183,8 @@ def _dispatch_batch(cluster: Cluster, rows: list[dict[str, Any]], now: datetime 
         if not rows:
             return
     pod_sets: dict[int, list[Any]] = {}
-    for ps in PodSet.objects.filter(workload_id__in=[r["workload_id"] for r in rows]).order_by(
+    for ps in PodSet.objects.filter(workload_id__in=db.in_array(
+            [r["workload_id"] for r in rows], "bigint")).order_by(
             "workload_id", "index").values("workload_id", *POD_SET_FIELDS):
         pod_sets.setdefault(ps["workload_id"], []).append(ps)
     specs = [_spec_of(r, pod_sets.get(r["workload_id"], [])) for r in rows]

@@ -235,7 +235,8 @@ def _still_as_read(result: engine.CycleResult, parts: SnapshotParts,
     read = {int(n): parts.rows[n]["state"] for n in names if n in parts.rows}
     if not read:
         return result
-    now_state = dict(Workload.objects.filter(pk__in=list(read)).order_by("pk")
+    now_state = dict(Workload.objects.filter(pk__in=db.in_array(list(read), "bigint"))
+                     .order_by("pk")
                      .select_for_update().values_list("pk", "state"))
     moved = {str(pk) for pk, state in read.items() if now_state.get(pk) != state}
     if not moved:

@@ -116,10 +116,12 @@ class _StaticCache:
         missing = [i for i in ids
                    if i not in self.items or self.items[i][0] != versions[i]]
         if missing:
-            rows = {r["id"]: r for r in Workload.objects.filter(pk__in=missing)
+            rows = {r["id"]: r for r in Workload.objects.filter(
+                pk__in=db.in_array(missing, "bigint"))
                     .values(*STATIC_FIELDS)}
             sets: dict[int, list[dict[str, Any]]] = {}
-            for ps in PodSet.objects.filter(workload_id__in=missing).order_by(
+            for ps in PodSet.objects.filter(
+                    workload_id__in=db.in_array(missing, "bigint")).order_by(
                     "workload_id", "index").values(*POD_SET_FIELDS):
                 sets.setdefault(ps["workload_id"], []).append(ps)
             for i, r in rows.items():
@@ -136,7 +138,7 @@ def _live_rows(ids: list[int], parts: SnapshotParts,
         return []
     from django.db.models import Max
 
-    moving = list(Workload.objects.filter(pk__in=ids).annotate(
+    moving = list(Workload.objects.filter(pk__in=db.in_array(ids, "bigint")).annotate(
         pod_sets_version=Max("pod_sets__id")).values(*MOVING_FIELDS, "pod_sets_version"))
     for m in moving:
         m["queue__path"], m["queue__namespace"] = queues[m["queue_id"]]

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
+from core import changes, db
 from core.quantity import amounts, equivalents
 from quotas.models import Flavor, Queue
 from scheduling import engine, extensions
@@ -95,7 +96,8 @@ def build_snapshot(now: datetime, *, pending_limit: int | None = None, record: b
     live = pending_rows + active_rows
     live.sort(key=lambda r: (r["submitted_at"], r["id"]))
     open_adm = {a.workload_id: a for a in Admission.objects.filter(
-        ended_at__isnull=True, workload_id__in=[r["id"] for r in active_rows])}
+        ended_at__isnull=True,
+        workload_id__in=db.in_array([r["id"] for r in active_rows], "bigint"))}
 
     ctx = _cycle_context(now, specs, report, clusters, pending_rows, priorities, parts, record)
     queues = [engine.QueueSpec(path=path, parent=spec.parent,
@@ -188,7 +190,17 @@ def nomination_from_json(data: dict[str, Any]) -> engine.Nomination:
 
 
 def _tree() -> tuple[dict[str, Any], Any]:
-    """The stored quota tree and its resolved quotas; a broken tree stops the cycle."""
+    """The stored quota tree and its resolved quotas; a broken tree stops the cycle.
+
+    Kept per process until the change log says the configuration changed (core/changes.py):
+    a tree of a few hundred queues cost each cycle 10-20 ms to read and resolve again."""
+    view = changes.validate()
+    if view is None:
+        return _read_tree()
+    return view.derive(("cycle tree",), frozenset({"config"}), _read_tree)
+
+
+def _read_tree() -> tuple[dict[str, Any], Any]:
     from quotas.selectors import tree_specs
     from quotas.tree_rules import validate_tree
 
@@ -265,6 +277,29 @@ def _quota(path: str, report: Any, ctx: extensions.CycleContext
     return quota
 
 
+# Pod-set rows -> the engine's specs, by the identity of the row list the per-process row cache
+# keeps (scheduling/workers/rows.py): built once per workload, not every cycle; a workload
+# whose pod sets change gets a new list. Forgotten when it grows large.
+_specs_built: dict[int, tuple[list[dict[str, Any]], tuple[engine.PodSetSpec, ...]]] = {}
+_SPECS_MAX = 50_000
+
+
+def _pod_set_specs(rows: list[dict[str, Any]]) -> tuple[engine.PodSetSpec, ...]:
+    hit = _specs_built.get(id(rows))
+    if hit is not None and hit[0] is rows:
+        return hit[1]
+    specs = tuple(
+        engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=_f(p["gpus"]),
+                          cpu=_f(p["cpu"]), memory_gib=_f(p["memory_gib"]),
+                          gpu_memory_gib=p["gpu_memory_gib"],
+                          resources=engine.resources_of(amounts(p["resources"])))
+        for p in rows)
+    if len(_specs_built) >= _SPECS_MAX:
+        _specs_built.clear()
+    _specs_built[id(rows)] = (rows, specs)
+    return specs
+
+
 def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
                    ctx: extensions.CycleContext, parts: SnapshotParts) -> engine.WorkloadSpec:
     """A workload's row as the engine takes it."""
@@ -275,13 +310,7 @@ def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
         allowed = {pinned} if allowed is None else set(allowed) & {pinned}
     return engine.WorkloadSpec(
         name=str(r["id"]), queue=r["queue__path"], display_name=r["name"],
-        pod_sets=tuple(
-            engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=_f(p["gpus"]),
-                              cpu=_f(p["cpu"]), memory_gib=_f(p["memory_gib"]),
-                              gpu_memory_gib=p["gpu_memory_gib"],
-                              resources=engine.resources_of(amounts(p["resources"])))
-            for p in parts.pod_sets.get(r["id"], [])
-        ),
+        pod_sets=_pod_set_specs(parts.pod_sets.get(r["id"], [])),
         submitted_at=r["submitted_at"].timestamp(), priority=pc.value,
         priority_class=pc.name, can_preempt=pc.can_preempt, preemptible=r["preemptible"],
         checkpoint=r["checkpoint"], termination_grace_s=float(r["termination_grace_s"]),
