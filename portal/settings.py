@@ -457,6 +457,8 @@ ALLOT_ETA = {
     "step_rel": env.float("ALLOT_ETA_STEP_REL", default=0.02),
     # The request form forecasts on demand while fewer workloads than this wait.
     "preview_max_pending": env.int("ALLOT_ETA_PREVIEW_MAX_PENDING", default=2000),
+    # The periodic refresh waits this many times its last duration after it (0: never).
+    "pace": env.float("ALLOT_ETA_PACE", default=3.0),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.

@@ -37,3 +37,39 @@ def test_watch_can_be_turned_off(settings, monkeypatch):
     monkeypatch.setattr(tasks, "cluster_watch", lambda **kw: called.append(kw))
     tasks.watch_clusters(seconds=1)
     assert called == []
+
+
+def test_the_periodic_eta_refresh_pauses_pace_times_its_duration(settings, monkeypatch):
+    """A refresh that took 40 s (20,000 pending) is followed by 120 s without one (pace 3);
+    a refresh that found nothing to do sets no pause."""
+    from django.core.cache import cache
+
+    from scheduling.workers.eta import EtaReport
+
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "pace": 3.0}
+    cache.delete(tasks.ETA_PAUSED_UNTIL_KEY)
+    clock = [1_000_000.0]
+    monkeypatch.setattr(tasks.time, "time", lambda: clock[0])
+    runs: list[float] = []
+
+    def refresh(seconds=40.0, skipped=False):
+        def run():
+            runs.append(clock[0])
+            return EtaReport(skipped=skipped, pending=20_000, seconds=seconds)
+        return run
+
+    monkeypatch.setattr(tasks, "estimates_refresh", refresh())
+    assert tasks.eta_refresh()["pending"] == 20_000
+    for later in (60.0, 119.0):  # the beat's next two ticks fall in the pause
+        clock[0] = 1_000_000.0 + later
+        assert tasks.eta_refresh() == {"pending": 0, "estimated": 0, "seconds": 0.0}
+    clock[0] = 1_000_000.0 + 121.0
+    assert tasks.eta_refresh()["pending"] == 20_000
+    assert len(runs) == 2
+    monkeypatch.setattr(tasks, "estimates_refresh", refresh(skipped=True))
+    clock[0] += 1000.0
+    tasks.eta_refresh()
+    clock[0] += 1.0
+    tasks.eta_refresh()
+    assert len(runs) == 4  # nothing to do: no pause
+    cache.delete(tasks.ETA_PAUSED_UNTIL_KEY)
