@@ -26,3 +26,10 @@ backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
 timeout = int(os.environ.get("GUNICORN_TIMEOUT_S", "60"))
 graceful_timeout = 30
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
+
+
+def post_worker_init(worker: object) -> None:
+    """Each worker, once the app is loaded: the collector's settings (core/runtime.py)."""
+    from core.runtime import gc_tune
+
+    gc_tune()

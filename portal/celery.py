@@ -34,6 +34,15 @@ def broker_folders_make(**_: Any) -> None:
             _broker_folders_made.add(folder)
 
 
+def _gc_tune(**_: Any) -> None:
+    """Each worker process, once started: the collector's settings (core/runtime.py)."""
+    from core.runtime import gc_tune
+
+    gc_tune()
+
+
+signals.worker_init.connect(_gc_tune, weak=False)
+signals.worker_process_init.connect(_gc_tune, weak=False)
 signals.before_task_publish.connect(broker_folders_make, weak=False)
 signals.worker_init.connect(broker_folders_make, weak=False)
 signals.beat_init.connect(broker_folders_make, weak=False)
