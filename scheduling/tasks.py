@@ -23,7 +23,7 @@ from scheduling.fleet.maintenance import workloads_maintain
 from scheduling.fleet.orphans import orphans_sweep
 from scheduling.fleet.sync import cluster_sync
 from scheduling.fleet.watch import cluster_watch
-from scheduling.models import Admission, Cluster
+from scheduling.models import Admission, Cluster, WorkloadState
 from scheduling.pacing import cycle_mark, cycle_paced
 from scheduling.planner.services import trace_replay_run
 from scheduling.whatif.services import what_if_run
@@ -108,10 +108,13 @@ def sync_all() -> None:
     if freed:
         # Capacity came back: schedule it now rather than one broker trip later.
         cycle_soon()
+    # Once per cluster (the model's ordering cleared: DISTINCT over it gave one pass per
+    # stale admission), and only for work still waiting to start.
     stale = (Admission.objects.filter(ended_at__isnull=True, dispatched_at__isnull=True,
+                                      workload__state=WorkloadState.RESERVED,
                                       reserved_at__lt=timezone.now() - timedelta(seconds=10))
-             .values_list("cluster_id", flat=True).distinct())
-    for cluster_id in list(stale):
+             .order_by().values_list("cluster_id", flat=True).distinct())
+    for cluster_id in sorted(stale):
         cluster_dispatch(cluster_id=cluster_id)
 
 

@@ -73,3 +73,35 @@ def test_the_periodic_eta_refresh_pauses_pace_times_its_duration(settings, monke
     tasks.eta_refresh()
     assert len(runs) == 4  # nothing to do: no pause
     cache.delete(tasks.ETA_PAUSED_UNTIL_KEY)
+
+
+@pytest.mark.django_db
+def test_the_periodic_sync_dispatches_each_cluster_with_stale_reserved_work_once(
+        world_dispatch_after_commit, monkeypatch):
+    """Three reservations left undispatched for a minute on one cluster make one dispatch pass
+    of that cluster, not three; work that runs is no reason for a pass."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.models import Admission
+
+    world = world_dispatch_after_commit
+    for i in range(3):
+        workload_submit(user=world.alice, data=request(f"r{i}", gpus=1))
+    cycle_run(wait=True)
+    reserved = Admission.objects.filter(ended_at__isnull=True, dispatched_at__isnull=True)
+    assert reserved.count() == 3 and {a.workload.state for a in reserved} == {S.RESERVED}
+    clusters = set(reserved.values_list("cluster_id", flat=True))
+    assert len(clusters) == 1  # packed on one node
+    reserved.update(reserved_at=timezone.now() - timedelta(minutes=1))
+    monkeypatch.setattr(tasks, "cluster_sync", lambda **kw: type("R", (), {
+        "finished": 0, "failed": 0, "lost": 0})())
+    passes: list[int] = []
+    monkeypatch.setattr(tasks, "cluster_dispatch", lambda **kw: passes.append(kw["cluster_id"]))
+    tasks.sync_all()
+    assert sorted(passes) == sorted(clusters)
+    Workload.objects.filter(admissions__in=reserved).update(state=S.RUNNING)
+    passes.clear()
+    tasks.sync_all()
+    assert passes == []
