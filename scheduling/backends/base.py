@@ -319,6 +319,25 @@ class ScalableObjects(Protocol):
         ...
 
 
+@runtime_checkable
+class AdoptedGroups(Protocol):
+    """An optional capability: reading and rewriting the replica groups of an object adopted
+    from the cluster (a LeaderWorkerSet applied with the queue label, a workload per group),
+    so a `kubectl scale` of it is followed."""
+
+    def adopted_groups(self, kind: str, namespace: str, name: str
+                       ) -> tuple[int, list[int]] | None:
+        """(the object's `spec.replicas`, its groups' workload ids in group order), or None
+        when the object is gone."""
+        ...
+
+    def set_adopted_groups(self, kind: str, namespace: str, name: str, workload_ids: list[int],
+                           fresh: list[int]) -> bool:
+        """List these workload ids as the object's groups, forgetting what was recorded of
+        the groups `fresh` (new groups); False when the object is gone."""
+        ...
+
+
 @dataclass(frozen=True)
 class PriorityClassSpec:
     """A PriorityClass to keep on every cluster."""

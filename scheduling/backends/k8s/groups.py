@@ -146,6 +146,41 @@ class GroupsMixin(KubeClient):
             raise self._unexpected(what, error) from error
         return ref
 
+    def adopted_groups(self, kind: str, namespace: str, name: str
+                       ) -> tuple[int, list[int]] | None:
+        """(spec.replicas, the groups' workload ids) of an adopted object; None: gone."""
+        found = kinds.kind_named(kind)
+        if found is None:
+            return None
+        obj = self._get_object(found, WorkloadRef(namespace=namespace, workload_id=0,
+                                                  job_names=(), kind=kind, adopted_name=name))
+        if obj is None:
+            return None
+        raw = (obj.get("spec") or {}).get("replicas", 1)
+        replicas = raw if isinstance(raw, int) and raw >= 0 else 1
+        return replicas, group_workload_ids(obj)
+
+    def set_adopted_groups(self, kind: str, namespace: str, name: str, workload_ids: list[int],
+                           fresh: list[int]) -> bool:
+        """List the object's groups (a scale followed); the groups `fresh` lose what an
+        earlier group of that index left (`ended`). False: the object is gone."""
+        found = kinds.kind_named(kind)
+        if found is None:
+            return False
+        ref = WorkloadRef(namespace=namespace, workload_id=0, job_names=(), kind=kind,
+                          adopted_name=name)
+        annotations: dict[str, Any] = {
+            ANNOTATION_GROUP_WORKLOADS: ",".join(str(i) for i in workload_ids),
+            **{group_annotation(g): None for g in fresh}}  # null: removed (merge patch)
+        what = f'list the groups of {found.kind} "{name}" in namespace "{namespace}"'
+        try:
+            self._annotate(found, ref, annotations, what)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return False
+            raise self._unexpected(what, error) from error
+        return True
+
     def _set_group_gates(self, kind: Kind, ref: WorkloadRef, suspend: bool) -> None:
         """Start (ungate and place the group's pods) or preempt (delete its ungated pods,
         made again gated) one group."""
@@ -193,7 +228,8 @@ class GroupsMixin(KubeClient):
             return
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         groups = range(len(group_workload_ids(obj)))
-        if all(annotations.get(group_annotation(g)) == ENDED for g in groups):
+        # Scaled to zero: no group left, but the object is the user's and may grow again.
+        if groups and all(annotations.get(group_annotation(g)) == ENDED for g in groups):
             self._delete_whole_object(kind, ref)
 
     def _delete_whole_object(self, kind: Kind, ref: WorkloadRef) -> None:
