@@ -94,6 +94,14 @@ def test_a_deployment_scaled_on_the_cluster_is_admitted_and_released(world, kube
     cycle_run(wait=True)
     up.refresh_from_db()
     assert up.state == S.PENDING and up.reason_code  # no room on bj: it says why
+    # ... on the Deployment too (Allot's own, submitted through the API): kubectl describe.
+    from scheduling.fleet.delivery import outbox_deliver
+
+    outbox_deliver()
+    notes = [e["note"] for e in kube.state.events_about(NS, "Deployment", f"allot-w{w.pk}-0")
+             if e["reason"] == "Pending"]
+    assert notes == [f"Allot: the pods added by a scale wait as workload {up.pk} ({up.name}): "
+                     f"{up.reason_code}: {up.reason_message}"]
     cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)  # the same count: nothing new
     assert Workload.objects.filter(labels__has_key="allot.io/scale-of").count() == 1
 
