@@ -24,6 +24,8 @@ from scheduling import kinds
 from scheduling.backends.naming import (
     ANNOTATION_GROUP_WORKLOADS,
     HAMI_USE_UUID,
+    KAI_QUEUE_LABEL,
+    KAI_SCHEDULER,
     LABEL_GANG,
     LABEL_GANG_OF,
     LABEL_MANAGED_BY,
@@ -91,6 +93,25 @@ def _pin_pod(uid: str, pod: Mapping[str, Any]) -> dict[str, Any]:
         return _answer(uid, True)
     path = "/metadata/annotations/" + HAMI_USE_UUID.replace("~", "~0").replace("/", "~1")
     return _answer(uid, True, patch=[{"op": "add", "path": path, "value": card}])
+
+
+def _kai_fields(kind: kinds.Kind, cluster: Cluster, patch: list[dict[str, Any]]) -> None:
+    """On a KAI cluster, the scheduler name and queue label of every pod (the object too: KAI
+    groups pods by their top owner), into the pod templates of an object whose pods are
+    lifted where they are (an adopted LeaderWorkerSet's groups): a pod's scheduler cannot
+    change once it exists, and the object is never made again by Allot."""
+    connection = cluster.connection or {}
+    if str(connection.get("gpu_sharing") or "") != "kai":
+        return
+    queue = str(connection.get("kai_queue") or "default-queue")
+    for op in patch:
+        if op["path"] == "/metadata/labels":
+            op["value"][KAI_QUEUE_LABEL] = queue
+        elif op["path"] == "/spec":
+            for ps in kind.derive({"spec": op["value"]}):
+                meta = ps.template.setdefault("metadata", {})
+                meta["labels"] = {**(meta.get("labels") or {}), KAI_QUEUE_LABEL: queue}
+                ps.template.setdefault("spec", {})["schedulerName"] = KAI_SCHEDULER
 
 
 def admission_review(*, cluster: Cluster, review: Any) -> dict[str, Any]:
@@ -164,6 +185,7 @@ def admission_review(*, cluster: Cluster, review: Any) -> dict[str, Any]:
         for op in patch:
             if op["path"] == "/metadata/annotations":
                 op["value"][ANNOTATION_GROUP_WORKLOADS] = ",".join(str(g.pk) for g in groups)
+        _kai_fields(kind, cluster, patch)
     if len(groups) > 1:
         return _answer(uid, True, patch=patch, warnings=[
             f"Allot: queued as {len(groups)} workloads in {queue.path}, one per replica group "

@@ -429,7 +429,7 @@ def test_an_lws_deleted_before_any_group_ran_ends_every_group(world, client, kub
 
 
 # ------------------------------------------------------ kubectl scale of an adopted LWS
-def _adopted_on_kubernetes(client, kube, *, groups: int, size: int = 1):
+def _adopted_on_kubernetes(client, kube, *, groups: int, size: int = 1, **connection):
     """bj a Kubernetes cluster (the API double, three nodes of 8 A100s; Allot knows two) and
     vllm applied to it through the webhook: its workloads in group order."""
     from scheduling.backends import clear_backend_cache
@@ -440,7 +440,7 @@ def _adopted_on_kubernetes(client, kube, *, groups: int, size: int = 1):
     kube.state.create_namespace({"metadata": {"name": "rd-vision"}})
     bj = Cluster.objects.get(name="bj")
     bj.backend, bj.connection = "kubernetes", {**kube.connection, "timeout_s": 5,
-                                               "webhook_token": TOKEN}
+                                               "webhook_token": TOKEN, **connection}
     bj.save()
     Cluster.objects.filter(name="sh").update(enabled=False)
     clear_backend_cache()
@@ -565,3 +565,29 @@ def test_an_adopted_lws_deleted_while_every_group_waits_ends_them(world, client,
     for w in Workload.objects.all():
         assert w.state == WorkloadState.CANCELLED
         assert "its LeaderWorkerSet vllm was deleted from bj" in w.events.latest("at").message
+
+
+def test_an_adopted_lws_on_a_kai_cluster_sends_its_pods_to_kai(world, client, kube):
+    """On a KAI cluster (`gpu_sharing: kai`) every pod goes to the KAI Scheduler in the
+    connection's queue: the webhook writes the scheduler name and the queue label into an
+    adopted LWS's templates (its pods are never made again by Allot, and a pod's scheduler
+    cannot change), so each group's pods, leader and workers, carry them, gated and started."""
+    from scheduling.backends import clear_backend_cache
+
+    try:
+        bj = _adopted_on_kubernetes(client, kube, groups=2, size=2, gpu_sharing="kai",
+                                    kai_queue="research")
+        stored = _stored_lws(kube)
+        assert stored["metadata"]["labels"]["kai.scheduler/queue"] == "research"
+        pods = _pods(kube, 0) + _pods(kube, 1)
+        assert len(pods) == 4
+        for pod in pods:
+            assert pod["spec"]["schedulerName"] == "kai-scheduler"
+            assert pod["metadata"]["labels"]["kai.scheduler/queue"] == "research"
+        _run_groups(kube, bj)  # group 0 admitted (16 GPUs of bj's two nodes), its pods lifted
+        started = _pods(kube, 0)
+        assert [p["spec"]["schedulingGates"] for p in started] == [[], []]
+        assert {p["spec"]["schedulerName"] for p in started} == {"kai-scheduler"}
+        assert {p["metadata"]["labels"]["kai.scheduler/queue"] for p in started} == {"research"}
+    finally:
+        clear_backend_cache()
