@@ -319,16 +319,26 @@ class ScalableObjects(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class AdoptedObject:
+    """An object adopted from the cluster whose replica groups are workloads of their own (a
+    LeaderWorkerSet applied with the queue label): what it asks and the groups it lists."""
+
+    namespace: str
+    name: str
+    replicas: int
+    workload_ids: tuple[int, ...]  # its groups' workloads, in group order
+    first_workload_id: int | None  # the workload the webhook labelled it with (its group 0)
+
+
 @runtime_checkable
 class AdoptedGroups(Protocol):
-    """An optional capability: reading and rewriting the replica groups of an object adopted
-    from the cluster (a LeaderWorkerSet applied with the queue label, a workload per group),
-    so a `kubectl scale` of it is followed."""
+    """An optional capability: listing and rewriting the replica groups of the objects adopted
+    from the cluster, so a `kubectl scale` of one is followed."""
 
-    def adopted_groups(self, kind: str, namespace: str, name: str
-                       ) -> tuple[int, list[int]] | None:
-        """(the object's `spec.replicas`, its groups' workload ids in group order), or None
-        when the object is gone."""
+    def adopted_objects(self, kind: str) -> list[AdoptedObject]:
+        """Every object of `kind` (`apiVersion/Kind`) that lists its groups' workloads, in
+        every namespace ([] when the cluster does not serve the kind)."""
         ...
 
     def set_adopted_groups(self, kind: str, namespace: str, name: str, workload_ids: list[int],

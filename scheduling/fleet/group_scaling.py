@@ -1,7 +1,7 @@
 """Following `kubectl scale` of a LeaderWorkerSet adopted from a cluster (kubectl apply with the
 queue label): the object is the user's, each replica group a workload of its own, listed on the
-object (`allot.io/group-workloads`). The full sync compares the object's `spec.replicas` with
-the groups listed:
+object (`allot.io/group-workloads`). The full sync lists the cluster's adopted objects (one
+call) and compares each one's `spec.replicas` with the groups it lists:
 
 - **more replicas**: each added group becomes a workload of the same queue, owner and priority
   (`<name>-<index>`, pinned to the cluster and the object, labelled with its group index), with
@@ -9,6 +9,8 @@ the groups listed:
   its admission as any group's;
 - **fewer**: the removed groups' workloads end (a running one `finished`, a waiting one
   `cancelled`), their quota released at once; the controller has deleted their pods;
+- **zero, then more**: with no open group left, the workload the object is labelled with
+  (its first group) says whose it is;
 - **the object gone** while every group waits (no group dispatched for the sync to notice):
   every group ends, as when a dispatched group finds it gone (scheduling/fleet/groups.py).
 
@@ -27,8 +29,8 @@ from typing import Any
 from django.utils import timezone
 
 from core import db
-from scheduling import enqueue, outbox
-from scheduling.backends.base import AdoptedGroups, BackendError
+from scheduling import enqueue, kinds, outbox
+from scheduling.backends.base import AdoptedGroups, AdoptedObject, BackendError
 from scheduling.backends.naming import (
     LABEL_GANG,
     LABEL_GANG_OF,
@@ -78,55 +80,83 @@ class _Object:
 
 def adopted_groups_follow(*, cluster: Cluster, backend: object,
                           now: datetime | None = None) -> GroupsFollowed:
-    """Compare each adopted LeaderWorkerSet with open groups on `cluster` with its replicas
-    and follow a scale (see the module)."""
+    """Compare each adopted LeaderWorkerSet on `cluster` (one list call per kind) with its
+    groups and follow a scale or a deletion (see the module)."""
     out = GroupsFollowed()
     if not isinstance(backend, AdoptedGroups):
         return out
-    objects: dict[_Object, list[Mapping[str, Any]]] = {}
-    for row in Workload.objects.filter(state__in=OPEN_STATES, labels__has_key=LABEL_GANG).values(
-            "pk", "labels", "queue_id", "queue__namespace", "queue__path", "kind",
-            "submitted_at"):
-        labels = row["labels"] or {}
-        if (labels.get(LABEL_PINNED_CLUSTER) != cluster.name or LABEL_OBJECT not in labels
-                or LABEL_GANG_OF not in labels or not row["kind"]):
-            continue
-        namespace = row["queue__namespace"] or row["queue__path"].replace("/", "-")
-        key = _Object(row["queue_id"], namespace, str(labels[LABEL_OBJECT]), row["kind"])
-        objects.setdefault(key, []).append(row)
-    for obj, rows in sorted(objects.items(), key=lambda kv: (kv[0].namespace, kv[0].name)):
-        try:
-            seen = backend.adopted_groups(obj.kind, obj.namespace, obj.name)
-        except BackendError as exc:
-            logger.warning("cluster %s: reading %s/%s failed: %s", cluster.name,
-                           obj.namespace, obj.name, exc)
-            continue
-        at = now or timezone.now()
-        if seen is None:
-            if all(r["submitted_at"] <= at - GONE_GRACE for r in rows):
-                with scheduling_lock(wait=True):
-                    out.gone += groups.end_deleted_groups(cluster, [r["pk"] for r in rows],
-                                                          now or timezone.now())
-            continue
-        replicas, listed = seen
-        open_ids = {r["pk"] for r in rows}
-        beyond = [r["pk"] for r in rows if _index(r["labels"]) >= replicas]
-        if replicas == len(listed) and not beyond and open_ids <= set(listed):
-            continue
-        with scheduling_lock(wait=True):
-            at = now or timezone.now()
-            ids, fresh, added, removed = _scaled(cluster, obj, replicas, listed, at)
-        out.added += added
-        out.removed += removed
-        if ids != listed or fresh:
-            try:
-                backend.set_adopted_groups(obj.kind, obj.namespace, obj.name, ids, fresh)
-            except BackendError as exc:  # the next sync writes it again
-                logger.warning("cluster %s: listing the groups of %s/%s failed: %s",
-                               cluster.name, obj.namespace, obj.name, exc)
+    for kind in kinds.KINDS.values():
+        if kind.gangs_fn is not None:
+            _follow_kind(cluster, backend, kind.key, now, out)
     if out.added or out.removed or out.gone:
         enqueue.cycle_nudge()
     return out
+
+
+def _follow_kind(cluster: Cluster, backend: AdoptedGroups, kind: str, now: datetime | None,
+                 out: GroupsFollowed) -> None:
+    try:
+        listed = {(o.namespace, o.name): o for o in backend.adopted_objects(kind)}
+    except BackendError as exc:
+        logger.warning("cluster %s: listing adopted %s objects failed: %s", cluster.name,
+                       kind, exc)
+        return
+    waiting: dict[_Object, list[Mapping[str, Any]]] = {}  # open groups, by their object
+    for row in Workload.objects.filter(state__in=OPEN_STATES, kind=kind,
+                                       labels__has_key=LABEL_GANG).values(
+            "pk", "labels", "queue_id", "queue__namespace", "queue__path", "submitted_at"):
+        labels = row["labels"] or {}
+        if (labels.get(LABEL_PINNED_CLUSTER) != cluster.name or LABEL_OBJECT not in labels
+                or LABEL_GANG_OF not in labels):
+            continue
+        namespace = row["queue__namespace"] or row["queue__path"].replace("/", "-")
+        known = _Object(row["queue_id"], namespace, str(labels[LABEL_OBJECT]), kind)
+        waiting.setdefault(known, []).append(row)
+    at = now or timezone.now()
+    gone = [r["pk"] for obj, rows in waiting.items() if (obj.namespace, obj.name) not in listed
+            and all(r["submitted_at"] <= at - GONE_GRACE for r in rows) for r in rows]
+    if gone:
+        with scheduling_lock(wait=True):
+            out.gone += groups.end_deleted_groups(cluster, gone, now or timezone.now())
+    by_name = {(o.namespace, o.name): (o, rows) for o, rows in waiting.items()}
+    for where, seen in sorted(listed.items()):
+        mine = by_name.get(where)
+        obj: _Object | None = mine[0] if mine else None
+        rows: list[Mapping[str, Any]] = mine[1] if mine else []
+        ids = list(seen.workload_ids)
+        beyond = [r["pk"] for r in rows if _index(r["labels"]) >= seen.replicas]
+        if (seen.replicas == len(ids) and not beyond
+                and {r["pk"] for r in rows} <= set(ids)):
+            continue
+        if obj is None:  # no open group (scaled to zero): its first group says whose it is
+            obj = _owned(cluster, kind, seen)
+            if obj is None:
+                continue
+        with scheduling_lock(wait=True):
+            ids_now, fresh, added, removed = _scaled(cluster, obj, seen.replicas, ids,
+                                                     now or timezone.now())
+        out.added += added
+        out.removed += removed
+        if ids_now != ids or fresh:
+            try:
+                backend.set_adopted_groups(kind, obj.namespace, obj.name, ids_now, fresh)
+            except BackendError as exc:  # the next sync writes it again
+                logger.warning("cluster %s: listing the groups of %s/%s failed: %s",
+                               cluster.name, obj.namespace, obj.name, exc)
+
+
+def _owned(cluster: Cluster, kind: str, seen: AdoptedObject) -> _Object | None:
+    """The object of `seen` as Allot knows it, from the workload it was labelled with (its
+    first group), if that is one of its groups on this cluster."""
+    w = Workload.objects.filter(pk=seen.first_workload_id or 0, kind=kind).select_related(
+        "queue").first()
+    labels = (w.labels or {}) if w is not None else {}
+    if (w is None or labels.get(LABEL_OBJECT) != seen.name
+            or labels.get(LABEL_PINNED_CLUSTER) != cluster.name):
+        return None
+    namespace = w.queue.namespace or w.queue.path.replace("/", "-")
+    return _Object(w.queue_id, namespace, seen.name, kind) if namespace == seen.namespace \
+        else None
 
 
 def _scaled(cluster: Cluster, obj: _Object, replicas: int, listed: list[int], now: datetime

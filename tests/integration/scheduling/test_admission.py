@@ -538,6 +538,27 @@ def test_an_adopted_lws_scaled_up_queues_its_new_groups_and_scaled_down_releases
         assert Admission.objects.filter(ended_at__isnull=True).get().workload_id == first.pk
         assert _stored_lws(kube)["metadata"]["annotations"]["allot.io/group-workloads"] == \
             str(first.pk)
+
+        _scale_lws(kube, 0)  # every group ends; the object is the user's: it stays
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+        first.refresh_from_db()
+        assert first.state == WorkloadState.FINISHED
+        assert not Admission.objects.filter(ended_at__isnull=True).exists()
+        _run_groups(kube, bj)  # the cleanup of the ended groups (their deletes delivered)
+        from scheduling.fleet.delivery import outbox_deliver
+
+        outbox_deliver()
+        assert _stored_lws(kube)["metadata"]["annotations"]["allot.io/group-workloads"] == ""
+        _scale_lws(kube, 2)  # and up again: no open group left, the object's label says whose
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+        again = list(Workload.objects.filter(state=WorkloadState.PENDING).order_by("pk"))
+        assert [(w.name, w.labels["allot.io/gang"]) for w in again] == [
+            ("vllm-0", "0"), ("vllm-1", "1")]
+        annotations = _stored_lws(kube)["metadata"]["annotations"]
+        assert annotations["allot.io/group-workloads"] == ",".join(str(w.pk) for w in again)
+        assert "allot.io/group.0" not in annotations  # the ended group 0's record is gone
+        _run_groups(kube, bj)
+        assert [p["spec"]["schedulingGates"] for p in _pods(kube, 0)] == [[]]
     finally:
         clear_backend_cache()
 
@@ -591,3 +612,18 @@ def test_an_adopted_lws_on_a_kai_cluster_sends_its_pods_to_kai(world, client, ku
         assert {p["metadata"]["labels"]["kai.scheduler/queue"] for p in started} == {"research"}
     finally:
         clear_backend_cache()
+
+
+def test_a_scaled_lws_is_not_deleted_by_its_removed_groups_ending(world, client, kube):
+    """The removed groups' deletes may reach the cluster before the sync lists the groups
+    left: while the object's replicas differ from the groups it lists, their ending never
+    deletes the user's object (scaled to 1 from 3, then every listed group ending)."""
+    from scheduling.backends.k8s import KubernetesBackend
+
+    groups, _ = _lws_on_double(client, kube)
+    backend = KubernetesBackend(name="bj", connection=kube.connection)
+    _scale_lws(kube, 1)
+    for w in groups:
+        backend.delete_workload(_group_spec(w).ref)
+    assert ("leaderworkerset.x-k8s.io/leaderworkersets", "rd-vision", "vllm") in \
+        kube.state.objects
