@@ -164,10 +164,9 @@ def _scaled(cluster: Cluster, obj: _Object, replicas: int, listed: list[int], no
     """Under the scheduling lock: add or end groups so the object's `replicas` are its
     groups. Returns (the groups' ids to list, the new group indexes, added, ended)."""
     mine = list(Workload.objects.select_for_update().filter(
-        queue_id=obj.queue_id, kind=obj.kind, labels__has_key=LABEL_GANG).order_by("pk"))
-    mine = [w for w in mine if (w.labels or {}).get(LABEL_OBJECT) == obj.name
-            and (w.labels or {}).get(LABEL_GANG_OF) == obj.name
-            and (w.labels or {}).get(LABEL_PINNED_CLUSTER) == cluster.name]
+        queue_id=obj.queue_id, kind=obj.kind, labels__contains={
+            LABEL_OBJECT: obj.name, LABEL_GANG_OF: obj.name,
+            LABEL_PINNED_CLUSTER: cluster.name}).order_by("pk"))
     events: list[WorkloadEvent] = []
     messages = []
     removed: list[int] = []
