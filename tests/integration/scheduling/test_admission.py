@@ -540,6 +540,7 @@ def test_an_adopted_lws_scaled_up_queues_its_new_groups_and_scaled_down_releases
             str(first.pk)
 
         _scale_lws(kube, 0)  # every group ends; the object is the user's: it stays
+        assert _pods(kube, 0) == []
         cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
         first.refresh_from_db()
         assert first.state == WorkloadState.FINISHED
