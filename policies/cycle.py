@@ -51,7 +51,8 @@ def _fresh(finding: Finding, subject: str) -> bool:
 
 
 # Request fields PendingInfo does not carry: read from the database only if a rule names one.
-_EXTRA_FIELDS = ("pods", "preemptible", "checkpoint", "image", "duration_s", "pod_sets")
+_EXTRA_FIELDS = ("pods", "preemptible", "checkpoint", "image", "duration_s", "pod_sets",
+                 "interactive")
 
 
 def _pending_requests(
@@ -67,8 +68,8 @@ def _pending_requests(
         extra = {
             row["id"]: row for row in Workload.objects.filter(
                 pk__in=db.in_array([p.id for p in pending], "bigint")
-            ).values("id", "preemptible", "checkpoint", "duration_hint_s", "image"
-                     ).annotate(pods=Sum("pod_sets__count"))
+            ).values("id", "preemptible", "checkpoint", "duration_hint_s", "image",
+                     "interactive").annotate(pods=Sum("pod_sets__count"))
         }
     out = []
     for p in pending:
@@ -83,6 +84,7 @@ def _pending_requests(
             "checkpoint": bool(row.get("checkpoint", True)),
             "image": row.get("image") or "",
             "duration_s": int(row.get("duration_hint_s") or 0),
+            "interactive": bool(row.get("interactive", False)),
         })
         out.append((p.id, request))
     return out

@@ -182,6 +182,7 @@ def policy_submission_check(ctx: Any) -> Any:
     return SubmissionVerdict(
         deny=[(f.code, f"{f.message} (policy {f.policy.name})") for f in outcome.denials],
         priority_class=outcome.priority_class,
+        priority_policy=(outcome.priority_policy or "") if outcome.priority_class else "",
         audit=[f"policy {f.policy.name} ({f.policy.mode}): {f.outcome}: {f.message}"
                for f in findings if id(f) not in denied and f.outcome != "prioritized"],
     )

@@ -91,6 +91,7 @@ def request_variables(
         "labels": {str(k): str(v) for k, v in (data.get("labels") or {}).items()},
         "duration_s": int(data.get("duration_hint_s") or data.get("duration_s") or 0),
         "is_update": bool(is_update),
+        "interactive": data.get("interactive") is True,  # a session (notebook)
         "pod_sets": [
             {"count": int(p.get("count", 1) or 0), "gpus": int(p.get("gpus", 0) or 0),
              "flavors": list(p.get("flavors") or []), "cpu": float(p.get("cpu", 0) or 0),
@@ -111,6 +112,7 @@ def workload_request_variables(workload: Any) -> dict[str, Any]:
         "image": workload.image,
         "labels": workload.labels or {},
         "duration_hint_s": workload.duration_hint_s or 0,
+        "interactive": bool(workload.interactive),
         "pods": [
             {"count": ps.count, "gpus": ps.gpus, "flavors": ps.flavors, "cpu": ps.cpu,
              "memory_gib": ps.memory_gib, "gpu_memory_gib": ps.gpu_memory_gib}

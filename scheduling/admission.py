@@ -24,6 +24,10 @@ from scheduling import kinds
 from scheduling.backends.naming import (
     ANNOTATION_GROUP_WORKLOADS,
     HAMI_USE_UUID,
+    KAI_QUEUE_LABEL,
+    KAI_SCHEDULER,
+    LABEL_GANG,
+    LABEL_GANG_OF,
     LABEL_MANAGED_BY,
     LABEL_OBJECT,
     LABEL_PINNED_CLUSTER,
@@ -91,6 +95,25 @@ def _pin_pod(uid: str, pod: Mapping[str, Any]) -> dict[str, Any]:
     return _answer(uid, True, patch=[{"op": "add", "path": path, "value": card}])
 
 
+def _kai_fields(kind: kinds.Kind, cluster: Cluster, patch: list[dict[str, Any]]) -> None:
+    """On a KAI cluster, the scheduler name and queue label of every pod (the object too: KAI
+    groups pods by their top owner), into the pod templates of an object whose pods are
+    lifted where they are (an adopted LeaderWorkerSet's groups): a pod's scheduler cannot
+    change once it exists, and the object is never made again by Allot."""
+    connection = cluster.connection or {}
+    if str(connection.get("gpu_sharing") or "") != "kai":
+        return
+    queue = str(connection.get("kai_queue") or "default-queue")
+    for op in patch:
+        if op["path"] == "/metadata/labels":
+            op["value"][KAI_QUEUE_LABEL] = queue
+        elif op["path"] == "/spec":
+            for ps in kind.derive({"spec": op["value"]}):
+                meta = ps.template.setdefault("metadata", {})
+                meta["labels"] = {**(meta.get("labels") or {}), KAI_QUEUE_LABEL: queue}
+                ps.template.setdefault("spec", {})["schedulerName"] = KAI_SCHEDULER
+
+
 def admission_review(*, cluster: Cluster, review: Any) -> dict[str, Any]:
     """Answer one AdmissionReview from `cluster` (see the module); AdmissionError when the
     body is not one."""
@@ -134,8 +157,12 @@ def admission_review(*, cluster: Cluster, review: Any) -> dict[str, Any]:
     manifest = {k: v for k, v in obj.items() if k != "status"}
     manifest["metadata"] = {k: v for k, v in meta.items() if k in ("name", "labels",
                                                                    "annotations")}
-    data = {"queue": queue.path, "manifest": manifest, "name": name,
-            "labels": {LABEL_PINNED_CLUSTER: cluster.name, LABEL_OBJECT: name}}
+    adopted = {LABEL_PINNED_CLUSTER: cluster.name, LABEL_OBJECT: name}
+    if kind.gangs_fn is not None:
+        # Even one group is a group of the object (its pods lifted on their own), so a
+        # `kubectl scale` adds groups beside it (scheduling/fleet/group_scaling.py).
+        adopted.update({LABEL_GANG_OF: name, LABEL_GANG: "0"})
+    data = {"queue": queue.path, "manifest": manifest, "name": name, "labels": adopted}
     if request.get("dryRun"):
         return _answer(uid, True)
     try:
@@ -153,11 +180,13 @@ def admission_review(*, cluster: Cluster, review: Any) -> dict[str, Any]:
     patch = kind.hold_patch(obj, labels={
         LABEL_WORKLOAD_ID: str(w.pk), LABEL_MANAGED_BY: MANAGED_BY,
         QUEUE_LABEL: queue_label(queue.path)})
-    if len(groups) > 1:
+    if kind.gangs_fn is not None:
         # Each group's pods are gated and lifted on their own: the object lists its groups.
         for op in patch:
             if op["path"] == "/metadata/annotations":
                 op["value"][ANNOTATION_GROUP_WORKLOADS] = ",".join(str(g.pk) for g in groups)
+        _kai_fields(kind, cluster, patch)
+    if len(groups) > 1:
         return _answer(uid, True, patch=patch, warnings=[
             f"Allot: queued as {len(groups)} workloads in {queue.path}, one per replica group "
             f"({groups[0].name} = {groups[0].pk} .. {groups[-1].name} = {groups[-1].pk}); "

@@ -80,6 +80,7 @@ class SubmissionVerdict:
     deny: list[tuple[str, str]] = field(default_factory=list)
     priority_class: str | None = None
     audit: list[str] = field(default_factory=list)
+    priority_policy: str = ""  # the policy that imposed `priority_class`, for the timeline
 
 
 SubmissionCheck = Callable[[SubmissionContext], "SubmissionVerdict | None"]
@@ -203,6 +204,7 @@ def run_submission_checks(ctx: SubmissionContext) -> SubmissionVerdict:
         merged.audit.extend(verdict.audit)
         if verdict.priority_class:
             merged.priority_class = verdict.priority_class
+            merged.priority_policy = verdict.priority_policy
     return merged
 
 

@@ -320,6 +320,35 @@ class ScalableObjects(Protocol):
 
 
 @dataclass(frozen=True)
+class AdoptedObject:
+    """An object adopted from the cluster whose replica groups are workloads of their own (a
+    LeaderWorkerSet applied with the queue label): what it asks and the groups it lists."""
+
+    namespace: str
+    name: str
+    replicas: int
+    workload_ids: tuple[int, ...]  # its groups' workloads, in group order
+    first_workload_id: int | None  # the workload the webhook labelled it with (its group 0)
+
+
+@runtime_checkable
+class AdoptedGroups(Protocol):
+    """An optional capability: listing and rewriting the replica groups of the objects adopted
+    from the cluster, so a `kubectl scale` of one is followed."""
+
+    def adopted_objects(self, kind: str) -> list[AdoptedObject]:
+        """Every object of `kind` (`apiVersion/Kind`) that lists its groups' workloads, in
+        every namespace ([] when the cluster does not serve the kind)."""
+        ...
+
+    def set_adopted_groups(self, kind: str, namespace: str, name: str, workload_ids: list[int],
+                           fresh: list[int]) -> bool:
+        """List these workload ids as the object's groups, forgetting what was recorded of
+        the groups `fresh` (new groups); False when the object is gone."""
+        ...
+
+
+@dataclass(frozen=True)
 class PriorityClassSpec:
     """A PriorityClass to keep on every cluster."""
 

@@ -34,6 +34,10 @@ ANNOTATION_GROUP_WORKLOADS = "allot.io/group-workloads"
 # On a scale-up of a running scalable workload (a Deployment's added pods): its id.
 LABEL_SCALE_OF = "allot.io/scale-of"
 MANAGED_BY = "allot"
+# Pods reach the KAI Scheduler by its scheduler name and a queue label (the KAI queue they are
+# admitted in; its `gpu-fraction` annotation is read by KAI only).
+KAI_SCHEDULER = "kai-scheduler"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
 # A simulated cluster's pods report this GPU utilisation (percent) instead of the one their
 # name gives (the demo's and the tests' quiet notebook); a workload label, passed to its Jobs.
 LABEL_SIM_GPU_UTIL = "allot.io/simulated-gpu-util"

@@ -26,7 +26,7 @@ from scheduling.backends.base import (
     WorkloadRef,
 )
 from scheduling.backends.naming import LABEL_OBJECT, LABEL_SCALE_OF, adopted_group
-from scheduling.fleet import groups, scaling
+from scheduling.fleet import group_scaling, groups, scaling
 from scheduling.locks import (
     scheduling_lock,
 )
@@ -79,6 +79,10 @@ def cluster_sync(*, cluster_id: int, now: datetime | None = None, nodes: bool = 
         report.nodes_changed = sync_nodes(cluster, backend)
     if workload_ids is not None and not workload_ids:
         return report
+    if workload_ids is None:
+        # An adopted LeaderWorkerSet scaled on the cluster (its new groups' pods come gated:
+        # no pod of Allot's changes, so the full pass looks, not the watch).
+        group_scaling.adopted_groups_follow(cluster=cluster, backend=backend, now=now)
     qs = Admission.objects.filter(cluster_id=cluster_id, ended_at__isnull=True,
                                   dispatched_at__isnull=False,
                                   workload__state__in=[S.RESERVED, S.RUNNING, S.PREEMPTING])

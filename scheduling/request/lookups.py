@@ -86,7 +86,8 @@ def policy_priority_class(verdict: Any, requested: PriorityClass,
     if imposed is None:
         raise ValidationError({"priority_class": [
             f"a policy imposes unknown priority class {verdict.priority_class!r}"]})
-    verdict.audit.append(f"priority class {requested.name} -> {imposed.name} (set by policy)")
+    by = f"policy {verdict.priority_policy}" if verdict.priority_policy else "policy"
+    verdict.audit.append(f"priority class {requested.name} -> {imposed.name} (set by {by})")
     return imposed
 
 

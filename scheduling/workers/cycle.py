@@ -21,13 +21,11 @@ from django.utils import timezone
 
 from core import db
 from scheduling import engine, enqueue, extensions, outbox, tallies
-from scheduling.backends.naming import LABEL_OBJECT, LABEL_PINNED_CLUSTER
 from scheduling.engine.engine import schedule
 from scheduling.fleet import dispatch as fleet_dispatch
 from scheduling.locks import scheduling_lock
 from scheduling.models import (
     Admission,
-    Cluster,
     EndReason,
     EventType,
     OutboxMessage,
@@ -40,6 +38,7 @@ from scheduling.transitions import (
     event_new,
     workload_transition,
 )
+from scheduling.workers.reason_events import reason_events
 from scheduling.workers.rows import SnapshotParts
 from scheduling.workers.snapshot import build_snapshot, dt, nomination_json
 
@@ -205,7 +204,7 @@ def _apply(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
     # (or a nomination begun or ended: their preemptor stays pending)
     _reasons(now, result, parts, out)
     _nominations(result, parts, out)
-    report.outbox_rows += _adopted_reason_events(now, out)
+    report.outbox_rows += reason_events(now, out.events)
 
     if out.closed:
         db.bulk_set(Admission, out.closed, ["ended_at", "end_reason"])
@@ -348,27 +347,6 @@ def _released(now: datetime, result: engine.CycleResult, parts: SnapshotParts,
         w.reason_code, w.reason_message = str(rel.reason.code), rel.reason.message
         out.changed[w.pk] = w
         report.released.append(w.pk)
-
-
-def _adopted_reason_events(now: datetime, out: _Writes) -> list[OutboxMessage]:
-    """The new reasons of waiting workloads adopted from a cluster (kubectl apply with the
-    queue label), as Events on their objects there: `kubectl describe` says why they wait."""
-    found = []
-    for e in out.events:
-        if e.type != EventType.REASON:
-            continue
-        labels = e.workload.labels or {}
-        if LABEL_OBJECT in labels and LABEL_PINNED_CLUSTER in labels:
-            found.append((e, labels[LABEL_PINNED_CLUSTER]))
-    if not found:
-        return []
-    clusters = dict(Cluster.objects.filter(name__in={c for _, c in found})
-                    .values_list("name", "pk"))
-    return [outbox.message_event(
-        workload_id=e.workload.pk, cluster_id=clusters[name], at=now, type="Warning",
-        reason="Pending", message=f"Allot: workload {e.workload.pk} waits: {e.code}: "
-        f"{e.message}")
-        for e, name in found if name in clusters]
 
 
 def _reasons(now: datetime, result: engine.CycleResult, parts: SnapshotParts,

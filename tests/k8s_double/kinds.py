@@ -249,7 +249,8 @@ class KindsController:
         replaced (a rollout), pods of groups past `replicas` deleted (a scale-down)."""
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         base = get(obj, "spec.leaderWorkerTemplate") or {}
-        groups, size = int(get(obj, "spec.replicas") or 1), int(base.get("size") or 1)
+        raw = get(obj, "spec.replicas")
+        groups, size = (1 if raw is None else int(raw)), int(base.get("size") or 1)
         worker = base.get("workerTemplate") or {}
         leader = base.get("leaderTemplate") or worker
         wanted = set()

@@ -33,6 +33,7 @@ from kubernetes import client as k8s
 
 from scheduling import kinds
 from scheduling.backends.base import (
+    AdoptedObject,
     DispatchRefused,
     PodSetStatus,
     RefusalReason,
@@ -43,6 +44,7 @@ from scheduling.backends.base import (
 from scheduling.backends.k8s.client import JSON_PATCH, MERGE_PATCH, KubeClient
 from scheduling.backends.naming import (
     ANNOTATION_GROUP_WORKLOADS,
+    LABEL_WORKLOAD_ID,
     LWS_GROUP_LABEL,
     LWS_NAME_LABEL,
     LWS_WORKER_LABEL,
@@ -146,6 +148,58 @@ class GroupsMixin(KubeClient):
             raise self._unexpected(what, error) from error
         return ref
 
+    def adopted_objects(self, kind: str) -> list[AdoptedObject]:
+        """Every object of `kind` listing its groups (`allot.io/group-workloads`), in every
+        namespace: one list call ([] when the cluster does not serve the kind)."""
+        found = kinds.kind_named(kind)
+        if found is None or kind not in self.served_kinds():
+            return []
+        what = f"list adopted {found.kind} objects"
+        try:
+            listed = self._call(what, self.custom.list_cluster_custom_object, found.group,
+                                found.version, found.plural, label_selector=LABEL_WORKLOAD_ID)
+        except k8s.ApiException as error:
+            if error.status in (403, 404):
+                return []
+            raise self._unexpected(what, error) from error
+        out = []
+        for obj in listed.get("items") or []:
+            meta = obj.get("metadata") or {}
+            if ANNOTATION_GROUP_WORKLOADS not in (meta.get("annotations") or {}):
+                continue  # Allot's own object (a group submitted through the API)
+            raw = (obj.get("spec") or {}).get("replicas", 1)
+            first = str((meta.get("labels") or {}).get(LABEL_WORKLOAD_ID, ""))
+            out.append(AdoptedObject(
+                namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
+                replicas=raw if isinstance(raw, int) and raw >= 0 else 1,
+                workload_ids=tuple(group_workload_ids(obj)),
+                first_workload_id=int(first) if first.isdigit() else None))
+        return out
+
+    def served_kinds(self) -> list[str]:
+        raise NotImplementedError  # ObjectsMixin's (API discovery)
+
+    def set_adopted_groups(self, kind: str, namespace: str, name: str, workload_ids: list[int],
+                           fresh: list[int]) -> bool:
+        """List the object's groups (a scale followed); the groups `fresh` lose what an
+        earlier group of that index left (`ended`). False: the object is gone."""
+        found = kinds.kind_named(kind)
+        if found is None:
+            return False
+        ref = WorkloadRef(namespace=namespace, workload_id=0, job_names=(), kind=kind,
+                          adopted_name=name)
+        annotations: dict[str, Any] = {
+            ANNOTATION_GROUP_WORKLOADS: ",".join(str(i) for i in workload_ids),
+            **{group_annotation(g): None for g in fresh}}  # null: removed (merge patch)
+        what = f'list the groups of {found.kind} "{name}" in namespace "{namespace}"'
+        try:
+            self._annotate(found, ref, annotations, what)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return False
+            raise self._unexpected(what, error) from error
+        return True
+
     def _set_group_gates(self, kind: Kind, ref: WorkloadRef, suspend: bool) -> None:
         """Start (ungate and place the group's pods) or preempt (delete its ungated pods,
         made again gated) one group."""
@@ -193,7 +247,11 @@ class GroupsMixin(KubeClient):
             return
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         groups = range(len(group_workload_ids(obj)))
-        if all(annotations.get(group_annotation(g)) == ENDED for g in groups):
+        # Scaled (its groups not yet listed again by the sync) or scaled to zero: the object is
+        # the user's and may grow again; it goes once its listed groups have all ended.
+        scaled = (obj.get("spec") or {}).get("replicas", 1) != len(groups)
+        if groups and not scaled and all(
+                annotations.get(group_annotation(g)) == ENDED for g in groups):
             self._delete_whole_object(kind, ref)
 
     def _delete_whole_object(self, kind: Kind, ref: WorkloadRef) -> None:

@@ -36,7 +36,14 @@ from typing import Any
 from core.quantity import format_base
 from scheduling.backends.base import PodSetSpec, WorkloadSpec
 from scheduling.backends.k8s.nodes import GPU_RESOURCE
-from scheduling.backends.naming import CARDS_ANNOTATION, HAMI_USE_UUID, PIN_LABEL, job_labels
+from scheduling.backends.naming import (
+    CARDS_ANNOTATION,
+    HAMI_USE_UUID,
+    KAI_QUEUE_LABEL,
+    KAI_SCHEDULER,
+    PIN_LABEL,
+    job_labels,
+)
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SHARING = ("", "hami", "kai", "time-slicing")
@@ -45,10 +52,6 @@ HAMI_MEMORY = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
-# Pods reach the KAI Scheduler by its scheduler name and a queue label (the KAI queue they are
-# admitted in; its `gpu-fraction` annotation is read by KAI only).
-KAI_SCHEDULER = "kai-scheduler"
-KAI_QUEUE_LABEL = "kai.scheduler/queue"
 
 
 @dataclass(frozen=True)

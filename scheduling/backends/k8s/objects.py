@@ -33,8 +33,9 @@ from scheduling.backends.base import (
 )
 from scheduling.backends.k8s.client import JSON_PATCH, MERGE_PATCH
 from scheduling.backends.k8s.groups import GroupsMixin
-from scheduling.backends.k8s.jobs import KAI_QUEUE_LABEL, sharing_fields
+from scheduling.backends.k8s.jobs import sharing_fields
 from scheduling.backends.naming import (
+    KAI_QUEUE_LABEL,
     LABEL_POD_SET,
     LABEL_WORKLOAD_ID,
     job_labels,

@@ -426,3 +426,205 @@ def test_an_lws_deleted_before_any_group_ran_ends_every_group(world, client, kub
         w.refresh_from_db()
         assert w.state == WorkloadState.CANCELLED
         assert "its LeaderWorkerSet vllm was deleted from bj" in w.events.latest("at").message
+
+
+# ------------------------------------------------------ kubectl scale of an adopted LWS
+def _adopted_on_kubernetes(client, kube, *, groups: int, size: int = 1, **connection):
+    """bj a Kubernetes cluster (the API double, three nodes of 8 A100s; Allot knows two) and
+    vllm applied to it through the webhook: its workloads in group order."""
+    from scheduling.backends import clear_backend_cache
+    from tests.k8s_double.patches import json_patch
+
+    for n in (1, 2):
+        kube.state.add_node(f"bj-a100-{n}", labels=dict(A100.node_selector), gpus=8)
+    kube.state.create_namespace({"metadata": {"name": "rd-vision"}})
+    bj = Cluster.objects.get(name="bj")
+    bj.backend, bj.connection = "kubernetes", {**kube.connection, "timeout_s": 5,
+                                               "webhook_token": TOKEN, **connection}
+    bj.save()
+    Cluster.objects.filter(name="sh").update(enabled=False)
+    clear_backend_cache()
+    obj = labelled_lws(groups=groups, size=size)
+    answer = post(client, review(obj)).json()["response"]
+    assert answer["allowed"] is True
+    applied = json_patch(obj, json.loads(base64.b64decode(answer["patch"])))
+    kube.state.create_object("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "rd-vision",
+                             applied)
+    return bj
+
+
+def _stored_lws(kube):
+    return kube.state.objects[("leaderworkerset.x-k8s.io/leaderworkersets", "rd-vision",
+                               "vllm")]
+
+
+def _scale_lws(kube, replicas: int) -> None:  # kubectl scale lws vllm --replicas N
+    kube.state.patch_object("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "rd-vision",
+                            "vllm", {"spec": {"replicas": replicas}},
+                            "application/merge-patch+json")
+
+
+def _run_groups(kube, bj):
+    """A cycle, the dispatch pass, every ungated pod running, the sync."""
+    from scheduling.fleet.dispatch import cluster_dispatch
+    from scheduling.fleet.sync import cluster_sync
+
+    cycle_run(wait=True)
+    cluster_dispatch(cluster_id=bj.pk)
+    for w in Workload.objects.filter(state=WorkloadState.RESERVED):
+        kube.state.set_workload_pods("rd-vision", w.pk, "Running")
+    cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+
+
+def test_an_adopted_lws_scaled_up_queues_its_new_groups_and_scaled_down_releases_them(
+        world, client, kube):
+    """kubectl scale of an adopted LWS, followed by the sync: one group (a leader of 8 GPUs)
+    runs; scaled to 3, groups 1 and 2 become workloads of rd/vision pinned to bj, their pods
+    gated; the one that fits (bj's two nodes in Allot) is admitted and ungated, the other waits
+    with its reason; scaled down to 1, both end and their quota is released."""
+    from scheduling.backends import clear_backend_cache
+    from scheduling.fleet.sync import cluster_sync
+    from scheduling.models import Admission
+
+    try:
+        bj = _adopted_on_kubernetes(client, kube, groups=1)
+        first = Workload.objects.get()
+        assert first.name == "vllm" and first.labels["allot.io/gang"] == "0"
+        assert _stored_lws(kube)["metadata"]["annotations"]["allot.io/group-workloads"] == \
+            str(first.pk)
+        _run_groups(kube, bj)
+        first.refresh_from_db()
+        assert first.state == WorkloadState.RUNNING
+        assert [p["spec"]["schedulingGates"] for p in _pods(kube, 0)] == [[]]
+
+        _scale_lws(kube, 3)
+        assert all(p["spec"]["schedulingGates"] for g in (1, 2) for p in _pods(kube, g))
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+        added = list(Workload.objects.exclude(pk=first.pk).order_by("pk"))
+        assert [(w.name, w.state, w.labels["allot.io/gang"]) for w in added] == [
+            ("vllm-1", WorkloadState.PENDING, "1"), ("vllm-2", WorkloadState.PENDING, "2")]
+        for w in added:
+            assert w.labels["allot.io/cluster"] == "bj" and w.labels["allot.io/object"] == "vllm"
+            assert (w.queue, w.owner, w.priority_class) == (first.queue, first.owner,
+                                                           first.priority_class)
+            assert [(ps.count, ps.gpus) for ps in w.pod_sets.all()] == [(1, 8)]
+            assert "added by a scale on bj (1 -> 3 groups)" in w.events.get().message
+        annotations = _stored_lws(kube)["metadata"]["annotations"]
+        assert annotations["allot.io/group-workloads"] == ",".join(
+            str(w.pk) for w in [first, *added])
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)  # the same: nothing new
+        assert Workload.objects.count() == 3
+
+        _run_groups(kube, bj)  # room on bj for one more leader: group 1; group 2 waits
+        states = {w.name: w.state for w in Workload.objects.all()}
+        assert states == {"vllm": WorkloadState.RUNNING, "vllm-1": WorkloadState.RUNNING,
+                          "vllm-2": WorkloadState.PENDING}
+        assert [p["spec"]["schedulingGates"] for p in _pods(kube, 1)] == [[]]
+        assert _pods(kube, 1)[0]["metadata"]["labels"]["allot.io/workload-id"] == \
+            str(added[0].pk)
+        assert all(p["spec"]["schedulingGates"] for p in _pods(kube, 2))
+        added[1].refresh_from_db()
+        assert added[1].reason_code  # it says why it waits
+
+        _scale_lws(kube, 1)  # the controller deletes groups 1 and 2
+        assert _pods(kube, 1) == [] and _pods(kube, 2) == []
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+        for w in added:
+            w.refresh_from_db()
+        assert [w.state for w in added] == [WorkloadState.FINISHED, WorkloadState.CANCELLED]
+        assert "scaled down on bj: 3 -> 1 groups of vllm; group 1 removed" in \
+            added[0].events.latest("at").message
+        assert not Admission.objects.filter(workload__in=added, ended_at__isnull=True).exists()
+        assert Admission.objects.filter(ended_at__isnull=True).get().workload_id == first.pk
+        assert _stored_lws(kube)["metadata"]["annotations"]["allot.io/group-workloads"] == \
+            str(first.pk)
+
+        _scale_lws(kube, 0)  # every group ends; the object is the user's: it stays
+        assert _pods(kube, 0) == []
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+        first.refresh_from_db()
+        assert first.state == WorkloadState.FINISHED
+        assert not Admission.objects.filter(ended_at__isnull=True).exists()
+        _run_groups(kube, bj)  # the cleanup of the ended groups (their deletes delivered)
+        from scheduling.fleet.delivery import outbox_deliver
+
+        outbox_deliver()
+        assert _stored_lws(kube)["metadata"]["annotations"]["allot.io/group-workloads"] == ""
+        _scale_lws(kube, 2)  # and up again: no open group left, the object's label says whose
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+        again = list(Workload.objects.filter(state=WorkloadState.PENDING).order_by("pk"))
+        assert [(w.name, w.labels["allot.io/gang"]) for w in again] == [
+            ("vllm-0", "0"), ("vllm-1", "1")]
+        annotations = _stored_lws(kube)["metadata"]["annotations"]
+        assert annotations["allot.io/group-workloads"] == ",".join(str(w.pk) for w in again)
+        assert "allot.io/group.0" not in annotations  # the ended group 0's record is gone
+        _run_groups(kube, bj)
+        assert [p["spec"]["schedulingGates"] for p in _pods(kube, 0)] == [[]]
+    finally:
+        clear_backend_cache()
+
+
+def test_an_adopted_lws_deleted_while_every_group_waits_ends_them(world, client, kube):
+    """No group dispatched: the full sync reads the object itself and, once its groups are a
+    minute old (the object may still be on its way after the webhook answered), ends them."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.backends import clear_backend_cache
+    from scheduling.fleet.sync import cluster_sync
+
+    try:
+        bj = _adopted_on_kubernetes(client, kube, groups=2)
+        kube.state.delete_object("leaderworkerset.x-k8s.io", "v1", "leaderworkersets",
+                                 "rd-vision", "vllm")
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+        assert set(Workload.objects.values_list("state", flat=True)) == {WorkloadState.PENDING}
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False,
+                     now=timezone.now() + timedelta(seconds=61))
+    finally:
+        clear_backend_cache()
+    for w in Workload.objects.all():
+        assert w.state == WorkloadState.CANCELLED
+        assert "its LeaderWorkerSet vllm was deleted from bj" in w.events.latest("at").message
+
+
+def test_an_adopted_lws_on_a_kai_cluster_sends_its_pods_to_kai(world, client, kube):
+    """On a KAI cluster (`gpu_sharing: kai`) every pod goes to the KAI Scheduler in the
+    connection's queue: the webhook writes the scheduler name and the queue label into an
+    adopted LWS's templates (its pods are never made again by Allot, and a pod's scheduler
+    cannot change), so each group's pods, leader and workers, carry them, gated and started."""
+    from scheduling.backends import clear_backend_cache
+
+    try:
+        bj = _adopted_on_kubernetes(client, kube, groups=2, size=2, gpu_sharing="kai",
+                                    kai_queue="research")
+        stored = _stored_lws(kube)
+        assert stored["metadata"]["labels"]["kai.scheduler/queue"] == "research"
+        pods = _pods(kube, 0) + _pods(kube, 1)
+        assert len(pods) == 4
+        for pod in pods:
+            assert pod["spec"]["schedulerName"] == "kai-scheduler"
+            assert pod["metadata"]["labels"]["kai.scheduler/queue"] == "research"
+        _run_groups(kube, bj)  # group 0 admitted (16 GPUs of bj's two nodes), its pods lifted
+        started = _pods(kube, 0)
+        assert [p["spec"]["schedulingGates"] for p in started] == [[], []]
+        assert {p["spec"]["schedulerName"] for p in started} == {"kai-scheduler"}
+        assert {p["metadata"]["labels"]["kai.scheduler/queue"] for p in started} == {"research"}
+    finally:
+        clear_backend_cache()
+
+
+def test_a_scaled_lws_is_not_deleted_by_its_removed_groups_ending(world, client, kube):
+    """The removed groups' deletes may reach the cluster before the sync lists the groups
+    left: while the object's replicas differ from the groups it lists, their ending never
+    deletes the user's object (scaled to 1 from 3, then every listed group ending)."""
+    from scheduling.backends.k8s import KubernetesBackend
+
+    groups, _ = _lws_on_double(client, kube)
+    backend = KubernetesBackend(name="bj", connection=kube.connection)
+    _scale_lws(kube, 1)
+    for w in groups:
+        backend.delete_workload(_group_spec(w).ref)
+    assert ("leaderworkerset.x-k8s.io/leaderworkersets", "rd-vision", "vllm") in \
+        kube.state.objects

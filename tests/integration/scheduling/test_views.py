@@ -234,3 +234,34 @@ def test_a_notebook_with_a_time_limit_and_a_bad_one_on_its_field(alice):
     assert r.status_code == 302
     w = Workload.objects.get(name="lab")
     assert w.interactive and w.time_limit_s == 9000
+
+
+def test_sessions_get_the_priority_class_an_admin_sets(alice, org):
+    """An admin's priority policy on `request.interactive` ("sessions are inference-high"):
+    a notebook from the request page and one from the API get the class, a batch job keeps
+    the one it asked."""
+    import json
+
+    from policies.services import policy_create
+    from tests.factories import UserFactory
+
+    admin = UserFactory(username="root-sessions", is_staff=True, is_superuser=True)
+    policy_create(user=admin, data={
+        "name": "sessions-high", "kind": "priority", "mode": "enforce",
+        "match": "request.interactive", "rule": '"inference-high"'})
+    notebook = {**BASE, "name": "lab", "interactive": "on", "image": "quay.io/jupyter/x:1",
+                "command": ""}
+    assert alice.post("/workloads/new/", {**notebook, **pod_rows(WORKERS)}).status_code == 302
+    assert alice.post("/workloads/new/", {**BASE, **pod_rows(WORKERS)}).status_code == 302
+    body = {"queue": "rd/vision", "name": "lab-api", "interactive": True,
+            "priority_class": "training", "image": "quay.io/jupyter/x:1",
+            "pods": [{"count": 1, "gpus": 1, "cpu": 4, "memory_gib": 16,
+                      "flavors": ["a100-80g"]}]}
+    r = alice.post("/api/v1/workloads", json.dumps(body), content_type="application/json")
+    assert r.status_code == 201, r.content
+    assert r.json()["priority_class"] == "inference-high"
+    classes = dict(Workload.objects.values_list("name", "priority_class__name"))
+    assert classes == {"lab": "inference-high", "ddp-run": "training",
+                       "lab-api": "inference-high"}
+    said = [e.message for e in Workload.objects.get(name="lab").events.all()]
+    assert "priority class training -> inference-high (set by policy sessions-high)" in said

@@ -94,6 +94,14 @@ def test_a_deployment_scaled_on_the_cluster_is_admitted_and_released(world, kube
     cycle_run(wait=True)
     up.refresh_from_db()
     assert up.state == S.PENDING and up.reason_code  # no room on bj: it says why
+    # ... on the Deployment too (Allot's own, submitted through the API): kubectl describe.
+    from scheduling.fleet.delivery import outbox_deliver
+
+    outbox_deliver()
+    notes = [e["note"] for e in kube.state.events_about(NS, "Deployment", f"allot-w{w.pk}-0")
+             if e["reason"] == "Pending"]
+    assert notes == [f"Allot: the pods added by a scale wait as workload {up.pk} ({up.name}): "
+                     f"{up.reason_code}: {up.reason_message}"]
     cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)  # the same count: nothing new
     assert Workload.objects.filter(labels__has_key="allot.io/scale-of").count() == 1
 
@@ -128,3 +136,48 @@ def test_a_deployment_scaled_on_the_cluster_is_admitted_and_released(world, kube
         type=EventType.UPDATED).order_by("pk").last().message
     w.refresh_from_db()
     assert w.state == S.RUNNING
+
+
+def test_an_adopted_deployment_scaled_on_the_cluster_is_followed(world, kube):
+    """A Deployment applied with the queue label (the webhook) runs under its own name; a
+    `kubectl scale` of it is followed as for one Allot created: the added pods wait as a
+    scale-up, the removed ones' quota is released."""
+    import base64
+    import json
+
+    from scheduling.admission import admission_review
+    from tests.integration.scheduling.test_admission import review
+    from tests.k8s_double.patches import json_patch
+
+    bj = Cluster.objects.get(name="bj")
+    obj = _deployment(2)
+    obj["metadata"]["labels"] = {"allot.io/queue": "rd.vision"}
+    answer = admission_review(cluster=bj, review=review(obj))["response"]
+    applied = json_patch(obj, json.loads(base64.b64decode(answer["patch"])))
+    kube.state.create_namespace({"metadata": {"name": NS}})
+    kube.state.create_object("apps", "v1", "deployments", NS, applied)
+    w = Workload.objects.get()
+    name = obj["metadata"]["name"]
+    cycle_run(wait=True)
+    cluster_dispatch(cluster_id=bj.pk)
+    assert _pods(kube, w) == (2, 0)
+    kube.state.set_workload_pods(NS, w.pk, "Running")
+    cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+    w.refresh_from_db()
+    assert w.state == S.RUNNING and _open(w).gpus == 8
+
+    def scale(replicas):
+        kube.state.patch_object("apps", "v1", "deployments", NS, name,
+                                {"spec": {"replicas": replicas}}, "application/merge-patch+json")
+        cluster_sync(cluster_id=bj.pk, nodes=False, nudge=False)
+
+    scale(3)
+    up = Workload.objects.get(labels__contains={"allot.io/scale-of": str(w.pk)})
+    assert up.state == S.PENDING and [p.count for p in up.pod_sets.all()] == [1]
+    assert _pods(kube, w) == (2, 1)
+    cycle_run(wait=True)
+    cluster_dispatch(cluster_id=bj.pk)
+    up.refresh_from_db()
+    assert up.state == S.FINISHED and _open(w).gpus == 12 and _pods(kube, w) == (3, 0)
+    scale(1)
+    assert _open(w).gpus == 4 and _pods(kube, w) == (1, 0)
