@@ -453,6 +453,13 @@ ALLOT_ETA = {
     "step_rel": env.float("ALLOT_ETA_STEP_REL", default=0.02),
     # The request form forecasts on demand while fewer workloads than this wait.
     "preview_max_pending": env.int("ALLOT_ETA_PREVIEW_MAX_PENDING", default=2000),
+    # Scale a start by how the queue's latest first forecasts came out, when their median
+    # ratio actual / forecast wait is outside [1 / band, band] (scheduling/engine/calibration.py;
+    # off: on the Philly replay it helps one stretch and not another, docs/engine.md §13). The
+    # first forecasts are kept either way.
+    "calibrate": env.bool("ALLOT_ETA_CALIBRATE", default=False),
+    "calibration_samples": env.int("ALLOT_ETA_CALIBRATION_SAMPLES", default=30),
+    "calibration_band": env.float("ALLOT_ETA_CALIBRATION_BAND", default=1.5),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.
