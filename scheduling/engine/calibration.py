@@ -42,7 +42,7 @@ MIN_WAIT_S = 60.0
 @dataclass(frozen=True)
 class Outcome:
     """One workload's first forecast: made `at`, for a start at `start` (seconds, one clock);
-    `actual`: when it was admitted (None: not yet)."""
+    `actual`: when it was admitted next (None: not yet; one before `at` is no sample)."""
 
     at: float
     start: float
@@ -59,7 +59,8 @@ def due(outcomes: Iterable[Outcome], now: float, *, samples: int = SAMPLES,
     """The latest `samples` forecasts whose start is at or before `now` (and within
     `window_s` of it), by that start."""
     ready = sorted((o for o in outcomes if now - window_s <= o.start <= now
-                    and o.start - o.at >= min_wait_s), key=lambda o: o.start)
+                    and o.start - o.at >= min_wait_s
+                    and (o.actual is None or o.actual >= o.at)), key=lambda o: o.start)
     return ready[-samples:] if samples > 0 else []
 
 

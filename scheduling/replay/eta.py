@@ -92,9 +92,14 @@ class FirstForecasts:
             self.by_queue.setdefault(queue, []).append((name, at, start))
 
     def outcomes(self, ws: dict[str, WorkloadRecord]) -> dict[str, list[Outcome]]:
-        """Each queue's forecasts with their actual starts so far (the first admission)."""
-        return {q: [Outcome(at=at, start=start, actual=ws[name].first_admit)
+        """Each queue's forecasts with their actual starts so far (the first admission at or
+        after the forecast: work first seen pending after a preemption ran before)."""
+        return {q: [Outcome(at=at, start=start, actual=_admitted(ws[name], at))
                     for name, at, start in xs] for q, xs in self.by_queue.items()}
+
+
+def _admitted(w: WorkloadRecord, since: float) -> float | None:
+    return next((float(a["at"]) for a in w.admissions if float(a["at"]) >= since), None)
 
 
 class RunHistory:

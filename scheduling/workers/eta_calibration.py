@@ -27,9 +27,11 @@ SAMPLE_ROWS = 20_000
 
 def outcomes_read(now: datetime) -> dict[str, list[Outcome]]:
     """Per leaf queue, the first forecasts due by `now` (start at or before it, within the
-    last `history_days`) with their actual starts (None: not admitted yet)."""
+    last `history_days`) with their actual starts (None: not admitted since)."""
     since = now - timedelta(days=float(settings.ALLOT_ETA["history_days"]))
-    first_admit = (Admission.objects.filter(workload=OuterRef("workload"))
+    # the first admission at or after the forecast (one before it ran before a preemption)
+    first_admit = (Admission.objects.filter(workload=OuterRef("workload"),
+                                            reserved_at__gte=OuterRef("made_at"))
                    .order_by("reserved_at").values("reserved_at")[:1])
     rows = (FirstEstimate.objects.filter(start__lte=now, start__gte=since)
             .annotate(actual=Subquery(first_admit)).order_by("-start")

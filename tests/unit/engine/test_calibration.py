@@ -18,6 +18,7 @@ LATE = [
     Outcome(0, 600, None),     # 1000 / 600 = 1.667 so far
     Outcome(0, 2000, None),    # not due yet (its start is after NOW): no sample
     Outcome(500, 530, 900),    # a forecast wait of 30 s: no sample
+    Outcome(700, 800, 600),    # admitted before the forecast (ran before a preemption)
 ]
 
 

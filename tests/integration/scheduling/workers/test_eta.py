@@ -242,22 +242,30 @@ def test_calibration_reads_due_first_forecasts_with_their_actual_starts(full):
     from scheduling.models import FirstEstimate
     from scheduling.workers.eta_calibration import outcomes_read
 
-    world, r1, _r2, p1, _p2 = full
-    now = timezone.now()
+    world, r1, r2, p1, p2 = full
     admitted = r1.admissions.get().reserved_at
+    now = max(admitted, r2.admissions.get().reserved_at) + timedelta(seconds=600)
     FirstEstimate.objects.create(workload=r1, made_at=admitted - timedelta(seconds=100),
                                  start=admitted - timedelta(seconds=50))
     # p1 still waits; its forecast start has passed: a sample with no actual start yet
     FirstEstimate.objects.create(workload=p1, made_at=now - timedelta(seconds=600),
                                  start=now - timedelta(seconds=300))
     # not due yet: no sample
-    FirstEstimate.objects.create(workload=_p2, made_at=now, start=now + timedelta(hours=1))
+    FirstEstimate.objects.create(workload=p2, made_at=now, start=now + timedelta(hours=1))
+    # r2 was first forecast after its admission (as if requeued after it ran): not admitted
+    # since that forecast
+    FirstEstimate.objects.create(workload=r2, made_at=now - timedelta(seconds=60),
+                                 start=now - timedelta(seconds=30))
     got = outcomes_read(now)
     assert list(got) == ["rd/vision"]
-    assert [o.start for o in got["rd/vision"]] == sorted(
-        (o.start for o in got["rd/vision"]), reverse=True)  # newest start first
+    starts = [o.start for o in got["rd/vision"]]
+    assert starts == sorted(starts, reverse=True) and len(starts) == 3  # newest first
     (started,) = [o for o in got["rd/vision"] if o.actual is not None]
-    (waiting,) = [o for o in got["rd/vision"] if o.actual is None]
-    assert waiting.actual is None and started.actual == admitted.timestamp()
-    assert started.ratio(now.timestamp()) == pytest.approx(2.0)
-    assert waiting.ratio(now.timestamp()) == pytest.approx(2.0)
+    waiting, requeued = sorted((o for o in got["rd/vision"] if o.actual is None),
+                               key=lambda o: o.at)
+    assert requeued.at == (now - timedelta(seconds=60)).timestamp()
+    assert started.actual == admitted.timestamp()
+    t = now.timestamp()
+    assert started.ratio(t) == pytest.approx(2.0)  # waited 100 s, forecast 50 s
+    assert waiting.ratio(t) == pytest.approx(2.0)  # 600 s so far, forecast 300 s
+    assert requeued.ratio(t) == pytest.approx(2.0)  # 60 s so far, forecast 30 s
