@@ -6,6 +6,7 @@ from the queue's finished runs) with when it really started.
     python -m bench.eta_accuracy --jobs 10000 --every 40 --config new
     python -m bench.eta_accuracy --jobs 3000 --config old.json,new.json   # from --dump files
     python -m bench.eta_accuracy --offset 40000 --jobs 10000   # a later stretch of the trace
+    python -m bench.eta_accuracy --jobs 3000 --every 10 --config calibrated --breakdown
 
 The trace directory comes from ALLOT_TRACES_DIR (philly_pollux_jobs.csv; bench.engine reads
 it and builds the elastic scenario: tenants as leaves with min by GPU-hours, 1.3 x the mean
@@ -26,6 +27,12 @@ Figures, per configuration, side by side:
   counts as an error of 60 (not dropped). It is lower than the first, as work that did not
   wait is the easy case: the first is the one the target is judged on;
 - the median absolute error and wait, and how many started before or after their range.
+
+`--breakdown`: where the error is, per configuration (`breakdown`): by wait length, size,
+queue and simulated start, the median error / wait and the forecast / actual wait quartiles.
+The `calibrated` configuration (the live forecast scaled by how the queue's earlier first
+forecasts came out, scheduling.engine.calibration) also prints its forecasts before the
+calibration as `calibrated, raw`, from the same replay.
 Prints one line of JSON at the end (`{"bench": "eta_accuracy", ...}`).
 """
 
@@ -175,7 +182,8 @@ def main(argv: list[str]) -> int:
 def overrides(argv: list[str]) -> dict[str, Any]:
     """Options to try on every configuration: --levels 0.25,0.95 --point 0.75 --arrivals S
     --recent N --step-rel X --by-size --remaining-mean --record-starts (each simulated start
-    in the --dump file)."""
+    in the --dump file) --all-pending (every pending workload forecast at each forecast, as
+    the live refresh does) --cal-samples N --cal-band X (the calibration's, with `calibrated`)."""
     out: dict[str, Any] = {}
     if "--levels" in argv:
         out["levels"] = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(","))
