@@ -1,6 +1,6 @@
 """Start forecast: how long the forecast of every pending workload takes (the engine part of
-the task `scheduling.eta_refresh`: three fast-forwards of the live snapshot: the start, and
-the range at the 25th and 95th percentiles of run times).
+the task `scheduling.eta_refresh`: four fast-forwards of the live snapshot, the start their
+median, the range over them; then the calibration by 20,000 earlier first forecasts).
 
     python -m bench.eta                    # 20,000 pending workloads
     python -m bench.eta --pending 5000     # another size
@@ -19,8 +19,9 @@ the first refresh (every row new), (2) a refresh where nothing moved, (3) one wh
 the estimates moved, one workload in 100 left and as many came, (4) one where all moved; and
 what the same 20,000 rows cost written the ways compared: every row saved on its own
 (`update_or_create`, timed on 2,000 and scaled), Django's `bulk_update` in batches of 500,
-the old refresh (DELETE all, COPY all). Statements are counted at the connection (a COPY as
-one).
+the old refresh (DELETE all, COPY all); and the calibration's records: the first forecasts
+kept (`first_estimates_store`) and read back (`outcomes_read`). Statements are counted at the
+connection (a COPY as one).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from scheduling.engine import (
     Snapshot,
     WorkloadSpec,
 )
+from scheduling.engine.calibration import Outcome, apply, calibration
 from scheduling.engine.forecast import (
     LIVE_LEVELS,
     LIVE_START_STAT,
@@ -117,6 +119,25 @@ def world(pending: int, seed: int = 7) -> tuple[Snapshot, dict[str, Known], RunT
     return snap, known, RunTimes(by_queue=history, fleet=fleet_hist)
 
 
+def past_forecasts(snap: Snapshot, per_queue: int = 400, seed: int = 11
+                   ) -> dict[str, list[Outcome]]:
+    """A month of first forecasts per leaf queue (seeded): waits log-normal (median 1 h),
+    actual waits the forecast's times a log-normal ratio (median 1.3), the latest still
+    waiting."""
+    rng = random.Random(seed)
+    leaves = sorted({w.queue for w in snap.pending})
+    out: dict[str, list[Outcome]] = {}
+    for leaf in leaves:
+        xs = []
+        for _ in range(per_queue):
+            at = NOW - rng.uniform(0, 30 * 86_400)
+            wait = rng.lognormvariate(8.2, 1.0)
+            actual = at + wait * rng.lognormvariate(0.26, 0.5)
+            xs.append(Outcome(at=at, start=at + wait, actual=actual if actual <= NOW else None))
+        out[leaf] = xs
+    return out
+
+
 def main(argv: list[str]) -> int:
     pending = int(argv[argv.index("--pending") + 1]) if "--pending" in argv else 20_000
     snap, known, runtimes = world(pending)
@@ -132,11 +153,22 @@ def main(argv: list[str]) -> int:
     fast_forward(snap, remaining=remaining, durations=durations, horizon_s=horizon,
                  step_s=STEP_S, step_rel=STEP_REL)
     one["median_run_s"] = round(time.perf_counter() - t1, 2)
+    # The calibration (scheduling.engine.calibration) on top: a month of first forecasts per
+    # queue (20,000 in all), each queue's factor, every estimate scaled.
+    outcomes = past_forecasts(snap)
+    c1, t1 = time.process_time(), time.perf_counter()
+    cal = calibration(outcomes, NOW, min_samples=runtimes.min_samples)
+    queue_of = {w.name: w.queue for w in snap.pending}
+    est = {n: apply(e, NOW, cal.of(queue_of[n])) for n, e in est.items()}
+    cal_wall, cal_cpu = time.perf_counter() - t1, time.process_time() - c1
     spans = sorted((e.start - NOW) / 3600 for e in est.values() if e.start is not None)
     figures = {
         "bench": "eta", "pending": pending, "admitted": len(snap.admitted),
         "gpus": NODES * GPUS, "queues": len(snap.queues),
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+        "calibration_wall_s": round(cal_wall, 3), "calibration_cpu_s": round(cal_cpu, 3),
+        "calibration_samples": sum(len(xs) for xs in outcomes.values()),
+        "queues_scaled": sum(f != 1.0 for f in cal.by_queue.values()),
         "fast_forwards": 1 + len(LIVE_LEVELS), "one_fast_forward_s": one["median_run_s"],
         "started_within_horizon": started,
         "last_start_h": round(spans[-1], 1) if spans else None,
@@ -145,6 +177,9 @@ def main(argv: list[str]) -> int:
           f"{len(snap.queues)} queues")
     print(f"[eta] forecast of every pending workload ({1 + len(LIVE_LEVELS)} fast-forwards): "
           f"{wall:.2f} s wall, {cpu:.2f} s CPU; one fast-forward {one['median_run_s']:.2f} s")
+    print(f"[eta] calibration ({figures['calibration_samples']} first forecasts, "
+          f"{figures['queues_scaled']} queues scaled): {cal_wall:.3f} s wall, "
+          f"{cal_cpu:.3f} s CPU")
     print(f"[eta] {started} start within the 14-day horizon; the last at "
           f"+{figures['last_start_h']} h")
     if "--db" in argv:
@@ -174,6 +209,7 @@ def db_figures(snap: Snapshot, est: dict[str, Any]) -> dict[str, Any]:
     from quotas.models import Queue
     from scheduling.models import PriorityClass, Workload, WorkloadEstimate
     from scheduling.workers.eta import _Counter, estimates_store
+    from scheduling.workers.eta_calibration import first_estimates_store, outcomes_read
 
     settings.DEBUG = False
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False,
@@ -218,6 +254,13 @@ def db_figures(snap: Snapshot, est: dict[str, Any]) -> dict[str, Any]:
         n = len(ids)
         timed("first", lambda: estimates_store(rows(), now=now, step_s=STEP_S,
                                                step_rel=STEP_REL))
+        # The calibration's records: every workload's first forecast kept (one statement),
+        # then read back as samples once due (15 days on, every one due).
+        starts = {pk: at(e.start) for pk, e in zip(ids, est.values(), strict=True)
+                  if e.start is not None}
+        timed("first_estimates_kept", lambda: first_estimates_store(starts, now=now))
+        timed("first_estimates_read", lambda: (
+            outcomes_read(now + timedelta(days=15)) and None))
         timed("none_moved", lambda: estimates_store(rows(), now=now, step_s=STEP_S,
                                                     step_rel=STEP_REL))
         tenth = {i: 3600.0 for i in range(0, n, 10)}

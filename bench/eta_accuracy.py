@@ -6,6 +6,7 @@ from the queue's finished runs) with when it really started.
     python -m bench.eta_accuracy --jobs 10000 --every 40 --config new
     python -m bench.eta_accuracy --jobs 3000 --config old.json,new.json   # from --dump files
     python -m bench.eta_accuracy --offset 40000 --jobs 10000   # a later stretch of the trace
+    python -m bench.eta_accuracy --jobs 3000 --every 10 --config calibrated --breakdown
 
 The trace directory comes from ALLOT_TRACES_DIR (philly_pollux_jobs.csv; bench.engine reads
 it and builds the elastic scenario: tenants as leaves with min by GPU-hours, 1.3 x the mean
@@ -26,18 +27,26 @@ Figures, per configuration, side by side:
   counts as an error of 60 (not dropped). It is lower than the first, as work that did not
   wait is the easy case: the first is the one the target is judged on;
 - the median absolute error and wait, and how many started before or after their range.
+
+`--breakdown`: where the error is, per configuration (`breakdown`): by wait length, size,
+queue and simulated start, the median error / wait and the forecast / actual wait quartiles.
+The `calibrated` configuration (the live forecast scaled by how the queue's earlier first
+forecasts came out, scheduling.engine.calibration) also prints its forecasts before the
+calibration as `calibrated, raw`, from the same replay.
 Prints one line of JSON at the end (`{"bench": "eta_accuracy", ...}`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
 from typing import Any
 
 from bench.engine import TRACE_FILE, philly_scenario, read_philly, traces_dir
+from scheduling.engine.forecast import LIVE_LEVELS
 from scheduling.replay import EtaOptions, load_scenario, run_scenario
 
 WAITED_S = 600.0
@@ -51,6 +60,12 @@ def forecast_rows(workloads: dict[str, Any]) -> list[tuple[dict[str, Any], float
     """(eta_at_submit, actual start) of the workloads that have a forecast and started."""
     return [(w["eta_at_submit"], w["admissions"][0]["at"]) for w in workloads.values()
             if w.get("eta_at_submit") and w["admissions"]]
+
+
+def raw_rows(workloads: dict[str, Any]) -> list[tuple[dict[str, Any], float]]:
+    """`forecast_rows` with each forecast as it was before the calibration."""
+    return [({**eta, **dict(zip(("start", "low", "high"), eta["raw"], strict=True))}, actual)
+            for eta, actual in forecast_rows(workloads)]
 
 
 def accuracy(pairs: list[tuple[dict[str, Any], float]], tolerance_s: float) -> dict[str, Any]:
@@ -109,6 +124,9 @@ CONFIGS = {
     "new": {},
     # before the latest runs: work not started at its queue's 30-day mean run time
     "older": {"recent_runs": 0, "start_stat": "mean", "levels": (0.25, 0.95)},
+    # the live one scaled by how the queue's earlier forecasts came out
+    # (scheduling.engine.calibration); the same replay's forecasts before it as "..., raw"
+    "calibrated": {"calibrate": True},
 }
 
 
@@ -145,9 +163,14 @@ def main(argv: list[str]) -> int:
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         figures = accuracy(forecast_rows(out["workloads"]), tolerance)
         figures.update({"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)})
+        if opts.calibrate:  # the same forecasts before the calibration, from this replay
+            results[f"{name}, raw"] = accuracy(raw_rows(out["workloads"]), tolerance)
         results[name] = figures
         print(f"[eta-accuracy] {name}: {figures['forecasts']} forecasts, replay {wall:.1f} s "
               f"wall, {cpu:.1f} s CPU")
+        if "--breakdown" in argv:
+            for text in breakdown(data, out["workloads"]):
+                print(f"[eta-accuracy] {name}: {text}")
         if "--dump" in argv:  # one row per forecast, for studying where the error comes from
             dump(f"{argv[argv.index('--dump') + 1]}.{name}.json", data, out["workloads"])
     table(results)
@@ -159,7 +182,8 @@ def main(argv: list[str]) -> int:
 def overrides(argv: list[str]) -> dict[str, Any]:
     """Options to try on every configuration: --levels 0.25,0.95 --point 0.75 --arrivals S
     --recent N --step-rel X --by-size --remaining-mean --record-starts (each simulated start
-    in the --dump file)."""
+    in the --dump file) --all-pending (every pending workload forecast at each forecast, as
+    the live refresh does) --cal-samples N --cal-band X (the calibration's, with `calibrated`)."""
     out: dict[str, Any] = {}
     if "--levels" in argv:
         out["levels"] = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(","))
@@ -179,11 +203,83 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["by_size"] = True
     if "--remaining-mean" in argv:
         out["remaining_stat"] = "mean"
+    if "--all-pending" in argv:
+        out["all_pending"] = True
+    if "--cal-samples" in argv:
+        out["calibration_samples"] = arg(argv, "--cal-samples", 0)
+    if "--cal-band" in argv:
+        out["calibration_band"] = float(argv[argv.index("--cal-band") + 1])
     if "--record-starts" in argv:
         out["record_starts"] = True
     if "--step-rel" in argv:
         out["step_rel"] = float(argv[argv.index("--step-rel") + 1])
     return out
+
+
+def wait_class(wait_s: float) -> str:
+    """A wait's length class for the breakdown."""
+    for limit, label in ((3600, "< 1 h"), (6 * 3600, "1-6 h"), (86_400, "6 h-1 day"),
+                         (3 * 86_400, "1-3 days")):
+        if wait_s < limit:
+            return label
+    return ">= 3 days"
+
+
+def breakdown(data: dict[str, Any], workloads: dict[str, Any]) -> list[str]:
+    """Where the error is: over the forecasts that waited >= 10 min, per wait length, size
+    (GPUs) and queue (the eight with most forecasts): how many, the median |error| / wait, the
+    forecast wait / actual wait at its quartiles (bias: < 1 too early, > 1 too late; spread)
+    and how many were forecast to start before the actual start; then the same per simulated
+    start (`eta_at_submit.starts`, with --record-starts)."""
+    spec = {w["name"]: w for w in data["workloads"]}
+    rows = []
+    for name, w in workloads.items():
+        eta = w.get("eta_at_submit")
+        if not eta or not w["admissions"] or eta["start"] is None:
+            continue
+        actual = w["admissions"][0]["at"]
+        wait = actual - eta["at"]
+        if wait < WAITED_S:
+            continue
+        gpus = sum(p["count"] * p["gpus"] for p in spec[name]["pods"])
+        rows.append((eta, actual, wait, spec[name]["queue"], gpus))
+
+    def line(label: str, group: list[tuple[Any, ...]], pick: int | None = None) -> str:
+        starts = [(r[0]["start"] if pick is None else r[0]["starts"][pick], r) for r in group]
+        errs = [abs(s - r[1]) / r[2] if s is not None else math.inf for s, r in starts]
+        ratio = sorted((s - r[0]["at"]) / r[2] if s is not None else math.inf
+                       for s, r in starts)
+        early = sum(1 for s, r in starts if s is not None and s < r[1])
+        q = [quantile(ratio, x) for x in (0.25, 0.5, 0.75)]
+        return (f"{label:28} {len(group):>6} {statistics.median(errs):>10.3f} "
+                + "".join(f"{x:>9.2f}" for x in q) + f" {early:>7}")
+
+    out = [f"{'':28} {'n':>6} {'err/wait':>10} {'fc/act25':>9} {'fc/act50':>9} "
+           f"{'fc/act75':>9} {'early':>7}", line("all", rows)]
+    for title, key in (("wait", lambda r: wait_class(r[2])),
+                       ("GPUs", lambda r: str(int(r[4]) if r[4] < 8 else ">= 8")),
+                       ("queue", lambda r: r[3])):
+        groups: dict[str, list[tuple[Any, ...]]] = {}
+        for r in rows:
+            groups.setdefault(key(r), []).append(r)
+        order = sorted(groups, key=lambda k: -len(groups[k]))[:8] if title == "queue" \
+            else sorted(groups, key=lambda k: min(r[2] for r in groups[k]))
+        out += [line(f"{title} {k}", groups[k]) for k in order]
+    if rows and all(r[0].get("starts") for r in rows):
+        names = ["mean-run", *(f"p{round(x * 100)}" for x in LIVE_LEVELS)]
+        out += [line(f"fast-forward {names[i] if i < len(names) else i}", rows, i)
+                for i in range(len(rows[0][0]["starts"]))]
+    return out
+
+
+def quantile(xs: list[float], q: float) -> float:
+    """The q-quantile of sorted xs (linear between ranks)."""
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    if math.isinf(xs[hi]):
+        return xs[hi] if pos > lo else xs[lo]
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def dump(path: str, data: dict[str, Any], workloads: dict[str, Any]) -> None:

@@ -459,6 +459,13 @@ ALLOT_ETA = {
     "preview_max_pending": env.int("ALLOT_ETA_PREVIEW_MAX_PENDING", default=2000),
     # The periodic refresh waits this many times its last duration after it (0: never).
     "pace": env.float("ALLOT_ETA_PACE", default=3.0),
+    # Scale a start by how the queue's latest first forecasts came out, when their median
+    # ratio actual / forecast wait is outside [1 / band, band] (scheduling/engine/calibration.py;
+    # off: on the Philly replay it helps one stretch and not another, docs/engine.md §13). The
+    # first forecasts are kept either way.
+    "calibrate": env.bool("ALLOT_ETA_CALIBRATE", default=False),
+    "calibration_samples": env.int("ALLOT_ETA_CALIBRATION_SAMPLES", default=30),
+    "calibration_band": env.float("ALLOT_ETA_CALIBRATION_BAND", default=1.5),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.

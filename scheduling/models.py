@@ -516,6 +516,23 @@ class WorkloadEstimate(models.Model):
         return f"estimate of workload {self.workload_id}: {self.start}"
 
 
+class FirstEstimate(models.Model):
+    """A workload's first forecast start, kept after it starts: new forecasts are calibrated
+    by how these came out (scheduling/engine/calibration.py, scheduling/workers/eta.py)."""
+
+    workload = models.OneToOneField(Workload, on_delete=models.CASCADE, primary_key=True,
+                                    related_name="first_estimate")
+    made_at = models.DateTimeField()
+    # The forecast as simulated, before any calibration.
+    start = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["start"], name="first_estimate_start")]
+
+    def __str__(self) -> str:
+        return f"first estimate of workload {self.workload_id}: {self.start}"
+
+
 class WhatIfState(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"

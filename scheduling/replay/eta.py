@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduling.engine import Engine, WorkloadSpec
+from scheduling.engine.calibration import BAND, SAMPLES, Outcome, apply, calibration
 from scheduling.engine.export import snapshot_of
 from scheduling.engine.forecast import (
     LIVE_LEVELS,
@@ -65,6 +66,40 @@ class EtaOptions:
     remaining_stat: str = "quantile"
     # record each fast-forward's start too (`starts` in `eta_at_submit`): for studying
     record_starts: bool = False
+    # forecast every pending workload at each forecast (as the live refresh does), so each
+    # one's first forecast is known (`FirstForecasts`; on with `calibrate`)
+    all_pending: bool = False
+    # scale the start by how the queue's earlier first forecasts came out
+    # (`scheduling.engine.calibration`; the raw forecast is kept in `eta_at_submit.raw`)
+    calibrate: bool = False
+    calibration_samples: int = SAMPLES
+    calibration_band: float = BAND
+
+
+class FirstForecasts:
+    """Each workload's first forecast (when, the start it gave) per queue, as the live system
+    keeps them (`FirstEstimate`): the calibration's samples."""
+
+    def __init__(self) -> None:
+        self.by_queue: dict[str, list[tuple[str, float, float]]] = {}
+        self.seen: set[str] = set()
+
+    def add(self, queue: str, name: str, at: float, start: float | None) -> None:
+        if name in self.seen:
+            return
+        self.seen.add(name)
+        if start is not None:
+            self.by_queue.setdefault(queue, []).append((name, at, start))
+
+    def outcomes(self, ws: dict[str, WorkloadRecord]) -> dict[str, list[Outcome]]:
+        """Each queue's forecasts with their actual starts so far (the first admission at or
+        after the forecast: work first seen pending after a preemption ran before)."""
+        return {q: [Outcome(at=at, start=start, actual=_admitted(ws[name], at))
+                    for name, at, start in xs] for q, xs in self.by_queue.items()}
+
+
+def _admitted(w: WorkloadRecord, since: float) -> float | None:
+    return next((float(a["at"]) for a in w.admissions if float(a["at"]) >= since), None)
 
 
 class RunHistory:
@@ -114,9 +149,12 @@ class RunHistory:
 
 def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistory,
                   opts: EtaOptions, name: str, now: float,
-                  recent: Sequence[WorkloadSpec] = ()) -> dict[str, Any]:
+                  recent: Sequence[WorkloadSpec] = (),
+                  first: FirstForecasts | None = None) -> dict[str, Any]:
     """The forecast of `name`'s start, just submitted at `now` (in the engine's pending);
-    `recent`: the submissions of the last `opts.arrivals_s` (their repeat is on the way)."""
+    `recent`: the submissions of the last `opts.arrivals_s` (their repeat is on the way);
+    `first`: where every pending workload's first forecast is kept (`opts.all_pending`),
+    from which `opts.calibrate` scales the start."""
     snap = snapshot_of(eng, now)
     arrivals = [replace(w, name=f"~{w.name}", submitted_at=w.submitted_at + opts.arrivals_s)
                 for w in recent if w.name != name]
@@ -129,11 +167,26 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     for p in snap.pending:
         w = ws[p.name]
         known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
-    est = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
-                   targets={name}, step_s=opts.step_s, step_rel=opts.step_rel,
-                   levels=opts.levels, point=opts.point, arrivals=arrivals,
-                   start_stat=opts.start_stat)[name]
-    out: dict[str, Any] = {"at": now, "start": est.start, "low": est.low, "high": est.high}
+    every = opts.all_pending or opts.calibrate
+    ests = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
+                    targets=None if every else {name}, step_s=opts.step_s,
+                    step_rel=opts.step_rel, levels=opts.levels, point=opts.point,
+                    arrivals=arrivals, start_stat=opts.start_stat)
+    est = ests[name]
+    out: dict[str, Any] = {}
+    if opts.calibrate and first is not None:
+        cal = calibration(first.outcomes(ws), now, samples=opts.calibration_samples,
+                          min_samples=opts.min_samples, band=opts.calibration_band,
+                          window_s=opts.history_days * 86400.0)
+        f = cal.of(ws[name].sim.spec.queue)
+        out["raw"] = [est.start, est.low, est.high]
+        out["factor"] = f
+        est = apply(est, now, f)
+    if first is not None:  # after the calibration: it learns from forecasts made before
+        for p in snap.pending:
+            if p.name in ests:
+                first.add(p.queue, p.name, now, ests[p.name].start)
+    out.update({"at": now, "start": est.start, "low": est.low, "high": est.high})
     if opts.record_starts:
         out["starts"] = list(est.starts)
     return out

@@ -34,7 +34,7 @@ from scheduling.engine import Engine, Reason, ReasonCode, WorkloadSpec, gpu_equi
 from scheduling.engine.accounting import EPS
 from scheduling.engine.export import snapshot_of
 from scheduling.engine.forecast import gpus_of
-from scheduling.replay.eta import EtaOptions, RunHistory, eta_at_submit
+from scheduling.replay.eta import EtaOptions, FirstForecasts, RunHistory, eta_at_submit
 from scheduling.replay.metrics import Metrics, num
 from scheduling.replay.record import WorkloadRecord
 from scheduling.replay.scenario import Scenario
@@ -53,6 +53,7 @@ class Runner(Metrics):
         self.eta = eta
         self.history = RunHistory(eta or EtaOptions())
         self.submitted = 0
+        self.first = FirstForecasts()  # each workload's first forecast (eta.all_pending)
         self.recent: deque[WorkloadSpec] = deque()  # submissions within eta.arrivals_s
         self.eng = Engine(queues=sc.queues, clusters=sc.clusters, flavors=sc.flavors,
                           settings=sc.settings, budgets=sc.budgets)
@@ -197,7 +198,7 @@ class Runner(Metrics):
                     recent.popleft()
             if (self.submitted - 1) % self.eta.every == 0:
                 w.eta = eta_at_submit(eng, self.ws, self.history, self.eta, w.sim.spec.name, t,
-                                      recent)
+                                      recent, self.first)
 
     def _running(self, w: WorkloadRecord, name: str, t: float) -> None:
         """Its pods all run: its progress counts from now."""

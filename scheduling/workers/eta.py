@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -22,6 +23,8 @@ from django.utils import timezone
 
 from core import db
 from scheduling import engine
+from scheduling.engine.calibration import Calibration
+from scheduling.engine.calibration import apply as calibrated
 from scheduling.engine.forecast import (
     LIVE_LEVELS,
     LIVE_START_STAT,
@@ -34,6 +37,7 @@ from scheduling.engine.forecast import (
 )
 from scheduling.models import Admission, EndReason, Workload, WorkloadEstimate, WorkloadState
 from scheduling.selectors import ETA_REFRESHED_KEY
+from scheduling.workers.eta_calibration import calibration_read, first_estimates_store
 from scheduling.workers.rows import SnapshotParts
 from scheduling.workers.snapshot import build_snapshot, dt
 
@@ -106,7 +110,7 @@ def span(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def assumes_text(queue: str, runtimes: RunTimes) -> str:
+def assumes_text(queue: str, runtimes: RunTimes, factor: float = 1.0) -> str:
     """What a forecast in `queue` assumes, in one line."""
     xs, source = runtimes.samples(queue)
     if source == "default":
@@ -119,22 +123,40 @@ def assumes_text(queue: str, runtimes: RunTimes) -> str:
         if len(latest) >= runtimes.min_samples:
             runs += (f"; the start takes the mean of {queue}'s latest {len(latest)} "
                      f"({span(sum(latest) / len(latest))})")
-    return f"Run times: duration hints where given; {runs}. Assumes {ASSUMED}."
+    text = f"Run times: duration hints where given; {runs}. Assumes {ASSUMED}."
+    if factor != 1.0:
+        text += f" Wait scaled x{factor:.2f}, as the latest forecasts here came out."
+    return text
+
+
+@dataclass
+class Forecast:
+    """One forecast: the estimates (calibrated), the same as simulated (`raw`), the run times
+    and the calibration used."""
+
+    estimates: dict[str, Estimate]
+    raw: dict[str, Estimate]
+    runtimes: RunTimes
+    calibration: Calibration
 
 
 def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
              targets: set[str] | None = None, extra: dict[str, Known] | None = None,
-             ) -> tuple[dict[str, Estimate], RunTimes]:
-    """The snapshot's pending workloads' (or the targets') estimates, and the run times used."""
+             ) -> Forecast:
+    """The snapshot's pending workloads' (or the targets') estimates, each start scaled by
+    its queue's calibration (`eta_calibration`)."""
     runtimes = runtimes_read(now)
     known = known_of(snap, parts, now)
     known.update(extra or {})
     conf = settings.ALLOT_ETA
-    est = estimate(snap, known=known, runtimes=runtimes, horizon_s=float(conf["horizon_s"]),
+    raw = estimate(snap, known=known, runtimes=runtimes, horizon_s=float(conf["horizon_s"]),
                    targets=targets, step_s=float(conf["step_s"]),
                    step_rel=float(conf["step_rel"]), levels=LIVE_LEVELS,
                    start_stat=LIVE_START_STAT)
-    return est, runtimes
+    cal = calibration_read(now)
+    queues = {w.name: w.queue for w in snap.pending}
+    est = {name: calibrated(e, snap.now, cal.of(queues[name])) for name, e in raw.items()}
+    return Forecast(estimates=est, raw=raw, runtimes=runtimes, calibration=cal)
 
 
 # The last refresh's view of the database: every state change writes an event row, so the
@@ -165,23 +187,27 @@ def estimates_refresh(*, now: datetime | None = None, force: bool = False) -> Et
         return EtaReport(skipped=True)
     snap, parts = build_snapshot(now, pending_limit=ALL_PENDING, record=False)
     t0 = time.monotonic()
-    est, runtimes = forecast(snap, parts, now)
+    fc = forecast(snap, parts, now)
     report = EtaReport(pending=len(snap.pending), forecast_seconds=time.monotonic() - t0)
     texts: dict[str, str] = {}
     rows = []
+    first: dict[int, datetime] = {}
     for w in snap.pending:
-        e = est.get(w.name)
+        e = fc.estimates.get(w.name)
         if e is None:
             continue
+        raw = fc.raw[w.name].start
+        if raw is not None:
+            first[int(w.name)] = dt(raw)
         if w.queue not in texts:
-            texts[w.queue] = assumes_text(w.queue, runtimes)
+            texts[w.queue] = assumes_text(w.queue, fc.runtimes, fc.calibration.of(w.queue))
         report.estimated += e.start is not None
         rows.append(WorkloadEstimate(
             workload_id=int(w.name), start=_at(e.start), low=_at(e.low), high=_at(e.high),
             assumes=texts[w.queue][:500], computed_at=now))
     conf = settings.ALLOT_ETA
     report.store = estimates_store(rows, now=now, step_s=float(conf["step_s"]),
-                                   step_rel=float(conf["step_rel"]))
+                                   step_rel=float(conf["step_rel"]), first=first)
     cache.set(FINGERPRINT_KEY, list(mark), REFRESH_ANYWAY_S)
     cache.set(REFRESHED_KEY, now.isoformat(), None)
     report.seconds = time.monotonic() - started
@@ -214,14 +240,17 @@ def _moved(old: datetime | None, new: datetime | None, now: datetime, step_s: fl
 
 
 def estimates_store(rows: list[WorkloadEstimate], *, now: datetime, step_s: float = 0.0,
-                    step_rel: float = 0.0) -> StoreReport:
+                    step_rel: float = 0.0, first: Mapping[int, datetime] | None = None
+                    ) -> StoreReport:
     """Make the stored estimates the forecast `rows` (one per workload pending in the
     snapshot): in one transaction, one SELECT of the stored rows and of the workloads still
     pending, one DELETE of the rows of workloads no longer pending (or no longer in the
     forecast), one UPDATE of the rows whose estimate moved by more than the resolution
     (`_moved`; on PostgreSQL joined to arrays, elsewhere bulk_update in batches), one COPY
     of the new rows. Rows that did not move keep their `computed_at` (the time of the
-    forecast that last moved them; `REFRESHED_KEY` holds the latest refresh's)."""
+    forecast that last moved them; `REFRESHED_KEY` holds the latest refresh's). `first`
+    (workload id -> start before calibration): the new rows' workloads that have no first
+    forecast yet get this one (one more statement, `first_estimates_store`)."""
     t0 = time.monotonic()
     out = StoreReport()
     counted = _Counter()
@@ -253,6 +282,9 @@ def estimates_store(rows: list[WorkloadEstimate], *, now: datetime, step_s: floa
                 out.unchanged += 1
         _update_estimates(moved)
         db.insert_rows(WorkloadEstimate, new)
+        if first:
+            first_estimates_store({r.workload_id: first[r.workload_id] for r in new
+                                   if r.workload_id in first}, now=now)
         out.inserted, out.updated = len(new), len(moved)
     out.statements = counted.n + (1 if new and db.postgres() else 0)  # COPY is not wrapped
     out.seconds = time.monotonic() - t0
@@ -318,8 +350,9 @@ def request_estimate(*, spec: engine.WorkloadSpec, hint_s: float | None,
     anything not a workload id), as if submitted now."""
     snap, parts = build_snapshot(now, pending_limit=ALL_PENDING, record=False)
     snap = replace(snap, pending=(*snap.pending, spec))
-    est, runtimes = forecast(snap, parts, now, targets={spec.name},
-                             extra={spec.name: Known(hint_s=hint_s)})
-    e = est[spec.name]
+    fc = forecast(snap, parts, now, targets={spec.name},
+                  extra={spec.name: Known(hint_s=hint_s)})
+    e = fc.estimates[spec.name]
     return RequestEstimate(start=_at(e.start), low=_at(e.low), high=_at(e.high),
-                           assumes=assumes_text(spec.queue, runtimes))
+                           assumes=assumes_text(spec.queue, fc.runtimes,
+                                                fc.calibration.of(spec.queue)))

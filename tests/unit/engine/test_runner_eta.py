@@ -99,3 +99,41 @@ def test_history_keeps_the_latest_runs_by_size_when_asked():
     assert rt.recent_by_size == {("a", 8): (700.0, 900.0), ("a", 1): (5.0,)}
     assert rt.recent == {"a": (700.0, 900.0)}
     assert RunHistory(EtaOptions()).runtimes(0).recent_by_size == {}
+
+
+def test_calibration_scales_by_how_the_queues_earlier_forecasts_came_out():
+    # One 8-GPU node. h0..h4 (100 s each, at 0): with no history every run is the default
+    # 100 s, so h1..h4 are forecast at 100..400 and start then (ratio 1). j0..j4 (at 1000)
+    # run 1000 s each, but the history says 100: j1..j4 are forecast at 1100..1400 and start
+    # at 2000..5000. At 1450, c's four simulated starts: j0 (run 450 s, longer than every
+    # past run) ends at 450 x 3 = 1350 s on (p75; p25: 150, p50: 450, p95: 8550), then
+    # j1..j4 take 100 s each: 3200 (mean-run), 2000, 2300, 10400; the start their median,
+    # 2750. The latest four due forecasts, j1..j4, waited 450 s so far: ratios 4.5, 2.25,
+    # 1.5, 1.125, median 1.875: c's wait of 1300 s becomes 2437.5.
+    one_node = [{"name": "c", "nodes": [{"count": 1, "flavor": "a100-80g", "gpus": 8,
+                                         "cpu": 96, "memory_gib": 1024}]}]
+    jobs = [job(f"h{i}", "a", 0, duration_s=100) for i in range(5)]
+    jobs += [job(f"j{i}", "a", 1000, duration_s=1000) for i in range(5)]
+    jobs += [job("c", "a", 1450, duration_s=10)]
+    sc = load_scenario(scenario(until=20000, workloads=jobs, clusters=one_node))
+
+    def run_with(samples):
+        return run_scenario(sc, eta=EtaOptions(
+            step_s=0, step_rel=0, calibrate=True, calibration_samples=samples, min_samples=2,
+            default_run_s=100))["workloads"]
+
+    out = run_with(4)
+    assert out["h1"]["eta_at_submit"]["start"] == 100 and out["h1"]["admissions"][0]["at"] == 100
+    assert out["j1"]["eta_at_submit"]["start"] == 1100
+    assert out["j1"]["admissions"][0]["at"] == 2000
+    # at 1000 the due forecasts (h1..h4) came true: no correction
+    assert out["j4"]["eta_at_submit"]["factor"] == 1.0
+    assert out["j4"]["eta_at_submit"]["start"] == 1400
+    assert out["c"]["eta_at_submit"] == {
+        "at": 1450, "start": 3887.5, "low": 2000, "high": 10400,
+        "raw": [2750, 2000, 10400], "factor": 1.875}
+    assert out["c"]["admissions"][0]["at"] == 6000
+    # the latest thirty: h1..h4 (1, 1, 1, 1) too: the median 1.0625 is within the band
+    wide = run_with(30)
+    assert wide["c"]["eta_at_submit"]["factor"] == 1.0
+    assert wide["c"]["eta_at_submit"]["start"] == 2750

@@ -194,3 +194,78 @@ def test_a_move_within_the_resolution_is_not_written(full):
     assert _moved(at, at + timedelta(minutes=20), now, 60.0, 0.02)
     assert _moved(now, now + timedelta(seconds=90), now, 60.0, 0.02)
     assert _moved(None, at, now, 60.0, 0.02) and not _moved(None, None, now, 60.0, 0.02)
+
+
+def test_refresh_keeps_first_forecasts_and_scales_by_how_earlier_ones_came_out(full, settings):
+    """The refresh applies the calibration (scheduling/engine/calibration.py): r1 and r2 were
+    forecast to start 250 s after they were, in the last refresh, and waited 1,000 s: the
+    queue's forecasts came out 4 times as late, so p1's and p2's waits are scaled by 4."""
+    from scheduling.models import FirstEstimate
+
+    world, r1, r2, p1, p2 = full
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "min_samples": 2, "calibrate": True}
+    for r in (r1, r2):
+        admitted = r.admissions.get().reserved_at
+        FirstEstimate.objects.create(workload=r, made_at=admitted - timedelta(seconds=1000),
+                                     start=admitted - timedelta(seconds=750))
+    now = timezone.now()
+    estimates_refresh(now=now)
+    first, second = ends(r1, r2)
+    e1 = WorkloadEstimate.objects.get(workload=p1)
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+    assert close(e1.start, now + 4 * (first - now)) and close(e2.start, now + 4 * (second - now))
+    # the range, a point with hints, widened to hold the scaled start
+    assert close(e1.low, first) and close(e1.high, e1.start)
+    assert "Wait scaled x4.00" in e1.assumes
+    # p1 and p2's first forecasts are kept as simulated, before the scaling
+    kept = {f.workload_id: f for f in FirstEstimate.objects.filter(workload__in=[p1, p2])}
+    assert close(kept[p1.pk].start, first) and close(kept[p2.pk].start, second)
+    assert kept[p1.pk].made_at == now
+    # a later refresh keeps the first forecast, not its own; the wait left is scaled
+    later = now + timedelta(seconds=30)
+    estimates_refresh(now=later, force=True)
+    assert FirstEstimate.objects.get(workload=p1).made_at == now
+    e1 = WorkloadEstimate.objects.get(workload=p1)
+    assert close(e1.start, later + 4 * (first - later))
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    pos = api.get(f"/api/v1/workloads/{p1.pk}").json()["queue_position"]
+    assert pos["estimated_start"] == e1.start.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert pos["estimated_start_range"]["high"] == pos["estimated_start"]
+    # off: the forecast as simulated
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "calibrate": False}
+    estimates_refresh(now=now + timedelta(seconds=60), force=True)
+    assert close(WorkloadEstimate.objects.get(workload=p1).start, first)
+
+
+def test_calibration_reads_due_first_forecasts_with_their_actual_starts(full):
+    from scheduling.models import FirstEstimate
+    from scheduling.workers.eta_calibration import outcomes_read
+
+    world, r1, r2, p1, p2 = full
+    admitted = r1.admissions.get().reserved_at
+    now = max(admitted, r2.admissions.get().reserved_at) + timedelta(seconds=600)
+    FirstEstimate.objects.create(workload=r1, made_at=admitted - timedelta(seconds=100),
+                                 start=admitted - timedelta(seconds=50))
+    # p1 still waits; its forecast start has passed: a sample with no actual start yet
+    FirstEstimate.objects.create(workload=p1, made_at=now - timedelta(seconds=600),
+                                 start=now - timedelta(seconds=300))
+    # not due yet: no sample
+    FirstEstimate.objects.create(workload=p2, made_at=now, start=now + timedelta(hours=1))
+    # r2 was first forecast after its admission (as if requeued after it ran): not admitted
+    # since that forecast
+    FirstEstimate.objects.create(workload=r2, made_at=now - timedelta(seconds=60),
+                                 start=now - timedelta(seconds=30))
+    got = outcomes_read(now)
+    assert list(got) == ["rd/vision"]
+    starts = [o.start for o in got["rd/vision"]]
+    assert starts == sorted(starts, reverse=True) and len(starts) == 3  # newest first
+    (started,) = [o for o in got["rd/vision"] if o.actual is not None]
+    waiting, requeued = sorted((o for o in got["rd/vision"] if o.actual is None),
+                               key=lambda o: o.at)
+    assert requeued.at == (now - timedelta(seconds=60)).timestamp()
+    assert started.actual == admitted.timestamp()
+    t = now.timestamp()
+    assert started.ratio(t) == pytest.approx(2.0)  # waited 100 s, forecast 50 s
+    assert waiting.ratio(t) == pytest.approx(2.0)  # 600 s so far, forecast 300 s
+    assert requeued.ratio(t) == pytest.approx(2.0)  # 60 s so far, forecast 30 s
