@@ -26,7 +26,8 @@ Policies, all through the engine's node pool (`scheduling.engine.pool.Pool`):
   pkg/utils/frag.go): the typical pods are the trace's most common (cores, GPU per card, cards),
   CPU-only pods included and memory left out, up to 95% of the pods; a node scores
   int(100 x sigmoid(fragment removed / 1000)), the best score wins, ties to the first node by
-  name (the node list is sorted by name) and the first card;
+  name (the node list is sorted by name); among cards of equal score the artifact takes the
+  lowest card number, the pool the fullest shared card, then a free one;
 - `allot`: Allot's placement (what the recent requests it has seen would lose, ties to the
   tightest fit; `scheduling.engine.fragmentation`).
 
