@@ -8,6 +8,9 @@ typical pods of their share of the recent arrivals times what is a fragment for 
 placed where that expectation grows least.
 
 Where Allot departs from the paper:
+- What a node loses is measured twice and summed (`lost`): the paper's fragment (what one pod
+  of each usual shape could not use) plus twice what copies of it could not fill (as
+  many copies as the cards, the cores and the memory allow).
 - The mix of typical pods is the recent requests the engine has seen (a sliding window), not
   the whole trace known in advance, so it follows the workload as it changes.
 - GPU memory slices count: a card whose free memory is below a pod's slice is a fragment for
@@ -17,7 +20,8 @@ Where Allot departs from the paper:
   paper breaks ties at random; packing keeps the emptier nodes whole for the large pods.
 - CPU-only pods in the mix are left out: every placement of a given pod changes their
   fragment by the same amount (the node's free GPUs drop by the pod's GPUs), so they do not
-  change which placement is best.
+  change which placement is best. (The paper's artifact counts them: all of a node's free GPU
+  is a fragment for them; `fragment` does so for a benchmark that gives them.)
 
 A node's state for this purpose is `NodeState`; results are memoised per state and mix version,
 so a fleet of identical nodes is evaluated once per distinct state.
@@ -36,6 +40,7 @@ WINDOW = 2000  # pods remembered in the mix
 REFRESH = 200  # at most this many pods recorded between two refreshes of the mix's shares
 TOP = 32  # most common shapes kept in the mix
 SHIFT = 0.01  # a share moving less than this keeps the mix as it was
+STRANDED = 2  # in `lost`, the weight of what copies cannot fill against the fragment
 
 # A pod shape in the mix: (GPU milli per card for a fraction, or cards x 1000; cpu; memory;
 # GPU memory slice per card or -1 for f x the card's memory).
@@ -82,9 +87,14 @@ class Mix:
             # (Often while the window is small, so the first requests do not stand for all.)
             self.refresh()
 
-    def set_shares(self, shares: dict[Shape, float]) -> None:
-        """Fix the mix (a benchmark that knows its workload in advance, as the paper does)."""
-        self.shares = usual(shares)
+    def set_shares(self, shares: dict[Shape, float], every: bool = False) -> None:
+        """Fix the mix (a benchmark that knows its workload in advance, as the paper does):
+        its usual shapes, or with `every` all the shapes given, with their shares."""
+        if every:
+            total = sum(shares.values()) or 1.0
+            self.shares = tuple((s, n / total) for s, n in shares.items())
+        else:
+            self.shares = usual(shares)
         self.fractional = any(s[0] < MILLI for s, _ in self.shares)
         self.version += 1
 
@@ -132,7 +142,8 @@ def fragment(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float
     shared_total = free_total - fg * MILLI
     out = 0.0
     for (g, cpu, mem, gmem), share in shares:
-        if cpu > fc + EPS or mem > fm + EPS:
+        if g <= 0 or cpu > fc + EPS or mem > fm + EPS:
+            # (A CPU-only pod uses no GPU: all of it is a fragment for it, as in the paper.)
             out += share * free_total
         elif g < MILLI:
             need = slice_of(g, gmem, card_mem)
@@ -150,41 +161,55 @@ def fragment(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float
     return out
 
 
-def stranded(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float:
-    """Expected milli-GPU on the node that copies of the mix's pods could not fill.
+INF_PODS = 1 << 30
 
-    Where `fragment` asks whether one pod of a kind fits, this asks how many fit at once: as
-    many as the cards, the cores and the memory all allow. A node with 12 cores and two free
-    cards strands one card for pods of one card and 12 cores, and a card with 0.9 free strands
-    0.44 for pods of 0.46, which `fragment` counts as usable.
+
+def lost(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float:
+    """Expected milli-GPU on the node that the mix's pods would not use: `fragment` (what one
+    pod of each usual shape could not use) plus `STRANDED` times what copies of it could not
+    fill, as many as the cards, the memory slices, the cores and the memory all allow.
+
+    Each alone misses what the other sees: a node with 12 cores and two free cards strands
+    one card for pods of one card and 12 cores, and a card with 0.9 free strands 0.44 for
+    pods of 0.46, where `fragment` sees no fragment; copies of 0.81 fill a node with a free
+    card and a card with 0.19 free as well as one with two free cards, `fragment` counts the
+    0.19 lost. On the openb traces the sum places more than either alone, and weighing the
+    copies twice more than equal weights (docs/engine.md §11).
     """
     fg, shared, fc, fm, card_mem = state
-    free_total = fg * MILLI
+    free_shared = 0
     for free_m, _ in shared:
-        free_total += free_m
+        free_shared += free_m
+    free_total = fg * MILLI + free_shared
     if free_total <= 0:
         return 0.0
     out = 0.0
     for (g, cpu, mem, gmem), share in shares:
+        if g <= 0 or cpu > fc + EPS or mem > fm + EPS:
+            out += (1 + STRANDED) * share * free_total  # no copy fits: all of it lost
+            continue
         room = int((fc + EPS) / cpu) if cpu > EPS else INF_PODS
         if mem > EPS:
             by_mem = int((fm + EPS) / mem)
             if by_mem < room:
                 room = by_mem
-        if room <= 0:
-            out += share * free_total
-            continue
         if g < MILLI:
             need = gmem if gmem >= 0 else (g * card_mem / MILLI if card_mem > 0 else 0.0)
+            frag = 0
             cards = 0
             for free_m, free_mem in shared:
+                if free_m < g or free_mem + EPS < need:
+                    frag += free_m
+                    continue
                 k = free_m // g
                 if need > EPS:
                     k2 = int((free_mem + EPS) // need)
                     if k2 < k:
                         k = k2
                 cards += k
-            if fg and (card_mem <= 0 or need <= card_mem + EPS):
+            if card_mem > 0 and need > card_mem + EPS:
+                frag += fg * MILLI
+            elif fg:
                 per_card = MILLI // g
                 if need > EPS and card_mem > 0:
                     k2 = int((card_mem + EPS) // need)
@@ -192,11 +217,9 @@ def stranded(state: NodeState, shares: tuple[tuple[Shape, float], ...]) -> float
                         per_card = k2
                 cards += fg * per_card
         else:
+            frag = free_total if fg * MILLI < g else free_shared
             cards = fg // (g // MILLI)
         if room < cards:
             cards = room
-        out += share * (free_total - cards * g)
+        out += share * (frag + STRANDED * (free_total - cards * g))
     return out
-
-
-INF_PODS = 1 << 30

@@ -18,6 +18,7 @@ Choices where the semantics page is silent:
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 from typing import Any
@@ -29,8 +30,8 @@ from scheduling.engine.fragmentation import (
     Mix,
     NodeState,
     fragment,
+    lost,
     slice_of,
-    stranded,
     to_milli,
 )
 from scheduling.engine.types import Resources
@@ -111,7 +112,8 @@ class Pool:
         self.card_mem = card_mem  # GPU memory of one card (None: not known)
         self.mix = mix if mix is not None else Mix()
         # "" follows the mix (fragmentation-aware once fractions are asked); benchmarks set
-        # "bestfit" (tightest node and card) or "fgd" (the paper's rule, no tie to the fit).
+        # "bestfit" (tightest node and card) or "fgd" (the paper's rule as its artifact scores
+        # it, no tie to the fit).
         self.policy = ""
         self.names: list[str] = []
         self.gpus: list[int] = []
@@ -415,7 +417,7 @@ class Pool:
     def fragment_of(self, st: NodeState) -> float:
         got = self._frag.get(st)
         if got is None:
-            measure = fragment if self.policy == "fgd" else stranded
+            measure = fragment if self.policy == "fgd" else lost
             got = self._frag[st] = measure(st, self.mix.shares)
         return got
 
@@ -464,7 +466,10 @@ class Pool:
             if not aware:
                 cand: Score = (0.0, left, float(card_left), cores, k)
             elif self.policy == "fgd":
-                cand = (self.fragment_of(after) - before, 0.0, 0.0, 0.0, k)
+                # The artifact's node score: 100 x sigmoid(fragment removed, in GPUs),
+                # truncated to an integer (ties: the first card, the lowest node index).
+                gain = (before - self.fragment_of(after)) / MILLI
+                cand = (-float(int(100.0 / (1.0 + math.exp(-gain)))), 0.0, 0.0, 0.0, k)
             else:
                 delta = round((self.fragment_of(after) - before) / TIE) * TIE
                 cand = (delta, left, float(card_left), cores, k)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from scheduling.engine import AdmittedWorkload, ReasonCode
 from scheduling.engine.export import snapshot_of
-from scheduling.engine.fragmentation import MILLI, Mix, fragment, stranded
+from scheduling.engine.fragmentation import MILLI, Mix, fragment, lost
 from scheduling.engine.pool import Pool, pod_of
 
 from .builders import A100, GPU, cluster, engine, q, run, wl
@@ -100,16 +102,26 @@ def test_fragment_counts_what_the_mix_cannot_use() -> None:
     assert fragment((1, ((300, 24.0),), 0.5, 64.0, 80.0), (half,)) == 1300
 
 
-def test_stranded_counts_what_copies_of_the_usual_pods_cannot_fill() -> None:
+def test_lost_adds_what_copies_of_the_usual_pods_cannot_fill_twice() -> None:
     one_card = ((1000, 12.0, 16.0, -1.0), 1.0)
     # Two free cards but cores for one pod of one card and 12 cores: FGD sees no fragment,
-    # Allot sees one card stranded.
+    # copies strand one card.
     node = (2, (), 16.0, 256.0, 80.0)
-    assert fragment(node, (one_card,)) == 0 and stranded(node, (one_card,)) == 1000
+    assert fragment(node, (one_card,)) == 0 and lost(node, (one_card,)) == 2 * 1000
     # A card with 0.9 free takes one pod of 0.46: 0.44 is stranded, FGD counts none.
     share = ((460, 1.0, 1.0, -1.0), 1.0)
     node = (0, ((900, 72.0),), 16.0, 256.0, 80.0)
-    assert fragment(node, (share,)) == 0 and stranded(node, (share,)) == 440
+    assert fragment(node, (share,)) == 0 and lost(node, (share,)) == 2 * 440
+    # A card with 0.19 free beside a free card: FGD counts the 0.19 lost to pods of 0.81;
+    # copies of 0.81 leave 380 (one fills the free card), copies of 0.16 leave 70.
+    mix = (((810, 1.0, 1.0, -1.0), 0.8), ((160, 1.0, 1.0, -1.0), 0.2))
+    node = (1, ((190, 15.2),), 16.0, 256.0, 80.0)
+    assert fragment(node, mix) == 0.8 * 190
+    assert lost(node, mix) == pytest.approx(0.8 * 190 + 2 * (0.8 * 380 + 0.2 * 70))
+    # No cores left, and a CPU-only shape: everything free is lost, to both measures.
+    assert lost((1, ((190, 15.2),), 0.5, 256.0, 80.0), mix) == pytest.approx(3 * 1190)
+    cpu_only = (((0, 4.0, 8.0, -1.0), 1.0),)
+    assert fragment(node, cpu_only) == 1190 and lost(node, cpu_only) == 3 * 1190
 
 
 def _pool(policy: str) -> Pool:
