@@ -432,7 +432,7 @@ ALLOT_WORKERS = {
     # A cycle asked for by a submission waits this many times the last cycle's duration after
     # it (scheduling/pacing.py): under a storm of submissions the cycle takes at most
     # 1 / (1 + pace) of a core and the portal keeps the rest. 0: no pacing.
-    "cycle_pace": env.float("ALLOT_CYCLE_PACE", default=1.0),
+    "cycle_pace": env.float("ALLOT_CYCLE_PACE", default=2.0),
     # The outbox of cluster calls (scheduling/fleet/delivery.py): a failed delivery is retried
     # after base * 2^(attempts - 1) seconds, at most max; from `outbox_alarm_attempts` failed
     # attempts on, each failure is logged at error level (and the workload gets an event once).

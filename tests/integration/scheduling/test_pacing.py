@@ -63,3 +63,13 @@ def test_pace_zero_turns_pacing_off(settings, cycles, sent):
     cycle_mark(ended_at=timezone.now(), seconds=60.0)
     assert tasks.scheduling_cycle(nudged=True) is not None
     assert cycles == [True]
+
+
+def test_by_default_a_nudged_cycle_waits_twice_the_last_ones_duration(settings, cycles, sent):
+    assert settings.ALLOT_WORKERS["cycle_pace"] == 2.0
+    cycle_mark(ended_at=timezone.now() - timedelta(seconds=3), seconds=2.0)
+    assert tasks.scheduling_cycle(nudged=True) is None  # 3 s after a 2 s cycle: 1 s to go
+    assert cycles == [] and len(_paced_nudges(sent)) == 1
+    cycle_mark(ended_at=timezone.now() - timedelta(seconds=4.5), seconds=2.0)
+    assert tasks.scheduling_cycle(nudged=True) is not None
+    assert cycles == [True]
