@@ -178,7 +178,9 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
     derived_pods = serializers.ListField(
         child=serializers.DictField(), read_only=True,
         help_text="A manifest's pod sets as Allot counts them: {name, count, path, requests: "
-                  "{cpu, memory_gib, gpus, other resources}} per pod; [] without a manifest.")
+                  "{cpu, memory_gib, gpus, other resources}} per pod (gpus a fraction for a "
+                  "share of a card, null for a memory slice alone, given in gpu_memory_mib); "
+                  "[] without a manifest.")
 
     @staticmethod
     def _admission(a: Any) -> dict[str, Any]:

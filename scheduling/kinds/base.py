@@ -1,6 +1,7 @@
-"""What every workload kind shares: a derived pod set, the error a bad manifest raises, and
-the `Kind` a module per kind describes (its pod sets, how it is held back until admitted, how
-its placement is written into it, and what its own status says).
+"""What every workload kind shares: a derived pod set (its requests: requests.py, a share of
+a card: sharing.py), the error a bad manifest raises (ManifestError), and the `Kind` a module
+per kind describes (its pod sets, how it is held back until admitted, how its placement is
+written into it, and what its own status says).
 
 Pure Python on plain JSON objects (as the API server speaks them): no Django, no kubernetes.
 """
@@ -13,9 +14,18 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from core.quantity import GIB, QuantityError, parse_quantity
+from core.quantity import GIB
+from scheduling.kinds.requests import GPU_RESOURCE as GPU_RESOURCE
+from scheduling.kinds.requests import ManifestError as ManifestError
+from scheduling.kinds.requests import pod_requests as pod_requests
+from scheduling.kinds.sharing import (
+    HAMI_RESOURCES,
+    KAI_FRACTION,
+    KAI_MEMORY,
+    counted_share,
+    gpu_share,
+)
 
-GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # A pod held back until its workload is admitted (kinds without a suspend field).
 SCHEDULING_GATE = "allot.io/admission"
@@ -33,14 +43,6 @@ SUSPEND = "suspend"
 GATES = "gates"
 
 
-class ManifestError(ValueError):
-    """A manifest Allot cannot run: names the kind, the field path and the problem."""
-
-    def __init__(self, kind: str, path: str, problem: str):
-        super().__init__(f"{kind}: {path}: {problem}")
-        self.kind, self.path, self.problem = kind, path, problem
-
-
 @dataclass
 class DerivedPodSet:
     """One gang of identical pods found in a manifest: `count` pods, each asking `requests`
@@ -52,10 +54,33 @@ class DerivedPodSet:
     path: str
     template: dict[str, Any]
     requests: dict[str, Decimal] = field(default_factory=dict)
+    # A share of one card asked the sharing mechanism's way (`gpu_share`): the fraction, a
+    # memory slice in MiB, the share of the card's memory; `share_path` is where it was asked.
+    gpu_fraction: Decimal | None = None
+    gpu_memory_mib: int | None = None
+    gpu_memory_share: Decimal | None = None
+    share_path: str = ""
 
     @property
-    def gpus(self) -> int:
-        return int(self.requests.get(GPU_RESOURCE, 0))
+    def gpus(self) -> Decimal:
+        """Cards per pod: whole ones, or the fraction asked (0 for a memory slice alone: its
+        fraction depends on the card, `counted`)."""
+        if self.gpu_fraction is not None:
+            return self.gpu_fraction
+        return Decimal(int(self.requests.get(GPU_RESOURCE, 0)))
+
+    @property
+    def shared(self) -> bool:
+        """Asks a share of one card (a fraction, a memory slice or both)."""
+        return self.gpu_fraction is not None or self.gpu_memory_mib is not None
+
+    def counted(self, card_gib: Decimal | int | None) -> tuple[Decimal, int | None]:
+        """Cards per pod and the memory slice in whole GiB as Allot counts them on cards of
+        `card_gib` GiB (`counted_share`; ValueError for a slice alone it cannot count)."""
+        if not self.shared:
+            return self.gpus, None
+        return counted_share(fraction=self.gpu_fraction, memory_mib=self.gpu_memory_mib,
+                             memory_share=self.gpu_memory_share, card_gib=card_gib)
 
     @property
     def cpu(self) -> Decimal:
@@ -67,9 +92,10 @@ class DerivedPodSet:
 
     @property
     def other(self) -> dict[str, Decimal]:
-        """Resources other than cpu, memory and whole GPUs (kept for the open resource model)."""
+        """Resources other than cpu, memory, whole GPUs and HAMi's share of a card (kept for
+        the open resource model)."""
         return {k: v for k, v in self.requests.items()
-                if k not in ("cpu", "memory", GPU_RESOURCE)}
+                if k not in ("cpu", "memory", GPU_RESOURCE, *HAMI_RESOURCES)}
 
 
 def get(obj: Any, path: str, default: Any = None) -> Any:
@@ -92,87 +118,14 @@ def replicas(kind: str, value: Any, path: str, default: int = 1, minimum: int = 
     return value
 
 
-def _container_requests(kind: str, container: Any, path: str) -> dict[str, Decimal]:
-    """A container's requests: each resource's request, else its limit (as Kubernetes
-    defaults a missing request to the limit)."""
-    if not isinstance(container, Mapping):
-        raise ManifestError(kind, path, "expected a container object")
-    resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
-        raise ManifestError(kind, f"{path}.resources", "expected an object")
-    out: dict[str, Decimal] = {}
-    for section in ("limits", "requests"):  # requests win over limits
-        values = resources.get(section) or {}
-        if not isinstance(values, Mapping):
-            raise ManifestError(kind, f"{path}.resources.{section}", "expected an object")
-        for name, raw in values.items():
-            try:
-                amount = parse_quantity(raw)
-            except QuantityError as exc:
-                raise ManifestError(kind, f"{path}.resources.{section}.{name}",
-                                    f"{raw!r} is not a quantity ({exc})") from exc
-            if amount < 0:
-                raise ManifestError(kind, f"{path}.resources.{section}.{name}",
-                                    f"{raw!r} is negative")
-            out[str(name)] = amount
-    return out
-
-
-def pod_requests(kind: str, template: Any, path: str) -> dict[str, Decimal]:
-    """A pod's requests as the scheduler counts them: the containers summed; init containers
-    run one at a time before them, so each resource is the larger of the largest init
-    container and the containers' sum; sidecars (init containers with restartPolicy Always)
-    keep running, so they add to both (as they start, to the init containers after them)."""
-    if not isinstance(template, Mapping):
-        raise ManifestError(kind, path, "expected a pod template object")
-    spec = template.get("spec")
-    if not isinstance(spec, Mapping):
-        raise ManifestError(kind, f"{path}.spec", "required: the pod spec")
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise ManifestError(kind, f"{path}.spec.containers", "no containers: at least one")
-    total: dict[str, Decimal] = {}
-    for i, c in enumerate(containers):
-        for name, amount in _container_requests(kind, c, f"{path}.spec.containers[{i}]").items():
-            total[name] = total.get(name, Decimal(0)) + amount
-    inits = spec.get("initContainers") or []
-    if not isinstance(inits, list):
-        raise ManifestError(kind, f"{path}.spec.initContainers", "expected a list")
-    sidecars: dict[str, Decimal] = {}
-    init_peak: dict[str, Decimal] = {}
-    for i, c in enumerate(inits):
-        asks = _container_requests(kind, c, f"{path}.spec.initContainers[{i}]")
-        if c.get("restartPolicy") == "Always":
-            for name, amount in asks.items():
-                sidecars[name] = sidecars.get(name, Decimal(0)) + amount
-            continue
-        for name, amount in asks.items():  # this init container runs beside earlier sidecars
-            init_peak[name] = max(init_peak.get(name, Decimal(0)),
-                                  amount + sidecars.get(name, Decimal(0)))
-    out: dict[str, Decimal] = {}
-    for name in {*total, *sidecars, *init_peak}:
-        running = total.get(name, Decimal(0)) + sidecars.get(name, Decimal(0))
-        out[name] = max(running, init_peak.get(name, Decimal(0)))
-    overhead = spec.get("overhead") or {}
-    if isinstance(overhead, Mapping):
-        for name, raw in overhead.items():
-            try:
-                out[str(name)] = out.get(str(name), Decimal(0)) + parse_quantity(raw)
-            except QuantityError as exc:
-                raise ManifestError(kind, f"{path}.spec.overhead.{name}",
-                                    f"{raw!r} is not a quantity ({exc})") from exc
-    if GPU_RESOURCE in out and out[GPU_RESOURCE] != out[GPU_RESOURCE].to_integral_value():
-        raise ManifestError(kind, f"{path}.spec.containers", f"{GPU_RESOURCE} "
-                            f"{out[GPU_RESOURCE]} is not a whole number of cards")
-    return out
-
-
 def pod_set(kind: str, name: str, count: int, template: Any, path: str) -> DerivedPodSet:
     """A derived pod set from a pod template found at `path`."""
     if not isinstance(template, dict):
         raise ManifestError(kind, path, "required: a pod template")
+    requests = pod_requests(kind, template, path)
+    share = gpu_share(kind, template, path, requests)
     return DerivedPodSet(name=name, count=count, path=path, template=template,
-                         requests=pod_requests(kind, template, path))
+                         requests=share.pop("requests", requests), **share)
 
 
 @dataclass(frozen=True)
@@ -221,23 +174,29 @@ def conditions_state(obj: Mapping[str, Any], *, success: tuple[str, ...],
 
 def _set_gpu_limits(spec: dict[str, Any], limits: Mapping[str, str]) -> None:
     """A fraction of a card as the sharing mechanism asks it: the containers asking
-    `nvidia.com/gpu` (else the first) drop it and take `limits`."""
+    `nvidia.com/gpu` or HAMi's share (else the first) drop them and take `limits`."""
+    gpu_fields = (GPU_RESOURCE, *HAMI_RESOURCES)
     containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
-    asking = [c for c in containers if GPU_RESOURCE in ((c.get("resources") or {}).get("limits")
-                                                         or {})
-              or GPU_RESOURCE in ((c.get("resources") or {}).get("requests") or {})]
+    asking = [c for c in containers
+              if any(n in ((c.get("resources") or {}).get(part) or {})
+                     for n in gpu_fields for part in ("limits", "requests"))]
     for container in asking or containers[:1]:
         resources = container.setdefault("resources", {})
         for part in ("requests", "limits"):
             if isinstance(resources.get(part), dict):
-                resources[part].pop(GPU_RESOURCE, None)
+                for name in gpu_fields:
+                    resources[part].pop(name, None)
         resources["limits"] = {**(resources.get("limits") or {}), **limits}
 
 
 def _merge_placement(template: dict[str, Any], where: Placement, *, gated: bool) -> None:
     meta = template.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), **where.labels}
-    meta["annotations"] = {**(meta.get("annotations") or {}), **where.annotations}
+    own = dict(meta.get("annotations") or {})
+    if where.gpu_limits is not None:  # a fraction: the cluster's mechanism's fields only
+        for name in (KAI_FRACTION, KAI_MEMORY):
+            own.pop(name, None)
+    meta["annotations"] = {**own, **where.annotations}
     spec = template.setdefault("spec", {})
     spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **where.node_selector}
     if where.priority_class:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from core.quantity import QuantityError, resource_name_problem, to_base
@@ -18,10 +19,28 @@ def derived_pods_data(sets: list[DerivedPodSet]) -> list[dict[str, Any]]:
     (every resource, as exact amounts: cores, GiB, cards, else the resource's own unit)."""
     out = []
     for s in sets:
-        requests: dict[str, Any] = {"cpu": s.cpu, "memory_gib": s.memory_gib, "gpus": s.gpus}
+        # A fraction as people read it (0.5); a memory slice alone: null (its fraction is
+        # counted on the flavor's cards, `pod_sets`), with the slice in `gpu_memory_mib`.
+        gpus = None if s.shared and s.gpu_fraction is None else _shown(s.gpus)
+        requests: dict[str, Any] = {"cpu": s.cpu, "memory_gib": s.memory_gib, "gpus": gpus}
+        if s.gpu_memory_mib is not None:
+            requests["gpu_memory_mib"] = s.gpu_memory_mib
         requests.update({k: v.normalize() for k, v in sorted(s.other.items())})
         out.append({"name": s.name, "count": s.count, "path": s.path, "requests": requests})
     return out
+
+
+def _shown(gpus: Decimal) -> int | float:
+    return int(gpus) if gpus == gpus.to_integral_value() else float(gpus.normalize())
+
+
+def _card_gib(flavors: list[str], known_flavors: Mapping[str, Any]) -> int | None:
+    """The smallest memory per card among `flavors` (where it is known): a memory slice's
+    fraction is counted on it, so it fits every acceptable flavor's cards."""
+    sizes = [int(getattr(known_flavors[f], "gpu_memory_gib", None) or 0) for f in flavors
+             if f in known_flavors]
+    sizes = [g for g in sizes if g > 0]
+    return min(sizes) if sizes else None
 
 
 def _compatible(flavor: Any, sets: list[DerivedPodSet]) -> bool:
@@ -73,7 +92,7 @@ def validate_manifest(data: Mapping[str, Any], known_flavors: Mapping[str, Any],
             if value > limit:
                 errors.setdefault(where, []).append(
                     f"{kind.kind}: {value} {label} > {limit}: at most {limit}")
-        if s.gpus == 0 and s.cpu <= 0 and s.memory_gib <= 0 and not s.other:
+        if s.gpus == 0 and not s.shared and s.cpu <= 0 and s.memory_gib <= 0 and not s.other:
             errors.setdefault(where, []).append(
                 f"{kind.kind}: pod set {s.name!r} asks for nothing: give its containers "
                 "resource requests (cpu, memory or nvidia.com/gpu)")
@@ -94,13 +113,22 @@ def validate_manifest(data: Mapping[str, Any], known_flavors: Mapping[str, Any],
         if not flavors:
             errors.setdefault("flavors", []).append(
                 f"{kind.kind}: no flavor matches the manifest's nodeSelector: name flavors")
-    out["pods"] = [
-        {"index": i, "count": s.count, "flavors": list(flavors), "gpus": s.gpus, "cpu": s.cpu,
-         "memory_gib": s.memory_gib, "gpu_memory_gib": None,
-         # Resources other than cpu, memory and whole GPUs (MIG slices, ...), by their
-         # Kubernetes names, as exact integers of each one's base unit (as `pods[i].resources`).
-         "resources": _extended(kind.kind, i, s.other, errors)}
-        for i, s in enumerate(sets)]
+    card_gib = _card_gib(list(flavors), known_flavors)
+    pods = []
+    for i, s in enumerate(sets):
+        try:
+            gpus, gpu_memory_gib = s.counted(card_gib)
+        except ValueError as exc:
+            errors.setdefault(f"manifest.{s.share_path}", []).append(f"{kind.kind}: {exc}")
+            gpus, gpu_memory_gib = Decimal(0), None
+        pods.append(
+            {"index": i, "count": s.count, "flavors": list(flavors), "gpus": gpus,
+             "cpu": s.cpu, "memory_gib": s.memory_gib, "gpu_memory_gib": gpu_memory_gib,
+             # Resources other than cpu, memory and whole GPUs (MIG slices, ...), by their
+             # Kubernetes names, as exact integers of each one's base unit (as
+             # `pods[i].resources`).
+             "resources": _extended(kind.kind, i, s.other, errors)})
+    out["pods"] = pods
     return out
 
 

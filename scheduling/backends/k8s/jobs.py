@@ -44,14 +44,16 @@ from scheduling.backends.naming import (
     PIN_LABEL,
     job_labels,
 )
+from scheduling.kinds.sharing import (
+    HAMI_CORES,
+    HAMI_MEMORY,
+    HAMI_MEMORY_PERCENT,
+    KAI_FRACTION,
+    KAI_MEMORY,
+)
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SHARING = ("", "hami", "kai", "time-slicing")
-HAMI_CORES = "nvidia.com/gpucores"
-HAMI_MEMORY = "nvidia.com/gpumem"
-HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
-KAI_FRACTION = "gpu-fraction"
-KAI_MEMORY = "gpu-memory"
 
 
 @dataclass(frozen=True)

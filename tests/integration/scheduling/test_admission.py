@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from decimal import Decimal
 
 import pytest
 
@@ -291,6 +292,40 @@ def test_an_adopted_leaderworkerset_is_a_workload_per_group(world, client):
     for template in ("leaderTemplate", "workerTemplate"):
         assert base[template]["spec"]["schedulingGates"] == [{"name": "allot.io/admission"}]
     assert "queued as 3 workloads in rd/vision, one per replica group" in answer["warnings"][0]
+
+
+def test_an_adopted_lws_asking_kai_shares_keeps_them_and_counts_fractions(world, client):
+    """The user's KAI annotations stay on the pods (nothing rounds them to cards), and each
+    group's pod sets count the fractions: the leader's 0.25 of a card, the worker's slice of
+    20480 MiB = 0.25 of an a100-80g card (a 20 GiB slice)."""
+    obj = labelled_lws(groups=2)
+    lwt = obj["spec"]["leaderWorkerTemplate"]
+    for name, annotation in (("leaderTemplate", {"gpu-fraction": "0.25"}),
+                             ("workerTemplate", {"gpu-memory": "20480"})):
+        lwt[name]["metadata"] = {"annotations": annotation}
+        for c in lwt[name]["spec"]["containers"]:
+            for part in ("requests", "limits"):
+                c["resources"][part].pop("nvidia.com/gpu", None)
+    answer = post(client, review(obj)).json()["response"]
+    assert answer["allowed"] is True, answer
+    groups = list(Workload.objects.order_by("pk"))
+    for w in groups:
+        assert [(ps.count, ps.gpus, ps.gpu_memory_gib) for ps in w.pod_sets.order_by(
+            "index")] == [(1, Decimal("0.250"), None), (1, Decimal("0.250"), 20)]
+    ops = {op["path"]: op["value"] for op in json.loads(base64.b64decode(answer["patch"]))}
+    base = ops["/spec"]["leaderWorkerTemplate"]
+    assert base["leaderTemplate"]["metadata"]["annotations"] == {"gpu-fraction": "0.25"}
+    assert base["workerTemplate"]["metadata"]["annotations"] == {"gpu-memory": "20480"}
+
+
+def test_an_adopted_object_with_a_bad_share_is_refused_naming_it(world, client):
+    obj = labelled("Job")
+    obj["spec"]["template"]["metadata"] = {"annotations": {"gpu-fraction": "abc"}}
+    answer = post(client, review(obj)).json()["response"]
+    assert answer["allowed"] is False
+    assert "spec.template.metadata.annotations.gpu-fraction" in answer["status"]["message"]
+    assert "'abc' is not a number" in answer["status"]["message"]
+    assert not Workload.objects.exists()
 
 
 def test_each_group_of_an_adopted_lws_is_ungated_preempted_and_ended_alone(world, client, kube):
