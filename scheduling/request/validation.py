@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 
 from core.labels import labels_problems
 from core.quantity import QuantityError, read_amount, resource_name_problem, to_base
+from scheduling.kinds.sharing import GPU_STEP
 from scheduling.request.lookups import SubmitLookups
 from scheduling.request.manifests import manifest_name, validate_manifest
 
@@ -36,7 +37,6 @@ MAX_GPU_MEMORY_GIB = 1024  # per card
 MAX_CPU = Decimal(4096)  # cores per pod
 MAX_MEMORY_GIB = Decimal(65536)  # per pod
 DECIMAL_PLACES = 3  # cpu and memory are stored to the thousandth
-GPU_STEP = Decimal("0.001")  # a fraction of a card, in thousandths
 
 STRATEGIES = ("", "binpack", "spread")
 DEFAULT_PRIORITY_CLASS = "training"
