@@ -154,16 +154,8 @@ class GroupsMixin(KubeClient):
         found = kinds.kind_named(kind)
         if found is None or kind not in self.served_kinds():
             return []
-        what = f"list adopted {found.kind} objects"
-        try:
-            listed = self._call(what, self.custom.list_cluster_custom_object, found.group,
-                                found.version, found.plural, label_selector=LABEL_WORKLOAD_ID)
-        except k8s.ApiException as error:
-            if error.status in (403, 404):
-                return []
-            raise self._unexpected(what, error) from error
         out = []
-        for obj in listed.get("items") or []:
+        for obj in self._labelled_objects(found, f"list adopted {found.kind} objects"):
             meta = obj.get("metadata") or {}
             if ANNOTATION_GROUP_WORKLOADS not in (meta.get("annotations") or {}):
                 continue  # Allot's own object (a group submitted through the API)
@@ -175,6 +167,18 @@ class GroupsMixin(KubeClient):
                 workload_ids=tuple(group_workload_ids(obj)),
                 first_workload_id=int(first) if first.isdigit() else None))
         return out
+
+    def _labelled_objects(self, kind: Kind, what: str) -> list[dict[str, Any]]:
+        """Every object of `kind` labelled with an Allot workload id, in every namespace (one
+        list call); none when the cluster does not serve the kind or Allot may not read it."""
+        try:
+            listed = self._call(what, self.custom.list_cluster_custom_object, kind.group,
+                                kind.version, kind.plural, label_selector=LABEL_WORKLOAD_ID)
+        except k8s.ApiException as error:
+            if error.status in (403, 404):
+                return []
+            raise self._unexpected(what, error) from error
+        return list(listed.get("items") or [])
 
     def served_kinds(self) -> list[str]:
         raise NotImplementedError  # ObjectsMixin's (API discovery)

@@ -81,15 +81,9 @@ class ObjectsMixin(GroupsMixin):
             kind = kinds.KINDS[key]
             if key == "batch/v1/Job":
                 continue
-            what = f"list {kind.kind} objects of Allot"
-            try:
-                listed = self._call(what, self.custom.list_cluster_custom_object, kind.group,
-                                    kind.version, kind.plural, label_selector=LABEL_WORKLOAD_ID)
-            except k8s.ApiException as error:
-                if error.status in (403, 404):
-                    continue  # not served after all, or not Allot's to read: nothing of it
-                raise self._unexpected(what, error) from error
-            out += [(kind, obj) for obj in listed.get("items") or []]
+            # (Not served after all, or not Allot's to read: nothing of it.)
+            out += [(kind, obj)
+                    for obj in self._labelled_objects(kind, f"list {kind.kind} objects of Allot")]
         return out
 
     @staticmethod
