@@ -5,12 +5,11 @@ KAI cluster (the API double) as KAI reads it; a HAMi-style share gets KAI's fiel
 import pytest
 from rest_framework.test import APIClient
 
-from scheduling.backends import clear_backend_cache
 from scheduling.fleet import dispatch
 from scheduling.models import Workload
 from scheduling.selectors import queue_usage
 from scheduling.workers.cycle import cycle_run
-from tests.integration.scheduling.world import make_world
+from tests.integration.scheduling.world import world_on_kube
 from tests.k8s_double import KubeDouble
 
 pytestmark = pytest.mark.django_db
@@ -24,17 +23,8 @@ def kube():
 
 @pytest.fixture
 def world(kube):
-    world = make_world(nodes_per_cluster=2, cluster_names=("bj",))
-    world.bj.backend = "kubernetes"
-    world.bj.connection = {**kube.connection, "timeout_s": 2, "gpu_sharing": "kai",
-                           "kai_queue": "research"}
-    world.bj.save(update_fields=["backend", "connection"])
-    for node in world.bj.nodes.all():
-        kube.state.add_node(node.name, labels={"allot.io/flavor": "a100-80g"}, gpus=8,
-                            cpu="96", memory="1024Gi")
-    clear_backend_cache()
-    yield world
-    clear_backend_cache()
+    with world_on_kube(kube, gpu_sharing="kai", kai_queue="research") as world:
+        yield world
 
 
 def _job(name: str, *, annotations=None, limits=None) -> dict:

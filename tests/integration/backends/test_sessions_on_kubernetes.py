@@ -10,14 +10,13 @@ from django.utils import timezone
 
 from billing import tasks as billing_tasks
 from billing.prometheus import PrometheusClient, Series
-from scheduling.backends import clear_backend_cache
 from scheduling.fleet import dispatch
 from scheduling.fleet import sync as fleet_sync
 from scheduling.fleet.delivery import outbox_deliver
 from scheduling.models import EndReason, EventCode, Workload, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.scheduling.world import make_world, request
+from tests.integration.scheduling.world import request, world_on_kube
 from tests.k8s_double import KubeDouble
 
 pytestmark = pytest.mark.django_db
@@ -46,18 +45,10 @@ def kube():
 
 @pytest.fixture
 def world(kube):
-    world = make_world(nodes_per_cluster=2, cluster_names=("bj",))
-    world.bj.backend = "kubernetes"
-    world.bj.connection = {**kube.connection, "timeout_s": 2}
-    world.bj.save(update_fields=["backend", "connection"])
-    world.vision.idle_timeout_s = 1800
-    world.vision.save()
-    for node in world.bj.nodes.all():
-        kube.state.add_node(node.name, labels={"allot.io/flavor": "a100-80g"}, gpus=8,
-                            cpu="96", memory="1024Gi")
-    clear_backend_cache()
-    yield world
-    clear_backend_cache()
+    with world_on_kube(kube) as world:
+        world.vision.idle_timeout_s = 1800
+        world.vision.save()
+        yield world
 
 
 def test_an_idle_notebook_is_stopped_and_its_job_deleted(world, kube, monkeypatch):

@@ -3,13 +3,12 @@ whole path a workload takes, seen from the cluster's side."""
 
 import pytest
 
-from scheduling.backends import clear_backend_cache
 from scheduling.fleet import dispatch, teardown
 from scheduling.fleet import sync as fleet_sync
 from scheduling.models import EventType, WorkloadState
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
-from tests.integration.scheduling.world import make_world, request
+from tests.integration.scheduling.world import request, world_on_kube
 from tests.k8s_double import KubeDouble
 
 pytestmark = pytest.mark.django_db
@@ -23,16 +22,8 @@ def kube():
 
 @pytest.fixture
 def world(kube):
-    world = make_world(nodes_per_cluster=2, cluster_names=("bj",))
-    world.bj.backend = "kubernetes"
-    world.bj.connection = {**kube.connection, "timeout_s": 2}
-    world.bj.save(update_fields=["backend", "connection"])
-    for node in world.bj.nodes.all():
-        kube.state.add_node(node.name, labels={"allot.io/flavor": "a100-80g"}, gpus=8,
-                            cpu="96", memory="1024Gi")
-    clear_backend_cache()
-    yield world
-    clear_backend_cache()
+    with world_on_kube(kube) as world:
+        yield world
 
 
 def test_a_workload_lives_its_life_as_kubernetes_jobs(world, kube):

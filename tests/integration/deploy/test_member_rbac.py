@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduling.backends import PodSetSpec, PriorityClassSpec, clear_backend_cache
+from scheduling.backends import PodSetSpec, PriorityClassSpec
 from scheduling.backends.k8s import KubernetesBackend
 from scheduling.backends.k8s.client import KubeClient
 from scheduling.fleet import dispatch, teardown
@@ -23,7 +23,7 @@ from scheduling.fleet import sync as fleet_sync
 from scheduling.services import workload_submit
 from scheduling.workers.cycle import cycle_run
 from tests.integration.backends.k8s.specs import make_spec
-from tests.integration.scheduling.world import make_world, request
+from tests.integration.scheduling.world import request, world_on_kube
 from tests.k8s_double import KubeDouble
 
 pytestmark = pytest.mark.django_db
@@ -101,16 +101,8 @@ def kube():
 
 @pytest.fixture
 def world(kube):
-    world = make_world(nodes_per_cluster=4, cluster_names=("bj",))
-    world.bj.backend = "kubernetes"
-    world.bj.connection = {**kube.connection, "timeout_s": 2}
-    world.bj.save(update_fields=["backend", "connection"])
-    for node in world.bj.nodes.all():
-        kube.state.add_node(node.name, labels={"allot.io/flavor": "a100-80g"}, gpus=8,
-                            cpu="96", memory="1024Gi")
-    clear_backend_cache()
-    yield world
-    clear_backend_cache()
+    with world_on_kube(kube, nodes_per_cluster=4) as world:
+        yield world
 
 
 def drive_kinds(kube) -> None:

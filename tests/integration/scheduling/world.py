@@ -10,11 +10,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from quotas.models import Flavor, Queue, QuotaEntry, Team, TeamMembership, TeamRole
+from scheduling.backends import clear_backend_cache
 from scheduling.fleet import dispatch
 from scheduling.models import Cluster, Node, PriorityClass, WorkloadState
 from scheduling.services import workload_submit
@@ -76,6 +79,25 @@ def make_world(*, speedup: float = 1.0, nodes_per_cluster: int = 4,
         clusters.append(c)
     return World(alice=alice, bob=bob, carol=carol, admin=admin, vision=vision, nlp=nlp,
                  bj=clusters[0], sh=clusters[1] if len(clusters) > 1 else clusters[0])
+
+
+@contextmanager
+def world_on_kube(kube: Any, *, nodes_per_cluster: int = 2, **connection: Any
+                  ) -> Iterator[World]:
+    """The organisation with one cluster, bj, on the Kubernetes API double `kube` (its nodes
+    added there as A100 nodes); `connection`: more of bj's connection settings."""
+    world = make_world(nodes_per_cluster=nodes_per_cluster, cluster_names=("bj",))
+    world.bj.backend = "kubernetes"
+    world.bj.connection = {**kube.connection, "timeout_s": 2, **connection}
+    world.bj.save(update_fields=["backend", "connection"])
+    for node in world.bj.nodes.all():
+        kube.state.add_node(node.name, labels={"allot.io/flavor": "a100-80g"}, gpus=8,
+                            cpu="96", memory="1024Gi")
+    clear_backend_cache()
+    try:
+        yield world
+    finally:
+        clear_backend_cache()
 
 
 def request(name: str, *, queue: str = "rd/vision", gpus: int = 8, count: int = 1,
