@@ -42,17 +42,16 @@ from scheduling.fleet import groups
 from scheduling.locks import scheduling_lock
 from scheduling.models import (
     OPEN_STATES,
-    Admission,
     Cluster,
-    EndReason,
     EventType,
+    OutboxMessage,
     PodSet,
     Workload,
     WorkloadEvent,
     WorkloadState,
 )
 from scheduling.request.validation import MAX_NAME, gpus_shown
-from scheduling.transitions import event_new, workload_transition
+from scheduling.transitions import event_new
 
 logger = logging.getLogger(__name__)
 S = WorkloadState
@@ -168,32 +167,17 @@ def _scaled(cluster: Cluster, obj: _Object, replicas: int, listed: list[int], no
             LABEL_OBJECT: obj.name, LABEL_GANG_OF: obj.name,
             LABEL_PINNED_CLUSTER: cluster.name}).order_by("pk"))
     events: list[WorkloadEvent] = []
-    messages = []
+    messages: list[OutboxMessage] = []
     removed: list[int] = []
     before = len(listed)
     for w in mine:
         index = _index(w.labels)
         if index < replicas or w.state not in OPEN_STATES:
             continue
-        ran = w.state in (S.RUNNING, S.PREEMPTING)
-        message = (f"scaled down on {cluster.name}: {before} -> {replicas} groups of "
-                   f"{obj.name}; group {index} removed, its quota released")
-        events.append(workload_transition(
-            w, S.FINISHED if ran else S.CANCELLED, at=now,
-            event_type=EventType.FINISHED if ran else EventType.CANCELLED, message=message))
-        w.preempt_deadline = None
-        w.nomination = None
-        for a in Admission.objects.select_for_update().filter(workload=w, ended_at__isnull=True):
-            if ran and a.running_at is not None:
-                w.progress_s += (now - a.running_at).total_seconds()
-            a.ended_at = now
-            a.end_reason = EndReason.FINISHED if ran else EndReason.CANCELLED
-            a.save(update_fields=["ended_at", "end_reason"])
-            if a.dispatched_at is not None:
-                messages.append(outbox.message_delete(admission_id=a.pk,
-                                                      cluster_id=a.cluster_id, at=now))
-        w.save(update_fields=["state", "state_changed_at", "finished_at", "preempt_deadline",
-                              "nomination", "progress_s"])
+        events.append(groups.end_group(
+            w, finished=w.state in (S.RUNNING, S.PREEMPTING), now=now, messages=messages,
+            message=f"scaled down on {cluster.name}: {before} -> {replicas} groups of "
+                    f"{obj.name}; group {index} removed, its quota released"))
         removed.append(w.pk)
     ids = list(listed[:replicas])
     fresh: list[int] = []

@@ -20,6 +20,7 @@ from scheduling.models import (
     Cluster,
     EndReason,
     EventType,
+    OutboxMessage,
     Workload,
     WorkloadEvent,
     WorkloadState,
@@ -39,7 +40,7 @@ def end_deleted_groups(cluster: Cluster, gone: Iterable[int], now: datetime) -> 
     if not wholes:
         return []
     events: list[WorkloadEvent] = []
-    messages = []
+    messages: list[OutboxMessage] = []
     ended: list[int] = []
     for queue_id, name in sorted(wholes):
         groups = Workload.objects.select_for_update().filter(
@@ -47,23 +48,36 @@ def end_deleted_groups(cluster: Cluster, gone: Iterable[int], now: datetime) -> 
                 LABEL_OBJECT: name, LABEL_GANG_OF: name,
                 LABEL_PINNED_CLUSTER: cluster.name}).order_by("pk")
         for w in groups:
-            events.append(workload_transition(
-                w, WorkloadState.CANCELLED, at=now, event_type=EventType.CANCELLED,
+            events.append(end_group(
+                w, finished=False, now=now, messages=messages,
                 message=f"its LeaderWorkerSet {name} was deleted from {cluster.name}: every "
                         "group of it ends"))
-            w.preempt_deadline = None
-            w.nomination = None
-            w.save(update_fields=["state", "state_changed_at", "finished_at",
-                                  "preempt_deadline", "nomination"])
             ended.append(w.pk)
-            for a in Admission.objects.select_for_update().filter(
-                    workload=w, ended_at__isnull=True):
-                a.ended_at, a.end_reason = now, EndReason.CANCELLED
-                a.save(update_fields=["ended_at", "end_reason"])
-                if a.dispatched_at is not None:
-                    messages.append(outbox.message_delete(
-                        admission_id=a.pk, cluster_id=a.cluster_id, at=now))
     db.insert_rows(WorkloadEvent, events)
     events_written(events)
     outbox.messages_write(messages)
     return ended
+
+
+def end_group(w: Workload, *, finished: bool, message: str, now: datetime,
+              messages: list[OutboxMessage]) -> WorkloadEvent:
+    """End one open group workload (under the scheduling lock): `finished` (it ran: its run
+    time is counted) or cancelled. Its open admissions end with it, their quota released, and
+    a delete of each dispatched one goes into `messages`; returns its event (not written)."""
+    event = workload_transition(
+        w, WorkloadState.FINISHED if finished else WorkloadState.CANCELLED, at=now,
+        event_type=EventType.FINISHED if finished else EventType.CANCELLED, message=message)
+    w.preempt_deadline = None
+    w.nomination = None
+    for a in Admission.objects.select_for_update().filter(workload=w, ended_at__isnull=True):
+        if finished and a.running_at is not None:
+            w.progress_s += (now - a.running_at).total_seconds()
+        a.ended_at = now
+        a.end_reason = EndReason.FINISHED if finished else EndReason.CANCELLED
+        a.save(update_fields=["ended_at", "end_reason"])
+        if a.dispatched_at is not None:
+            messages.append(outbox.message_delete(admission_id=a.pk, cluster_id=a.cluster_id,
+                                                  at=now))
+    w.save(update_fields=["state", "state_changed_at", "finished_at", "preempt_deadline",
+                          "nomination", "progress_s"])
+    return event
