@@ -22,6 +22,12 @@ GPU_STEP = Decimal("0.001")  # a fraction of a card, in thousandths
 MIB_PER_GIB = 1024
 
 
+def gpus_shown(value: Decimal | float | int) -> int | float:
+    """GPUs as people read them: 8, 0.25 (a JSON number, no trailing zeros)."""
+    number = Decimal(str(value))
+    return int(number) if number == number.to_integral_value() else float(number.normalize())
+
+
 def _fraction(kind: str, raw: Any, path: str) -> Decimal:
     """A fraction of one card: 0 < f < 1 in steps of 0.001."""
     try:

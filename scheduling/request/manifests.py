@@ -12,6 +12,7 @@ from typing import Any
 from core.quantity import QuantityError, resource_name_problem, to_base
 from scheduling import kinds
 from scheduling.kinds import DerivedPodSet, ManifestError
+from scheduling.kinds.sharing import gpus_shown
 
 
 def derived_pods_data(sets: list[DerivedPodSet]) -> list[dict[str, Any]]:
@@ -21,17 +22,13 @@ def derived_pods_data(sets: list[DerivedPodSet]) -> list[dict[str, Any]]:
     for s in sets:
         # A fraction as people read it (0.5); a memory slice alone: null (its fraction is
         # counted on the flavor's cards, `pod_sets`), with the slice in `gpu_memory_mib`.
-        gpus = None if s.shared and s.gpu_fraction is None else _shown(s.gpus)
+        gpus = None if s.shared and s.gpu_fraction is None else gpus_shown(s.gpus)
         requests: dict[str, Any] = {"cpu": s.cpu, "memory_gib": s.memory_gib, "gpus": gpus}
         if s.gpu_memory_mib is not None:
             requests["gpu_memory_mib"] = s.gpu_memory_mib
         requests.update({k: v.normalize() for k, v in sorted(s.other.items())})
         out.append({"name": s.name, "count": s.count, "path": s.path, "requests": requests})
     return out
-
-
-def _shown(gpus: Decimal) -> int | float:
-    return int(gpus) if gpus == gpus.to_integral_value() else float(gpus.normalize())
 
 
 def _card_gib(flavors: list[str], known_flavors: Mapping[str, Any]) -> int | None:

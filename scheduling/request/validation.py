@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from core.labels import labels_problems
 from core.quantity import QuantityError, read_amount, resource_name_problem, to_base
 from scheduling.kinds.sharing import GPU_STEP
+from scheduling.kinds.sharing import gpus_shown as gpus_shown  # (importers' name)
 from scheduling.request.lookups import SubmitLookups
 from scheduling.request.manifests import manifest_name, validate_manifest
 
@@ -105,12 +106,6 @@ def parse_gpus(value: Any, field: str, errors: dict[str, list[str]], *,
             f"{number}: a fraction of a card is in steps of 0.001 (0.001 to 0.999)")
         return None
     return number.quantize(GPU_STEP) if number < 1 else Decimal(int(number))
-
-
-def gpus_shown(value: Decimal | float | int) -> int | float:
-    """GPUs as people read them: 8, 0.25 (a JSON number, no trailing zeros)."""
-    number = Decimal(str(value))
-    return int(number) if number == number.to_integral_value() else float(number.normalize())
 
 
 def _int(value: Any, field: str, errors: dict[str, list[str]], *, minimum: int = 0,
