@@ -16,8 +16,9 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
 from core import db
+from core.quantity import amounts
 from quotas.models import Queue
-from scheduling import extensions
+from scheduling import engine, extensions
 from scheduling.models import (
     Admission,
     Cluster,
@@ -43,6 +44,7 @@ class SnapshotParts:
     card_memory: dict[str, Any] = field(default_factory=dict)  # GiB per card, by flavor name
     priority_names: dict[int, str] = field(default_factory=dict)
     pod_sets: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    pod_set_specs: dict[int, tuple[engine.PodSetSpec, ...]] = field(default_factory=dict)
     context: extensions.CycleContext | None = None
 
     def known(self, name: str) -> Workload:
@@ -91,9 +93,26 @@ POD_SET_FIELDS = ("id", "workload_id", "index", "count", "flavors", "gpus", "cpu
                   "gpu_memory_gib", "resources")
 
 
+def pod_set_specs(rows: list[dict[str, Any]]) -> tuple[engine.PodSetSpec, ...]:
+    """A workload's pod-set rows as the engine takes them."""
+    return tuple(
+        engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=_f(p["gpus"]),
+                          cpu=_f(p["cpu"]), memory_gib=_f(p["memory_gib"]),
+                          gpu_memory_gib=p["gpu_memory_gib"],
+                          resources=engine.resources_of(amounts(p["resources"])))
+        for p in rows)
+
+
+def _f(value: Any) -> float:
+    return float(value) if value is not None else 0.0
+
+
+Static = tuple[Any, dict[str, Any], list[dict[str, Any]], tuple[engine.PodSetSpec, ...]]
+
+
 class _StaticCache:
-    """Per process: workload id -> (version, static columns, pod sets); forgotten every few
-    minutes and when it grows large.
+    """Per process: workload id -> (version, static columns, pod sets, their engine specs:
+    built once, not every cycle); forgotten every few minutes and when it grows large.
 
     A pending workload may be changed in place (scheduling/updates.py, workload_update), which
     replaces its pod sets: the version is the highest id of its pod sets, read with the moving
@@ -104,11 +123,10 @@ class _StaticCache:
     MAX = 50_000
 
     def __init__(self) -> None:
-        self.items: dict[int, tuple[Any, dict[str, Any], list[dict[str, Any]]]] = {}
+        self.items: dict[int, Static] = {}
         self.until = 0.0
 
-    def get_many(self, versions: dict[int, Any]
-                 ) -> dict[int, tuple[Any, dict[str, Any], list[dict[str, Any]]]]:
+    def get_many(self, versions: dict[int, Any]) -> dict[int, Static]:
         now = time.monotonic()
         if now > self.until or len(self.items) > self.MAX:
             self.items, self.until = {}, now + self.TTL_S
@@ -126,7 +144,8 @@ class _StaticCache:
                 sets.setdefault(ps["workload_id"], []).append(ps)
             for i, r in rows.items():
                 ps = sets.get(i, [])
-                self.items[i] = (max((p["id"] for p in ps), default=None), r, ps)
+                self.items[i] = (max((p["id"] for p in ps), default=None), r, ps,
+                                 pod_set_specs(ps))
         return {i: self.items[i] for i in ids if i in self.items}
 
 
@@ -150,6 +169,7 @@ def _live_rows(ids: list[int], parts: SnapshotParts,
             continue
         rows.append({**cached[1], **m})
         parts.pod_sets[m["id"]] = cached[2]
+        parts.pod_set_specs[m["id"]] = cached[3]
     rows.sort(key=lambda r: (r["submitted_at"], r["id"]))
     return rows
 

@@ -36,6 +36,7 @@ from scheduling.models import (
 )
 from scheduling.workers.rows import (
     SnapshotParts,
+    _f,
     _live_rows,
     _nominated,
     _pending_heads,
@@ -61,10 +62,6 @@ def engine_settings() -> engine.Settings:
     known = set(engine.Settings.__dataclass_fields__)
     values = {k: v for k, v in settings.ALLOT_ENGINE.items() if k in known}
     return engine.Settings(**values)
-
-
-def _f(value: Any) -> float:
-    return float(value) if value is not None else 0.0
 
 
 def build_snapshot(now: datetime, *, pending_limit: int | None = None, record: bool = True
@@ -277,29 +274,6 @@ def _quota(path: str, report: Any, ctx: extensions.CycleContext
     return quota
 
 
-# Pod-set rows -> the engine's specs, by the identity of the row list the per-process row cache
-# keeps (scheduling/workers/rows.py): built once per workload, not every cycle; a workload
-# whose pod sets change gets a new list. Forgotten when it grows large.
-_specs_built: dict[int, tuple[list[dict[str, Any]], tuple[engine.PodSetSpec, ...]]] = {}
-_SPECS_MAX = 50_000
-
-
-def _pod_set_specs(rows: list[dict[str, Any]]) -> tuple[engine.PodSetSpec, ...]:
-    hit = _specs_built.get(id(rows))
-    if hit is not None and hit[0] is rows:
-        return hit[1]
-    specs = tuple(
-        engine.PodSetSpec(count=p["count"], flavors=tuple(p["flavors"]), gpus=_f(p["gpus"]),
-                          cpu=_f(p["cpu"]), memory_gib=_f(p["memory_gib"]),
-                          gpu_memory_gib=p["gpu_memory_gib"],
-                          resources=engine.resources_of(amounts(p["resources"])))
-        for p in rows)
-    if len(_specs_built) >= _SPECS_MAX:
-        _specs_built.clear()
-    _specs_built[id(rows)] = (rows, specs)
-    return specs
-
-
 def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
                    ctx: extensions.CycleContext, parts: SnapshotParts) -> engine.WorkloadSpec:
     """A workload's row as the engine takes it."""
@@ -310,7 +284,7 @@ def _workload_spec(r: dict[str, Any], priorities: dict[int, PriorityClass],
         allowed = {pinned} if allowed is None else set(allowed) & {pinned}
     return engine.WorkloadSpec(
         name=str(r["id"]), queue=r["queue__path"], display_name=r["name"],
-        pod_sets=_pod_set_specs(parts.pod_sets.get(r["id"], [])),
+        pod_sets=parts.pod_set_specs.get(r["id"], ()),
         submitted_at=r["submitted_at"].timestamp(), priority=pc.value,
         priority_class=pc.name, can_preempt=pc.can_preempt, preemptible=r["preemptible"],
         checkpoint=r["checkpoint"], termination_grace_s=float(r["termination_grace_s"]),

@@ -15,7 +15,7 @@ from core import changes
 from quotas.models import QuotaEntry
 from scheduling.workers import snapshot
 from scheduling.workers.cycle import cycle_run
-from tests.integration.scheduling.world import make_world, submit
+from tests.integration.scheduling.world import make_world, request, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,13 +55,19 @@ def test_a_quota_change_reaches_the_next_cycle():
     assert job.pk not in report.admitted  # vision's new max (0) holds it back
 
 
-def test_pod_set_specs_are_built_once_per_row_list():
-    make_world(nodes_per_cluster=1)
-    rows = [{"count": 2, "flavors": ["a100-80g"], "gpus": Decimal(1), "cpu": Decimal(4),
-             "memory_gib": Decimal(16), "gpu_memory_gib": None, "resources": {}}]
-    specs = snapshot._pod_set_specs(rows)
-    assert specs[0].count == 2 and specs[0].gpus == 1.0 and specs[0].cpu == 4.0
-    assert snapshot._pod_set_specs(rows) is specs
-    changed = [{**rows[0], "count": 3}]  # a workload changed in place: a new list
-    assert snapshot._pod_set_specs(changed)[0].count == 3
-    assert snapshot.build_snapshot(timezone.now())[0].pending == ()
+def test_pod_set_specs_are_built_once_per_workload_and_read_again_when_changed():
+    from scheduling.request.updates import workload_update
+
+    w = make_world(nodes_per_cluster=1)
+    job = submit(w, "waits", gpus=1, count=2)  # pending (no cycle runs here)
+    first = _pending_specs(job.pk)
+    assert first[0].count == 2 and first[0].gpus == 1.0 and first[0].cpu == 8.0
+    assert _pending_specs(job.pk) is first  # the next cycle's: the same specs, not rebuilt
+    body = request("waits", gpus=1, count=3)
+    workload_update(user=w.alice, workload=job, changes={"pods": body["pods"]})
+    assert _pending_specs(job.pk)[0].count == 3  # its pod sets changed: built again
+
+
+def _pending_specs(pk):
+    snap, _ = snapshot.build_snapshot(timezone.now())
+    return next(p.pod_sets for p in snap.pending if p.name == str(pk))
