@@ -16,7 +16,9 @@ import multiprocessing
 import os
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
-worker_class = "gthread"
+# Gunicorn's threaded worker, listening only while one of its threads is free, so keep-alive
+# clients spread over the processes by their speed (portal/gunicorn_worker.py).
+worker_class = "portal.gunicorn_worker.BalancedThreadWorker"
 # A few threads per process: more only contend for the interpreter lock (bench.portal).
 workers = int(os.environ.get("GUNICORN_WORKERS", multiprocessing.cpu_count()))
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))
@@ -33,3 +35,11 @@ def post_worker_init(worker: object) -> None:
     from core.runtime import gc_tune
 
     gc_tune()
+
+
+def child_exit(server: object, worker: object) -> None:
+    """In the master, as a worker process leaves (even killed): its siblings stop counting
+    its connections (portal/gunicorn_worker.py)."""
+    from portal.gunicorn_worker import release
+
+    release(worker.age)  # type: ignore[attr-defined]

@@ -53,6 +53,8 @@ _.CELERY_TASK_ALWAYS_EAGER  # celery: task_always_eager
 _.CELERY_TIMEZONE  # celery: timezone
 _.CELERY_WORKER_PREFETCH_MULTIPLIER  # celery: worker_prefetch_multiplier
 _.application  # portal/wsgi.py: what gunicorn and WSGI_APPLICATION load
+_.BalancedThreadWorker  # gunicorn.conf.py names it as worker_class (a string)
+_.child_exit  # a gunicorn hook (gunicorn.conf.py)
 
 # --- App configs, management commands (found by Django by their module and class names)
 _.BillingConfig  # django app registry

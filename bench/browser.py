@@ -70,7 +70,7 @@ def _serve(tmp: Path) -> tuple[subprocess.Popen, dict[str, str]]:
                        stdout=subprocess.DEVNULL)
     proc = subprocess.Popen(
         [str(HERE / ".venv/bin/gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{PORT}", "-w", "2",
-         "-k", "gthread", "--threads", "4", "--log-level", "warning"], cwd=ROOT, env=env)
+         "--threads", "4", "--log-level", "warning"], cwd=ROOT, env=env)
     for _ in range(100):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{PORT}/healthz", timeout=1)

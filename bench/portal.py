@@ -14,8 +14,9 @@ Environment: BENCH_PG (server URL, default postgres://postgres@127.0.0.1:5432),
 BENCH_REDIS (broker for the submit nudges, default redis://127.0.0.1:6379/3, flushed after),
 BENCH_SECONDS (each load's duration, default 15), BENCH_LOADS (the loads, as
 `clients:workers` pairs, default `20:0,20:1,200:1`), BENCH_GUNICORN (gunicorn worker options,
-default `-w 2 -k gthread --threads 4`: two processes for two cores, four threads each; ten
-threads each cost 5-15% more CPU per request in lock contention, for no more throughput),
+default `-w 2 --threads 4` with gunicorn.conf.py's worker class: two processes for two
+cores, four threads each; ten threads each cost 5-15% more CPU per request in lock
+contention, for no more throughput; `-k gthread` for gunicorn's stock threaded worker),
 BENCH_CLIENT (the load generator: `wrk`, the default where Debian's wrk is installed, or
 `python`: a thread per client in the bench's process), BENCH_PARTS (`pages`, `post` or both,
 the default: `pages,post`), BENCH_URLS (measure only
@@ -47,7 +48,7 @@ PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/"
 REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/3")
 SECONDS = float(os.environ.get("BENCH_SECONDS", "15"))
 # Gunicorn's worker options (the figure is printed with them).
-GUNICORN = os.environ.get("BENCH_GUNICORN", "-w 2 -k gthread --threads 4")
+GUNICORN = os.environ.get("BENCH_GUNICORN", "-w 2 --threads 4")
 PARTS = set(os.environ.get("BENCH_PARTS", "pages,post").split(","))
 URL_FILTER = [u for u in os.environ.get("BENCH_URLS", "").split(",") if u]
 KEEP = os.environ.get("BENCH_KEEP", "") == "1"

@@ -32,7 +32,7 @@ from tests.chaos.servers import ThrowawayPostgres, ThrowawayRedis, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DB = "allot_chaos"
-WEB_OPTIONS = "-w 2 -k gthread --threads 4"  # as README.md advises for production
+WEB_OPTIONS = "-w 2 --threads 4"  # as README.md advises for production
 LOCK_KEY = 0x616C6C6F74  # scheduling.locks.LOCK_KEY (asserted equal in setup)
 
 # Settings of every process: short intervals so the system settles in seconds after a fault,
