@@ -62,6 +62,10 @@ class TraceReplayCreateApi(APIView):
         upload = request.FILES.get("file")
         tree = request.FILES.get("tree")
         body: Any = request.data
+        if not hasattr(body, "get"):  # JSON that is not an object: a list, a number, null
+            return Response({"non_field_errors": [
+                f"expected a JSON object (`name` and `content`), got {type(body).__name__}"]},
+                status=status.HTTP_400_BAD_REQUEST)
         if upload is not None:
             name, size, read = upload.name or "trace.csv", upload.size or 0, upload.read
         elif isinstance(body.get("content"), str):

@@ -157,6 +157,11 @@ def test_the_request_refuses_only_what_is_cheap(world):
     r = api(world.admin).post("/api/v1/trace-replays", {"file": upload("p.csv", "  \n")},
                               format="multipart")
     assert r.status_code == 400 and r.json()["file"] == ["the file is empty"]
+    # JSON that is not an object (schemathesis sent `[null, null]`: a 500 before).
+    for body in ([None, None], 3, "text"):
+        r = api(world.admin).post("/api/v1/trace-replays", body, format="json")
+        assert r.status_code == 400, body
+        assert "expected a JSON object" in r.json()["non_field_errors"][0]
     assert not TraceReplay.objects.exists()
 
 
