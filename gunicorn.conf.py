@@ -42,4 +42,4 @@ def child_exit(server: object, worker: object) -> None:
     its connections (portal/gunicorn_worker.py)."""
     from portal.gunicorn_worker import release
 
-    release(worker.age)  # type: ignore[attr-defined]
+    release(worker.pid)  # type: ignore[attr-defined]

@@ -9,15 +9,16 @@ worth of interpreter, so the crowded one answered its clients about twice as slo
 half set the tail (`bench.portal`, 200 clients with the workers scheduling: p50 563-650 ms,
 p99 0.93-1.3 s at 330-390 requests/s).
 
-Here the processes publish how many connections each holds in a small shared array (created
-when gunicorn's master imports this module, inherited by the processes it forks), and a
-process listens only while it holds at most one more than the least loaded sibling that is
-listening. A connection arriving meanwhile waits in the kernel's backlog for a sibling, and
-a process that is not listening looks again every `RECHECK_S`, so a new connection waits at
-most that long for one to take it. Requests on connections a process already holds are not
-affected. A process that leaves (stopped, or killed: the master's `child_exit` hook, in
-gunicorn.conf.py) is forgotten at once; where the array was not inherited, each process sees
-only itself and accepts as the stock worker does.
+Here the processes publish how many connections each holds in a small shared table (created
+when gunicorn's master imports this module, inherited by the processes it forks; each process
+claims a free slot as it starts), and a process listens only while it holds at most one more
+than the least loaded sibling that is listening. A connection arriving meanwhile waits in the
+kernel's backlog for a sibling, and a process that is not listening looks again every
+`RECHECK_S`, so a new connection waits at most that long for one to take it. Requests on
+connections a process already holds are not affected. A process that leaves (stopped, or
+killed: the master's `child_exit` hook, in gunicorn.conf.py) is forgotten at once; where the
+table was not inherited or is full, a process sees no sibling and accepts as the stock worker
+does.
 """
 
 from __future__ import annotations
@@ -28,24 +29,49 @@ from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
 
-SLOTS = 256  # processes alive at once; a slot is the process's age (unique) modulo this
+SLOTS = 256  # processes alive at once that share the table; more take connections as usual
 RECHECK_S = 0.02
 IDLE = -1  # the slot's count while its process is not taking connections
-# Per slot: the process's pid (0: free) and its connection count (IDLE: not listening).
+# Per slot: the process's pid (0: free) and its connection count (IDLE: not listening);
+# slots are claimed lowest first, so the ones in use stay below `_HIGH`.
 _PIDS = multiprocessing.RawArray("q", SLOTS)
 _CONNS = multiprocessing.RawArray("q", SLOTS)
+_HIGH = multiprocessing.RawValue("q", 0)
+_CLAIM = multiprocessing.Lock()
 
 
-def release(age: int) -> None:
-    """Forget the process of this age (it has left): the master's `child_exit` hook."""
-    _PIDS[age % SLOTS] = 0
-    _CONNS[age % SLOTS] = IDLE
+def claim(pid: int) -> int | None:
+    """A free slot for the process `pid`; None when the table is full (or its lock is held by a
+    process killed while claiming: it then takes connections as the stock worker does)."""
+    if not _CLAIM.acquire(timeout=1.0):
+        return None
+    try:
+        for slot in range(SLOTS):
+            if _PIDS[slot] == 0:
+                _CONNS[slot] = IDLE
+                _PIDS[slot] = pid
+                _HIGH.value = max(_HIGH.value, slot + 1)
+                return slot
+        return None
+    finally:
+        _CLAIM.release()
 
 
-def least_loaded(own: int) -> int | None:
-    """The fewest connections held by a listening sibling of the slot `own`; None when no
-    sibling listens."""
-    counts = [_CONNS[i] for i in range(SLOTS) if i != own and _PIDS[i] and _CONNS[i] != IDLE]
+def release(pid: int) -> None:
+    """Forget the process `pid` (it has left): the master's `child_exit` hook, and the process
+    itself as it stops."""
+    for slot in range(_HIGH.value):
+        if _PIDS[slot] == pid:
+            _CONNS[slot] = IDLE
+            _PIDS[slot] = 0
+
+
+def least_loaded(own: int | None) -> int | None:
+    """The fewest connections held by a listening process other than the slot `own`; None
+    when no other process listens."""
+    high = _HIGH.value
+    pids, conns = _PIDS[:high], _CONNS[:high]
+    counts = [c for i, c in enumerate(conns) if pids[i] and c != IDLE and i != own]
     return min(counts) if counts else None
 
 
@@ -54,16 +80,16 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has 
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.slot = self.age % SLOTS
+        self.slot: int | None = None
         self._wanted = False  # what gunicorn's loop asks for (alive, under its connection limit)
 
     def init_process(self) -> None:
-        _PIDS[self.slot] = os.getpid()
-        _CONNS[self.slot] = IDLE
+        self.slot = claim(os.getpid())
         super().init_process()
 
     def _publish(self) -> None:
-        _CONNS[self.slot] = self.nr_conns if self._wanted and self.alive else IDLE
+        if self.slot is not None:
+            _CONNS[self.slot] = self.nr_conns if self._wanted and self.alive else IDLE
 
     def _balanced(self) -> bool:
         least = least_loaded(self.slot)
@@ -86,4 +112,4 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has 
         try:
             super().run()
         finally:
-            release(self.age)
+            release(os.getpid())
