@@ -23,6 +23,8 @@ does.
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import multiprocessing
 import os
 from typing import Any
@@ -34,16 +36,22 @@ RECHECK_S = 0.02
 IDLE = -1  # the slot's count while its process is not taking connections
 # Per slot: the process's pid (0: free) and its connection count (IDLE: not listening);
 # slots are claimed lowest first, so the ones in use stay below `_HIGH`.
-_PIDS = multiprocessing.RawArray("q", SLOTS)
-_CONNS = multiprocessing.RawArray("q", SLOTS)
-_HIGH = multiprocessing.RawValue("q", 0)
-_CLAIM = multiprocessing.Lock()
+try:  # shared memory (a file in /dev/shm or the temporary directory) and a POSIX semaphore
+    _PIDS = multiprocessing.RawArray("q", SLOTS)
+    _CONNS = multiprocessing.RawArray("q", SLOTS)
+    _HIGH = multiprocessing.RawValue("q", 0)
+    _CLAIM: Any = multiprocessing.Lock()
+except OSError:  # neither here: each process accepts on its own, as the stock worker does
+    logging.getLogger(__name__).warning("no shared memory: connections are not balanced",
+                                        exc_info=True)
+    _PIDS, _CONNS = (ctypes.c_longlong * SLOTS)(), (ctypes.c_longlong * SLOTS)()
+    _HIGH, _CLAIM = ctypes.c_longlong(0), None
 
 
 def claim(pid: int) -> int | None:
     """A free slot for the process `pid`; None when the table is full (or its lock is held by a
     process killed while claiming: it then takes connections as the stock worker does)."""
-    if not _CLAIM.acquire(timeout=1.0):
+    if _CLAIM is None or not _CLAIM.acquire(timeout=1.0):
         return None
     try:
         for slot in range(SLOTS):
