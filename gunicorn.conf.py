@@ -16,8 +16,9 @@ import multiprocessing
 import os
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
-# Gunicorn's threaded worker, listening only while one of its threads is free, so keep-alive
-# clients spread over the processes by their speed (portal/gunicorn_worker.py).
+# Gunicorn's threaded worker, taking a new connection only while it holds at most one more
+# than its least loaded sibling, so keep-alive clients spread evenly over the processes
+# (portal/gunicorn_worker.py).
 worker_class = "portal.gunicorn_worker.BalancedThreadWorker"
 # A few threads per process: more only contend for the interpreter lock (bench.portal).
 workers = int(os.environ.get("GUNICORN_WORKERS", multiprocessing.cpu_count()))
