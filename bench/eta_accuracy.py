@@ -127,6 +127,9 @@ CONFIGS = {
     # the live one scaled by how the queue's earlier forecasts came out
     # (scheduling.engine.calibration); the same replay's forecasts before it as "..., raw"
     "calibrated": {"calibrate": True},
+    # studied, not adopted (docs/engine.md §13): running work at its conditional median in the
+    # mean-run fast-forward, the start the median of it and the p50 and p95 ones
+    "m50-start": {"point": 0.5, "start_levels": (0.5, 0.95)},
 }
 
 

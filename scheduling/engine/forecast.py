@@ -385,14 +385,16 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              horizon_s: float, targets: Collection[str] | None = None,
              levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
              step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = (),
-             start_stat: str = "mean", extra: Sequence[tuple[float, str]] = ()
-             ) -> dict[str, Estimate]:
+             start_stat: str = "mean", extra: Sequence[tuple[float, str]] = (),
+             start_levels: Collection[float] | None = None) -> dict[str, Estimate]:
     """Every pending workload's (or every target's) start: `start` from one fast-forward with
     the work not started yet at its mean run time and the running work's remaining time at
     quantile `point` (module docstring), the range over it and one fast-forward per level of
     the run-time distribution (`step_s`, `step_rel`: the resolution, `fast_forward`).
     `start_stat="median"`: `start` is the median of all those fast-forwards' starts instead
-    (one beyond the horizon counting as latest; None if the median is). `extra`: for
+    (one beyond the horizon counting as latest; None if the median is); `start_levels`: of
+    the mean-run one and those levels' only (None: all; the range is over all of them,
+    widened to hold the start). `extra`: for
     studying, more start fast-forwards, each with running work's remaining time at
     (quantile, `RunTimes.remaining_stat`), their starts after the levels' in `starts` (not in
     `start` nor the range)."""
@@ -415,16 +417,21 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
             else run(q, True, replace(runtimes, remaining_stat=stat)) for q, stat in extra]
     names = [w.name for w in snap.pending] if targets is None else list(targets)
     out: dict[str, Estimate] = {}
+    picked = [0, *(i + 1 for i, q in enumerate(levels)
+                   if start_levels is None or q in start_levels)]
     for name in names:
         got = [r.get(name) for r in runs]
         seen = (*got, *(r.get(name) for r in more))
         known_starts = [s for s in got if s is not None]
-        out[name] = Estimate(
-            start=_mean_start(got) if start_stat == "average"
-            else _median_start(got) if start_stat == "median" else mid.get(name),
-            low=min(known_starts) if known_starts else None,
-            high=max(known_starts) if len(known_starts) == len(got) else None,
-            starts=seen)
+        chosen = [got[i] for i in picked]
+        start = (_mean_start(chosen) if start_stat == "average"
+                 else _median_start(chosen) if start_stat == "median" else mid.get(name))
+        low = min(known_starts) if known_starts else None
+        high = max(known_starts) if len(known_starts) == len(got) else None
+        if start is not None:  # a start outside the range (start_levels) widens it
+            low = start if low is None else min(low, start)
+            high = None if high is None else max(high, start)
+        out[name] = Estimate(start=start, low=low, high=high, starts=seen)
     return out
 
 

@@ -74,6 +74,10 @@ class EtaOptions:
     calibrate: bool = False
     calibration_samples: int = SAMPLES
     calibration_band: float = BAND
+    # the levels whose starts enter the start's median with the mean-run one (None: all;
+    # `forecast.estimate`): with `point` 0.5 and (0.5, 0.95), the rule studied in
+    # docs/engine.md §13, off by default
+    start_levels: tuple[float, ...] | None = None
     # for studying (with `record_starts`): more start fast-forwards, running work at
     # (quantile, remaining_stat) each (`forecast.estimate`'s `extra`)
     extra: tuple[tuple[float, str], ...] = ()
@@ -181,7 +185,8 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     ests = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                     targets=None if every else {name}, step_s=opts.step_s,
                     step_rel=opts.step_rel, levels=opts.levels, point=opts.point,
-                    arrivals=arrivals, start_stat=opts.start_stat, extra=opts.extra)
+                    arrivals=arrivals, start_stat=opts.start_stat, extra=opts.extra,
+                    start_levels=opts.start_levels)
     est = ests[name]
     out: dict[str, Any] = {}
     if opts.calibrate and first is not None:

@@ -233,3 +233,20 @@ def test_extra_fast_forwards_are_recorded_after_the_levels_only():
     assert est.starts[:4] == plain.starts and len(est.starts) == 6
     # r ends at +100 (hint); a1 and b1 then run their drawn lengths (100 or 600 s) in turn
     assert est.starts[5] in {NOW + 100 + x + y for x in (100, 600) for y in (100, 600)}
+
+
+def test_start_from_some_levels_only_widens_the_range_to_hold_it():
+    # As in the median test: the mean-run start +500, p25 and p50 +300, p95 +1100. The start
+    # from the mean-run, p50 and p95 ones: +500; the range as before.
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   levels=(0.25, 0.5, 0.95), start_stat="median",
+                   start_levels=(0.5, 0.95))["c"]
+    assert (est.low, est.start, est.high) == (NOW + 300, NOW + 500, NOW + 1100)
+    # from the p25 and p50 ones with the mean-run one: +300
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   levels=(0.25, 0.5, 0.95), start_stat="median",
+                   start_levels=(0.25, 0.5))["c"]
+    assert (est.low, est.start, est.high) == (NOW + 300, NOW + 300, NOW + 1100)
