@@ -20,10 +20,16 @@ Printed per rule and stretch: the per-workload median |start - actual| / wait ov
 workloads that waited >= 10 min (target < 0.25) and the share of all forecasts whose range
 held the actual start within one 60 s cycle (target >= 0.8); the range is the live one (the
 earliest and latest of m75, p25, p50, p95), widened to hold a start outside it.
+`--layout NAMES` names the recorded starts in their order when a replay recorded others
+(e.g. `--levels 0.25,0.5,0.95 --extra 0.5:quantile`: m75,p25,p50,p95,m50); `P+Q` adds to P's
+starts the ones Q recorded after its live four (`load`); `--no-calibration` skips the
+calibrated rules (they need `P.new.first.json`, from `--all-pending`); `--search` prints the
+best of every median of 1-5 recorded starts and of splits by forecast wait (`search`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -92,6 +98,9 @@ def geomean(*names: str) -> Rule:
 
 
 RULES: dict[str, Rule] = {
+    # the option (ALLOT_ETA_START_POINT 0.5, ALLOT_ETA_START_LEVELS 0.5,0.95): its best worst
+    # case over the three stretches
+    "option: median(m50, p50, p95)": med("m50", "p50", "p95"),
     "median of six sampled starts": med(*SAMPLES),
     "median of four sampled starts": med(*SAMPLES[:4]),
     "median of live four and six sampled": med(*LIVE, *SAMPLES),
@@ -140,8 +149,11 @@ CALIBRATED: dict[str, tuple[str, float]] = {
 }
 
 
+LAYOUT = list(NAMES)  # the recorded order; `--layout m75,p25,p50,p95,m50` for another
+
+
 def starts_of(xs: Sequence[float | None]) -> Starts:
-    return dict(zip(NAMES, xs, strict=False))
+    return dict(zip(LAYOUT, xs, strict=False))
 
 
 def figures(rows: list[tuple[dict[str, Any], float]], starts: list[float | None]
@@ -192,15 +204,20 @@ def calibrated(rows: list[tuple[dict[str, Any], float]], first: list[dict[str, A
     return out
 
 
+def dumped_file(prefix: str) -> str:
+    """`P` is the `new` configuration's dump, P.new.json; a name ending in .json is itself."""
+    return prefix if prefix.endswith(".json") else f"{prefix}.new.json"
+
+
 def load(spec: str) -> list[dict[str, Any]]:
     """The forecasts of `P.new.json`; `P+Q`: with the starts Q recorded after its four live
     ones (`--extra`) appended to P's (each fast-forward is independent: two replays of one
     stretch give the same live starts)."""
     first, *more = spec.split("+")
-    with open(f"{first}.new.json") as fh:
+    with open(dumped_file(first)) as fh:
         dumped = [r for r in json.load(fh) if r["actual"] is not None]
     for other in more:
-        with open(f"{other}.new.json") as fh:
+        with open(dumped_file(other)) as fh:
             extra = {r["name"]: r["eta"]["starts"] for r in json.load(fh)}
         for r in dumped:
             got = extra[r["name"]]
@@ -210,8 +227,68 @@ def load(spec: str) -> list[dict[str, Any]]:
     return dumped
 
 
+def search(specs: list[str], top: int = 10) -> list[str]:
+    """Every median of 1 to 5 of the recorded starts, and every split (one such median for a
+    forecast wait under a limit, another above it; the wait by the live rule or by the long
+    one) over the 40 best of them and the single starts: the best `top` of each by their worst
+    stretch (`--search`). Printed to show what no rule of these reaches, not to pick one."""
+    sets = [load(x) for x in specs]
+    have = min(len(r["eta"]["starts"]) for rows in sets for r in rows)
+    waited = [[(r["eta"]["at"], float(r["actual"]),
+                [math.inf if x is None else x for x in r["eta"]["starts"]])
+               for r in rows if r["actual"] - r["eta"]["at"] >= WAITED_S] for rows in sets]
+
+    def mid(xs: list[float], c: tuple[int, ...]) -> float:
+        ys = sorted(xs[i] for i in c)
+        n = len(ys)
+        return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+
+    def worst(pick: Callable[[float, list[float]], float]) -> list[float]:
+        out = []
+        for rows in waited:
+            rel = [abs(x - a) / (a - at) for at, a, xs in rows
+                   if math.isfinite(x := pick(at, xs))]
+            out.append(statistics.median(rel))
+        return out
+
+    def label(c: tuple[int, ...]) -> str:
+        return "median(" + ", ".join(LAYOUT[i] for i in c) + ")"
+
+    combos = [c for k in range(1, 6) for c in itertools.combinations(range(have), k)]
+    ranked = sorted(((worst(lambda at, xs, c=c: mid(xs, c)), c) for c in combos),
+                    key=lambda r: max(r[0]))
+    lines = [f"{len(combos)} medians of 1-5 starts, the best by their worst stretch:"]
+    lines += [f"  {label(c):44}" + "".join(f"{e:>8.3f}" for e in es) for es, c in ranked[:top]]
+    live = tuple(LAYOUT.index(n) for n in LIVE)
+    bases = list(dict.fromkeys([c for _, c in ranked[:40]] + [(i,) for i in range(have)]))
+    splits = []
+    for short, long_, limit, by in itertools.product(
+            bases, bases, (1800, 3600, 7200, 14400, 28800, 86400, 172800), ("live", "long")):
+        if short == long_:
+            continue
+        ref = live if by == "live" else long_
+
+        def pick(at: float, xs: list[float], s: tuple[int, ...] = short,
+                 lg: tuple[int, ...] = long_, r: tuple[int, ...] = ref,
+                 t: float = limit) -> float:
+            return mid(xs, s) if mid(xs, r) - at < t else mid(xs, lg)
+
+        splits.append((worst(pick), f"{label(short)} under {limit / 3600:g} h ({by}), "
+                                    f"else {label(long_)}"))
+    splits.sort(key=lambda r: max(r[0]))
+    lines.append(f"{len(splits)} splits by forecast wait, the best by their worst stretch:")
+    lines += [f"  {name:90}" + "".join(f"{e:>8.3f}" for e in es) for es, name in splits[:top]]
+    return lines
+
+
 def main(argv: list[str]) -> int:
+    if "--layout" in argv:
+        LAYOUT[:] = argv[argv.index("--layout") + 1].split(",")
+        argv = [a for a in argv if a not in ("--layout", ",".join(LAYOUT))]
     prefixes = [a for a in argv if not a.startswith("--")]
+    if "--search" in argv:
+        print("\n".join(search(prefixes)))
+        return 0
     table: dict[str, list[str]] = {}
     for spec in prefixes:
         prefix = spec.split("+")[0]
