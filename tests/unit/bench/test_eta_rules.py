@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.eta_rules import RULES, figures, load, median, split, starts_of
+from bench.eta_rules import RULES, figures, load, median, search, split, starts_of
 
 
 def row(name, at, actual, starts):
@@ -52,3 +52,16 @@ def test_load_appends_a_second_replays_extra_starts(tmp_path):
     (tmp_path / "sa.new.json").write_text(json.dumps([row("w", 0, 10, [1, 2, 7, 4, 9])]))
     with pytest.raises(SystemExit):  # not the same replay's live starts
         load(f"{base}+{more}")
+
+
+def test_search_ranks_rules_by_their_worst_stretch(tmp_path):
+    # Two stretches; on both the p50 start is exact and m75 twice the wait: the median of p50
+    # alone is best (error 0), and a split taking p50 under any limit ties with it.
+    for name in ("x", "y"):
+        rows = [row(f"w{i}", 0, 1000.0 * (i + 1), [2000.0 * (i + 1), 100.0,
+                                                    1000.0 * (i + 1), 9e9]) for i in range(5)]
+        (tmp_path / f"{name}.new.json").write_text(json.dumps(rows))
+    lines = search([str(tmp_path / "x"), str(tmp_path / "y")], top=2)
+    assert lines[0].startswith("15 medians of 1-5 starts")
+    assert lines[1].split() == ["median(p50)", "0.000", "0.000"]
+    assert "splits by forecast wait" in lines[3] and lines[4].split()[-2:] == ["0.000", "0.000"]
