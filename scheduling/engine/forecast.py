@@ -394,10 +394,10 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
     `start_stat="median"`: `start` is the median of all those fast-forwards' starts instead
     (one beyond the horizon counting as latest; None if the median is); `start_levels`: of
     the mean-run one and those levels' only (None: all; the range is over all of them,
-    widened to hold the start). `extra`: for
-    studying, more start fast-forwards, each with running work's remaining time at
-    (quantile, `RunTimes.remaining_stat`), their starts after the levels' in `starts` (not in
-    `start` nor the range)."""
+    widened to hold the start). `extra`: for studying, more start fast-forwards, each with
+    running work's remaining time at (quantile, `RunTimes.remaining_stat`), or with every run
+    time drawn ((seed, "sample"): `sampled_lengths`), their starts after the levels' in
+    `starts` (in neither `start` nor the range)."""
     def run(q: float, mean: bool, rt: RunTimes = runtimes, seed: int | None = None
             ) -> dict[str, float]:
         remaining, durations = (run_lengths(snap, known, rt, q, mean=mean) if seed is None

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduling.engine import Engine, WorkloadSpec
+from scheduling.engine import Engine, Snapshot, WorkloadSpec
 from scheduling.engine.calibration import BAND, SAMPLES, Outcome, apply, calibration
 from scheduling.engine.export import snapshot_of
 from scheduling.engine.forecast import (
@@ -210,7 +210,7 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     return out
 
 
-def _drain(snap: Any, ws: dict[str, WorkloadRecord], runtimes: RunTimes, name: str,
+def _drain(snap: Snapshot, ws: dict[str, WorkloadRecord], runtimes: RunTimes, name: str,
            now: float) -> dict[str, float]:
     """For studying a drain-rate start: the GPU-seconds of the queue's pending work ahead of
     `name` (at the start's run times), the queue's GPUs in use now and its mean GPUs in use
