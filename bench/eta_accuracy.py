@@ -127,6 +127,9 @@ CONFIGS = {
     # the live one scaled by how the queue's earlier forecasts came out
     # (scheduling.engine.calibration); the same replay's forecasts before it as "..., raw"
     "calibrated": {"calibrate": True},
+    # studied, not adopted (docs/engine.md §13): running work at its conditional median in the
+    # mean-run fast-forward, the start the median of it and the p50 and p95 ones
+    "m50-start": {"point": 0.5, "start_levels": (0.5, 0.95)},
 }
 
 
@@ -173,6 +176,9 @@ def main(argv: list[str]) -> int:
                 print(f"[eta-accuracy] {name}: {text}")
         if "--dump" in argv:  # one row per forecast, for studying where the error comes from
             dump(f"{argv[argv.index('--dump') + 1]}.{name}.json", data, out["workloads"])
+            if out.get("first_forecasts"):
+                dump_first(f"{argv[argv.index('--dump') + 1]}.{name}.first.json",
+                           out["first_forecasts"], out["workloads"])
     table(results)
     print(json.dumps({"bench": "eta_accuracy", "jobs": len(jobs), "offset": offset,
                       "every": every, "fleet_gpus": facts["fleet_gpus"], **results}))
@@ -182,8 +188,13 @@ def main(argv: list[str]) -> int:
 def overrides(argv: list[str]) -> dict[str, Any]:
     """Options to try on every configuration: --levels 0.25,0.95 --point 0.75 --arrivals S
     --recent N --step-rel X --by-size --remaining-mean --record-starts (each simulated start
-    in the --dump file) --all-pending (every pending workload forecast at each forecast, as
-    the live refresh does) --cal-samples N --cal-band X (the calibration's, with `calibrated`)."""
+    in the --dump file) --extra Q:STAT,... (more start fast-forwards recorded after the
+    levels': STAT "quantile" or "mean", running work at quantile Q or at its conditional mean;
+    "sample", every run time drawn, Q the sample's seed) --record-drain (the queue's work
+    ahead and recent use in the --dump file) --all-pending (every pending workload forecast at
+    each forecast, as the live refresh does; with --record-starts each one's first forecast
+    goes to PREFIX.<config>.first.json) --cal-samples N --cal-band X (the calibration's, with
+    `calibrated`)."""
     out: dict[str, Any] = {}
     if "--levels" in argv:
         out["levels"] = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(","))
@@ -211,6 +222,11 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["calibration_band"] = float(argv[argv.index("--cal-band") + 1])
     if "--record-starts" in argv:
         out["record_starts"] = True
+    if "--extra" in argv:  # e.g. 0.5:quantile,0.5:mean
+        out["extra"] = tuple((float(q), stat) for q, stat in (
+            x.split(":") for x in argv[argv.index("--extra") + 1].split(",")))
+    if "--record-drain" in argv:
+        out["record_drain"] = True
     if "--step-rel" in argv:
         out["step_rel"] = float(argv[argv.index("--step-rel") + 1])
     return out
@@ -290,6 +306,14 @@ def dump(path: str, data: dict[str, Any], workloads: dict[str, Any]) -> None:
                     "duration_s": spec[n]["duration_s"], "eta": w["eta_at_submit"],
                     "actual": w["admissions"][0]["at"] if w["admissions"] else None}
                    for n, w in workloads.items() if w.get("eta_at_submit")], fh)
+
+
+def dump_first(path: str, first: list[dict[str, Any]], workloads: dict[str, Any]) -> None:
+    """Each pending workload's first forecast (`--all-pending --record-starts`) with its next
+    admission at or after it (null: none): the calibration's samples, for studying."""
+    with open(path, "w") as fh:
+        json.dump([{**f, "actual": next((a["at"] for a in workloads[f["name"]]["admissions"]
+                                         if a["at"] >= f["at"]), None)} for f in first], fh)
 
 
 ROWS = [

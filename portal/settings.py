@@ -466,6 +466,11 @@ ALLOT_ETA = {
     "calibrate": env.bool("ALLOT_ETA_CALIBRATE", default=False),
     "calibration_samples": env.int("ALLOT_ETA_CALIBRATION_SAMPLES", default=30),
     "calibration_band": env.float("ALLOT_ETA_CALIBRATION_BAND", default=1.5),
+    # The start's rule (docs/engine.md §13): running work's remaining time in the mean-run
+    # fast-forward at this conditional quantile, and the levels whose starts enter the start's
+    # median with it ("": all of them). Studied, not adopted: 0.5 with "0.5,0.95".
+    "start_point": env.float("ALLOT_ETA_START_POINT", default=0.75),
+    "start_levels": tuple(float(x) for x in env.list("ALLOT_ETA_START_LEVELS", default=[])),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.

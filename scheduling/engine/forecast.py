@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import zlib
 from bisect import bisect_right
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduling.engine.accounting import EPS
 from scheduling.engine.engine import Engine
@@ -337,19 +338,70 @@ def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, 
     return remaining, durations
 
 
+def draw(name: str, seed: int) -> float:
+    """A quantile in [0.02, 0.98] drawn for one workload in sample `seed`: the same for the
+    same name and seed (a hash, not a random state), so a forecast is reproducible."""
+    return 0.02 + 0.96 * zlib.crc32(f"{seed}:{name}".encode()) / 2**32
+
+
+def sampled_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes,
+                    seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """`run_lengths` with each workload's run time drawn (`draw`) instead of one quantile for
+    all: work not started at the drawn quantile of its queue's latest runs (of the month's
+    with fewer than `min_samples` of them), running work's remaining time at the drawn
+    quantile of the runs longer than its age. One sample of how the ends may fall: the
+    earliest of many ends comes sooner than the earliest of their medians."""
+    def fresh(w: WorkloadSpec) -> float:
+        xs = runtimes.recent.get(w.queue, ())
+        u = draw(w.name, seed)
+        return quantile(xs, u) if len(xs) >= runtimes.min_samples \
+            else runtimes.total(w.queue, u)
+
+    remaining: dict[str, float] = {}
+    durations: dict[str, float] = {}
+    for a in snap.admitted:
+        w = a.workload
+        k = known.get(w.name, Known())
+        if k.hint_s is not None:
+            remaining[w.name] = max(0.0, k.hint_s - k.progress_s - k.elapsed_s)
+            if a.grace_until is not None:
+                durations[w.name] = max(0.0, k.hint_s - k.progress_s)
+            continue
+        if k.elapsed_s > 0 or k.progress_s > 0:
+            remaining[w.name] = runtimes.remaining(w.queue, k.elapsed_s + k.progress_s,
+                                                   draw(w.name, seed))
+        else:
+            remaining[w.name] = fresh(w)
+        if a.grace_until is not None:
+            durations[w.name] = fresh(w)
+    for w in snap.pending:
+        k = known.get(w.name, Known())
+        durations[w.name] = max(0.0, (k.hint_s if k.hint_s is not None else fresh(w))
+                                - k.progress_s)
+    return remaining, durations
+
+
 def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              horizon_s: float, targets: Collection[str] | None = None,
              levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
              step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = (),
-             start_stat: str = "mean") -> dict[str, Estimate]:
+             start_stat: str = "mean", extra: Sequence[tuple[float, str]] = (),
+             start_levels: Collection[float] | None = None) -> dict[str, Estimate]:
     """Every pending workload's (or every target's) start: `start` from one fast-forward with
     the work not started yet at its mean run time and the running work's remaining time at
     quantile `point` (module docstring), the range over it and one fast-forward per level of
     the run-time distribution (`step_s`, `step_rel`: the resolution, `fast_forward`).
     `start_stat="median"`: `start` is the median of all those fast-forwards' starts instead
-    (one beyond the horizon counting as latest; None if the median is)."""
-    def run(q: float, mean: bool) -> dict[str, float]:
-        remaining, durations = run_lengths(snap, known, runtimes, q, mean=mean)
+    (one beyond the horizon counting as latest; None if the median is); `start_levels`: of
+    the mean-run one and those levels' only (None: all; the range is over all of them,
+    widened to hold the start). `extra`: for studying, more start fast-forwards, each with
+    running work's remaining time at (quantile, `RunTimes.remaining_stat`), or with every run
+    time drawn ((seed, "sample"): `sampled_lengths`), their starts after the levels' in
+    `starts` (in neither `start` nor the range)."""
+    def run(q: float, mean: bool, rt: RunTimes = runtimes, seed: int | None = None
+            ) -> dict[str, float]:
+        remaining, durations = (run_lengths(snap, known, rt, q, mean=mean) if seed is None
+                                else sampled_lengths(snap, known, rt, seed))
         for w in arrivals:
             k = known.get(w.name)
             durations[w.name] = (k.hint_s if k is not None and k.hint_s is not None
@@ -361,17 +413,25 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
 
     mid = run(point, True)
     runs = [mid, *(run(q, False) for q in levels)]
+    more = [run(0.5, True, seed=int(q)) if stat == "sample"
+            else run(q, True, replace(runtimes, remaining_stat=stat)) for q, stat in extra]
     names = [w.name for w in snap.pending] if targets is None else list(targets)
     out: dict[str, Estimate] = {}
+    picked = [0, *(i + 1 for i, q in enumerate(levels)
+                   if start_levels is None or q in start_levels)]
     for name in names:
         got = [r.get(name) for r in runs]
+        seen = (*got, *(r.get(name) for r in more))
         known_starts = [s for s in got if s is not None]
-        out[name] = Estimate(
-            start=_mean_start(got) if start_stat == "average"
-            else _median_start(got) if start_stat == "median" else mid.get(name),
-            low=min(known_starts) if known_starts else None,
-            high=max(known_starts) if len(known_starts) == len(got) else None,
-            starts=tuple(got))
+        chosen = [got[i] for i in picked]
+        start = (_mean_start(chosen) if start_stat == "average"
+                 else _median_start(chosen) if start_stat == "median" else mid.get(name))
+        low = min(known_starts) if known_starts else None
+        high = max(known_starts) if len(known_starts) == len(got) else None
+        if start is not None:  # a start outside the range (start_levels) widens it
+            low = start if low is None else min(low, start)
+            high = None if high is None else max(high, start)
+        out[name] = Estimate(start=start, low=low, high=high, starts=seen)
     return out
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduling.engine import Engine, WorkloadSpec
+from scheduling.engine import Engine, Snapshot, WorkloadSpec
 from scheduling.engine.calibration import BAND, SAMPLES, Outcome, apply, calibration
 from scheduling.engine.export import snapshot_of
 from scheduling.engine.forecast import (
@@ -74,6 +74,15 @@ class EtaOptions:
     calibrate: bool = False
     calibration_samples: int = SAMPLES
     calibration_band: float = BAND
+    # the levels whose starts enter the start's median with the mean-run one (None: all;
+    # `forecast.estimate`): with `point` 0.5 and (0.5, 0.95), the rule studied in
+    # docs/engine.md §13, off by default
+    start_levels: tuple[float, ...] | None = None
+    # for studying (with `record_starts`): more start fast-forwards, running work at
+    # (quantile, remaining_stat) each (`forecast.estimate`'s `extra`)
+    extra: tuple[tuple[float, str], ...] = ()
+    # for studying: record the queue's work ahead and recent use (`drain` in `eta_at_submit`)
+    record_drain: bool = False
 
 
 class FirstForecasts:
@@ -83,11 +92,16 @@ class FirstForecasts:
     def __init__(self) -> None:
         self.by_queue: dict[str, list[tuple[str, float, float]]] = {}
         self.seen: set[str] = set()
+        # (queue, name, at, each fast-forward's start): with `record_starts`, for studying
+        self.rows: list[tuple[str, str, float, tuple[float | None, ...]]] = []
 
-    def add(self, queue: str, name: str, at: float, start: float | None) -> None:
+    def add(self, queue: str, name: str, at: float, start: float | None,
+            starts: tuple[float | None, ...] | None = None) -> None:
         if name in self.seen:
             return
         self.seen.add(name)
+        if starts is not None:
+            self.rows.append((queue, name, at, starts))
         if start is not None:
             self.by_queue.setdefault(queue, []).append((name, at, start))
 
@@ -171,7 +185,8 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     ests = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                     targets=None if every else {name}, step_s=opts.step_s,
                     step_rel=opts.step_rel, levels=opts.levels, point=opts.point,
-                    arrivals=arrivals, start_stat=opts.start_stat)
+                    arrivals=arrivals, start_stat=opts.start_stat, extra=opts.extra,
+                    start_levels=opts.start_levels)
     est = ests[name]
     out: dict[str, Any] = {}
     if opts.calibrate and first is not None:
@@ -185,11 +200,50 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     if first is not None:  # after the calibration: it learns from forecasts made before
         for p in snap.pending:
             if p.name in ests:
-                first.add(p.queue, p.name, now, ests[p.name].start)
+                first.add(p.queue, p.name, now, ests[p.name].start,
+                          ests[p.name].starts if opts.record_starts else None)
     out.update({"at": now, "start": est.start, "low": est.low, "high": est.high})
     if opts.record_starts:
         out["starts"] = list(est.starts)
+    if opts.record_drain:
+        out.update(_drain(snap, ws, history.runtimes(now), name, now))
     return out
+
+
+def _drain(snap: Snapshot, ws: dict[str, WorkloadRecord], runtimes: RunTimes, name: str,
+           now: float) -> dict[str, float]:
+    """For studying a drain-rate start: the GPU-seconds of the queue's pending work ahead of
+    `name` (at the start's run times), the queue's GPUs in use now and its mean GPUs in use
+    over the last 1, 6 and 24 hours."""
+    spec = ws[name].sim.spec
+    queue = spec.queue
+    ahead = 0.0
+    for p in snap.pending:
+        if p.queue != queue or p.name == name:
+            continue
+        if p.priority > spec.priority or (p.priority == spec.priority
+                                          and p.submitted_at <= spec.submitted_at):
+            ahead += sum(ps.count * ps.gpus for ps in p.pod_sets) * runtimes.point(queue)
+    in_use = sum(sum(ps.count * ps.gpus for ps in a.workload.pod_sets)
+                 for a in snap.admitted if a.workload.queue == queue)
+    windows = (3600.0, 6 * 3600.0, 86400.0)
+    used = [0.0, 0.0, 0.0]
+    for w in ws.values():
+        if w.sim.spec.queue != queue or not w.admissions:
+            continue
+        ends = sorted(float(p["at"]) for p in w.preemptions)
+        for adm in w.admissions:
+            a = float(adm["at"])
+            if a > now:
+                continue
+            e = next((x for x in ends if x > a), w.finished_at if w.finished_at is not None
+                     else now)
+            e = min(e, now)
+            for i, win in enumerate(windows):
+                used[i] += w.gpus * max(0.0, e - max(a, now - win))
+    return {"ahead_gpu_s": ahead, "gpus": ws[name].gpus, "in_use": in_use,
+            "used_1h": used[0] / windows[0], "used_6h": used[1] / windows[1],
+            "used_24h": used[2] / windows[2]}
 
 
 def _hint(w: WorkloadRecord, opts: EtaOptions) -> float | None:

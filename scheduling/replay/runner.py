@@ -369,7 +369,14 @@ def run_scenario(scenario: Scenario, *, rebuild: bool = False,
     gc.freeze()
     gc.set_threshold(500_000, 50, 1000)
     try:
-        return Runner(scenario, rebuild=rebuild, eta=eta).run()
+        runner = Runner(scenario, rebuild=rebuild, eta=eta)
+        out = runner.run()
+        if eta is not None and eta.record_starts and runner.first.rows:
+            # each pending workload's first forecast, for studying the calibration
+            out["first_forecasts"] = [
+                {"queue": q, "name": n, "at": at, "starts": list(st)}
+                for q, n, at, st in runner.first.rows]
+        return out
     finally:
         gc.set_threshold(*threshold)
         gc.unfreeze()

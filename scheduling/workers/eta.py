@@ -28,6 +28,7 @@ from scheduling.engine.calibration import apply as calibrated
 from scheduling.engine.forecast import (
     LIVE_LEVELS,
     LIVE_START_STAT,
+    POINT,
     RECENT_RUNS,
     Estimate,
     Known,
@@ -152,7 +153,8 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
     raw = estimate(snap, known=known, runtimes=runtimes, horizon_s=float(conf["horizon_s"]),
                    targets=targets, step_s=float(conf["step_s"]),
                    step_rel=float(conf["step_rel"]), levels=LIVE_LEVELS,
-                   start_stat=LIVE_START_STAT)
+                   start_stat=LIVE_START_STAT, point=float(conf.get("start_point", POINT)),
+                   start_levels=tuple(conf.get("start_levels") or ()) or None)
     cal = calibration_read(now)
     queues = {w.name: w.queue for w in snap.pending}
     est = {name: calibrated(e, snap.now, cal.of(queues[name])) for name, e in raw.items()}

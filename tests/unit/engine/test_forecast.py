@@ -8,9 +8,11 @@ from scheduling.engine import AdmittedWorkload, FlavorSpec, Settings, Snapshot
 from scheduling.engine.forecast import (
     Known,
     RunTimes,
+    draw,
     estimate,
     fast_forward,
     quantile,
+    sampled_lengths,
 )
 from tests.unit.engine.builders import A100, cluster, q, wl
 
@@ -192,3 +194,59 @@ def test_running_work_for_the_start_at_its_conditional_mean_when_asked():
     assert rt.point_remaining("a", 60, 0.5) == 60
     # By default at the quantile: p75 of 30, 40, 50 is 45.
     assert RunTimes(by_queue=rt.by_queue).point_remaining("a", 25, 0.75) == 45 - 25
+
+
+def test_drawn_quantiles_are_reproducible_and_spread():
+    us = [draw(f"w{i}", 1) for i in range(10_000)]
+    assert us == [draw(f"w{i}", 1) for i in range(10_000)]  # the same name and seed
+    assert us != [draw(f"w{i}", 2) for i in range(10_000)]  # another sample
+    assert min(us) >= 0.02 and max(us) <= 0.98
+    xs = sorted(us)  # about uniform on [0.02, 0.98]: its quartiles 0.26, 0.5, 0.74
+    assert [round(quantile(xs, x), 1) for x in (0.25, 0.5, 0.75)] == [0.3, 0.5, 0.7]
+
+
+def test_sampled_run_lengths_draw_each_workloads_quantile():
+    # r runs (age 25 s; the queue's runs 10..50 s), b pending (the latest runs 100..500 s),
+    # h has a hint: each unhinted one at its own drawn quantile.
+    rt = RunTimes(by_queue={"a": (10.0, 20.0, 30.0, 40.0, 50.0)},
+                  recent={"a": (100.0, 200.0, 300.0, 400.0, 500.0)})
+    s = snap([wl("b", "a", 8, t=10), wl("h", "a", 8, t=20)], [running("r")])
+    known = {"r": Known(elapsed_s=25.0), "h": Known(hint_s=70.0)}
+    remaining, durations = sampled_lengths(s, known, rt, seed=3)
+    assert remaining["r"] == rt.remaining("a", 25.0, draw("r", 3))
+    assert durations["b"] == quantile(rt.recent["a"], draw("b", 3))
+    assert durations["h"] == 70.0
+
+
+def test_extra_fast_forwards_are_recorded_after_the_levels_only():
+    # As in the median test: the extra runs (running work at its conditional median, one
+    # sampled run) change neither the start nor the range, and come last in `starts`.
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    plain = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                     levels=(0.25, 0.5, 0.95), start_stat="median")["c"]
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   levels=(0.25, 0.5, 0.95), start_stat="median",
+                   extra=((0.5, "quantile"), (1, "sample")))["c"]
+    assert (est.low, est.start, est.high) == (plain.low, plain.start, plain.high)
+    assert est.starts[:4] == plain.starts and len(est.starts) == 6
+    # r ends at +100 (hint); a1 and b1 then run their drawn lengths (100 or 600 s) in turn
+    assert est.starts[5] in {NOW + 100 + x + y for x in (100, 600) for y in (100, 600)}
+
+
+def test_start_from_some_levels_only_widens_the_range_to_hold_it():
+    # As in the median test: the mean-run start +500, p25 and p50 +300, p95 +1100. The start
+    # from the mean-run, p50 and p95 ones: +500; the range as before.
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
+    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+             [running("r")])
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   levels=(0.25, 0.5, 0.95), start_stat="median",
+                   start_levels=(0.5, 0.95))["c"]
+    assert (est.low, est.start, est.high) == (NOW + 300, NOW + 500, NOW + 1100)
+    # from the p25 and p50 ones with the mean-run one: +300
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   levels=(0.25, 0.5, 0.95), start_stat="median",
+                   start_levels=(0.25, 0.5))["c"]
+    assert (est.low, est.start, est.high) == (NOW + 300, NOW + 300, NOW + 1100)

@@ -3,6 +3,8 @@ submission, on hand-computed scenarios."""
 
 from __future__ import annotations
 
+import pytest
+
 from scheduling.replay import EtaOptions, load_scenario, run_scenario
 
 from .replay_builders import job, scenario
@@ -137,3 +139,30 @@ def test_calibration_scales_by_how_the_queues_earlier_forecasts_came_out():
     wide = run_with(30)
     assert wide["c"]["eta_at_submit"]["factor"] == 1.0
     assert wide["c"]["eta_at_submit"]["start"] == 2750
+
+
+def test_study_recordings_drain_and_first_forecasts():
+    # The calibration case above, recorded for studying. At 1450 j1..j4 (8 GPUs each) are
+    # ahead of c in queue a, each at the mean of a's latest runs (h0..h4: 100 s): 3,200
+    # GPU-seconds; j0 holds the 8 GPUs; the last hour saw h0..h4 run 0-500 and j0 1000-1450
+    # on 8 GPUs: 7,600 GPU-seconds, 2.11 GPUs on average.
+    one_node = [{"name": "c", "nodes": [{"count": 1, "flavor": "a100-80g", "gpus": 8,
+                                         "cpu": 96, "memory_gib": 1024}]}]
+    jobs = [job(f"h{i}", "a", 0, duration_s=100) for i in range(5)]
+    jobs += [job(f"j{i}", "a", 1000, duration_s=1000) for i in range(5)]
+    jobs += [job("c", "a", 1450, duration_s=10)]
+    sc = load_scenario(scenario(until=20000, workloads=jobs, clusters=one_node))
+    out = run_scenario(sc, eta=EtaOptions(
+        step_s=0, step_rel=0, min_samples=2, default_run_s=100, all_pending=True,
+        record_starts=True, record_drain=True, extra=((0.5, "quantile"),)))
+    eta = out["workloads"]["c"]["eta_at_submit"]
+    assert (eta["ahead_gpu_s"], eta["gpus"], eta["in_use"]) == (3200, 8, 8)
+    assert round(eta["used_1h"], 3) == round(7600 / 3600, 3)
+    # j0 at its conditional median: 450 s older than every past run, as long again
+    assert eta["starts"] == [3200, 2000, 2300, 10400, 2300]
+    first = {f["name"]: f for f in out["first_forecasts"]}
+    assert (first["c"]["queue"], first["c"]["at"]) == ("a", 1450)
+    assert first["c"]["starts"] == pytest.approx(eta["starts"])
+    # every workload was pending at a forecast (its own, before the cycle that took it)
+    assert first["j1"]["at"] == 1000
+    assert set(first) == {f"h{i}" for i in range(5)} | {f"j{i}" for i in range(5)} | {"c"}

@@ -3,6 +3,7 @@ read by the API, the workload page, the dashboard and the request form."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -269,3 +270,32 @@ def test_calibration_reads_due_first_forecasts_with_their_actual_starts(full):
     assert started.ratio(t) == pytest.approx(2.0)  # waited 100 s, forecast 50 s
     assert waiting.ratio(t) == pytest.approx(2.0)  # 600 s so far, forecast 300 s
     assert requeued.ratio(t) == pytest.approx(2.0)  # 60 s so far, forecast 30 s
+
+
+def test_the_start_rule_setting_reaches_the_refresh_and_the_request_form(full, settings,
+                                                                          monkeypatch):
+    # ALLOT_ETA_START_POINT / ALLOT_ETA_START_LEVELS (off by default: all levels, p75) go
+    # to the same forecast for the stored estimates and for a request being written.
+    from scheduling.engine import forecast as engine_forecast
+    from scheduling.workers import eta
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["point"], kwargs["start_levels"]))
+        return engine_forecast.estimate(*args, **kwargs)
+
+    monkeypatch.setattr(eta, "estimate", spy)
+    world, _r1, _r2, p1, _p2 = full
+    estimates_refresh(force=True)
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "start_point": 0.5,
+                          "start_levels": (0.5, 0.95)}
+    estimates_refresh(force=True)
+    spec = eta.build_snapshot(timezone.now(), pending_limit=eta.ALL_PENDING,
+                              record=False)[0].pending[0]
+    got = eta.request_estimate(spec=replace(spec, name="request"), hint_s=600,
+                               now=timezone.now())
+    assert seen == [(0.75, None), (0.5, (0.5, 0.95)), (0.5, (0.5, 0.95))]
+    # with hints everywhere every rule gives the same, exact start
+    assert got.start == got.low == got.high
+    assert WorkloadEstimate.objects.filter(workload=p1).exists()
