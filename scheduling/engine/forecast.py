@@ -33,7 +33,7 @@ import heapq
 import math
 import zlib
 from bisect import bisect_right
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from scheduling.engine.accounting import EPS
@@ -310,32 +310,11 @@ def run_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTimes, 
         return runtimes.point(w.queue, gpus_of(w)) if mean and runtimes.recent.get(w.queue) \
             else runtimes.total(w.queue, q)
 
-    remaining: dict[str, float] = {}
-    for a in snap.admitted:
-        k = known.get(a.workload.name, Known())
-        if k.hint_s is not None:
-            remaining[a.workload.name] = max(0.0, k.hint_s - k.progress_s - k.elapsed_s)
-        elif k.elapsed_s > 0 or k.progress_s > 0:
-            age = k.elapsed_s + k.progress_s
-            remaining[a.workload.name] = (
-                runtimes.point_remaining(a.workload.queue, age, q) if mean
-                else runtimes.remaining(a.workload.queue, age, q))
-        else:
-            remaining[a.workload.name] = reserved(a.workload)
-    durations: dict[str, float] = {}
-    for w in snap.pending:
-        k = known.get(w.name, Known())
-        if k.hint_s is not None:
-            durations[w.name] = max(0.0, k.hint_s - k.progress_s)
-        else:
-            durations[w.name] = max(0.0, fresh(w) - k.progress_s)
-    for a in snap.admitted:  # victims in grace run again once readmitted
-        if a.grace_until is not None:
-            k = known.get(a.workload.name, Known())
-            durations[a.workload.name] = (
-                max(0.0, k.hint_s - k.progress_s) if k.hint_s is not None
-                else fresh(a.workload))
-    return remaining, durations
+    def running(w: WorkloadSpec, age: float) -> float:
+        return (runtimes.point_remaining(w.queue, age, q) if mean
+                else runtimes.remaining(w.queue, age, q))
+
+    return _lengths(snap, known, fresh=fresh, reserved=reserved, running=running)
 
 
 def draw(name: str, seed: int) -> float:
@@ -357,27 +336,42 @@ def sampled_lengths(snap: Snapshot, known: Mapping[str, Known], runtimes: RunTim
         return quantile(xs, u) if len(xs) >= runtimes.min_samples \
             else runtimes.total(w.queue, u)
 
+    def running(w: WorkloadSpec, age: float) -> float:
+        return runtimes.remaining(w.queue, age, draw(w.name, seed))
+
+    return _lengths(snap, known, fresh=fresh, reserved=fresh, running=running)
+
+
+def _lengths(snap: Snapshot, known: Mapping[str, Known], *,
+             fresh: Callable[[WorkloadSpec], float], reserved: Callable[[WorkloadSpec], float],
+             running: Callable[[WorkloadSpec, float], float]
+             ) -> tuple[dict[str, float], dict[str, float]]:
+    """The walk of `run_lengths` and `sampled_lengths`: hints where given (less the progress
+    and the time run), else `fresh` for work not started, `reserved` for admitted work whose
+    pods are not running yet, `running(w, age)` for running work's remaining time; victims
+    in grace run again for their whole length once readmitted."""
     remaining: dict[str, float] = {}
-    durations: dict[str, float] = {}
     for a in snap.admitted:
-        w = a.workload
-        k = known.get(w.name, Known())
+        k = known.get(a.workload.name, Known())
         if k.hint_s is not None:
-            remaining[w.name] = max(0.0, k.hint_s - k.progress_s - k.elapsed_s)
-            if a.grace_until is not None:
-                durations[w.name] = max(0.0, k.hint_s - k.progress_s)
-            continue
-        if k.elapsed_s > 0 or k.progress_s > 0:
-            remaining[w.name] = runtimes.remaining(w.queue, k.elapsed_s + k.progress_s,
-                                                   draw(w.name, seed))
+            remaining[a.workload.name] = max(0.0, k.hint_s - k.progress_s - k.elapsed_s)
+        elif k.elapsed_s > 0 or k.progress_s > 0:
+            remaining[a.workload.name] = running(a.workload, k.elapsed_s + k.progress_s)
         else:
-            remaining[w.name] = fresh(w)
-        if a.grace_until is not None:
-            durations[w.name] = fresh(w)
+            remaining[a.workload.name] = reserved(a.workload)
+    durations: dict[str, float] = {}
     for w in snap.pending:
         k = known.get(w.name, Known())
-        durations[w.name] = max(0.0, (k.hint_s if k.hint_s is not None else fresh(w))
-                                - k.progress_s)
+        if k.hint_s is not None:
+            durations[w.name] = max(0.0, k.hint_s - k.progress_s)
+        else:
+            durations[w.name] = max(0.0, fresh(w) - k.progress_s)
+    for a in snap.admitted:  # victims in grace run again once readmitted
+        if a.grace_until is not None:
+            k = known.get(a.workload.name, Known())
+            durations[a.workload.name] = (
+                max(0.0, k.hint_s - k.progress_s) if k.hint_s is not None
+                else fresh(a.workload))
     return remaining, durations
 
 
