@@ -31,6 +31,14 @@ def running(name, queue="a", gpus=8, node="c-a100-80g-0", at=0.0):
                             running=True)
 
 
+def three_behind_r():
+    """a1, b1 and c pending in queue a behind r (8 GPUs, ends at +100 by its hint) on one
+    node; the queue's runs 100 s four times and 600 s once."""
+    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
+    return runtimes, snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
+                          [running("r")])
+
+
 def test_known_durations_give_exact_starts():
     # 8 GPUs, r runs until 1100. b (8, 50 s) starts at 1100 and ends at 1150; c and d (4 each)
     # then start together at 1150.
@@ -72,9 +80,7 @@ def test_estimate_range_over_run_time_quantiles():
 def test_start_takes_work_not_started_at_its_mean():
     # Two 4-GPU runs ahead of c on 8 GPUs held by r (hint: ends at +100); past runs 100, 100,
     # 100, 100, 600 s: mean 200. a then b (8 each) run one after another: c at 100 + 2 x 200.
-    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
-    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
-             [running("r")])
+    runtimes, s = three_behind_r()
     est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400)
     assert est["c"].start == NOW + 500
     # The range: at p25 (100 s each) 300; at p95 (500 s each) 1100.
@@ -145,9 +151,7 @@ def test_victims_requeue_and_start_again():
 def test_start_as_the_median_of_the_simulated_starts():
     # As above: the mean-run fast-forward starts c at +500; at p25 and p50 (100 s each) +300,
     # at p95 +1100. The median of the four: (300 + 500) / 2; the range as before.
-    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
-    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
-             [running("r")])
+    runtimes, s = three_behind_r()
     est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
                    levels=(0.25, 0.5, 0.95), start_stat="median")["c"]
     assert (est.low, est.start, est.high) == (NOW + 300, NOW + 400, NOW + 1100)
@@ -160,9 +164,7 @@ def test_start_as_the_median_of_the_simulated_starts():
 def test_start_as_the_average_of_the_simulated_starts_and_each_start_kept():
     # As above: the four starts are +500 (mean runs), +300 (p25), +300 (p50), +1100 (p95):
     # their average +550; with one beyond the horizon, their median (as start_stat="median").
-    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
-    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
-             [running("r")])
+    runtimes, s = three_behind_r()
     est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
                    levels=(0.25, 0.5, 0.95), start_stat="average")["c"]
     assert (est.low, est.start, est.high) == (NOW + 300, NOW + 550, NOW + 1100)
@@ -221,9 +223,7 @@ def test_sampled_run_lengths_draw_each_workloads_quantile():
 def test_extra_fast_forwards_are_recorded_after_the_levels_only():
     # As in the median test: the extra runs (running work at its conditional median, one
     # sampled run) change neither the start nor the range, and come last in `starts`.
-    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
-    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
-             [running("r")])
+    runtimes, s = three_behind_r()
     plain = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
                      levels=(0.25, 0.5, 0.95), start_stat="median")["c"]
     est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
@@ -238,9 +238,7 @@ def test_extra_fast_forwards_are_recorded_after_the_levels_only():
 def test_start_from_some_levels_only_widens_the_range_to_hold_it():
     # As in the median test: the mean-run start +500, p25 and p50 +300, p95 +1100. The start
     # from the mean-run, p50 and p95 ones: +500; the range as before.
-    runtimes = RunTimes(by_queue={"a": (100.0, 100.0, 100.0, 100.0, 600.0)})
-    s = snap([wl("a1", "a", 8, t=1), wl("b1", "a", 8, t=2), wl("c", "a", 8, t=3)],
-             [running("r")])
+    runtimes, s = three_behind_r()
     est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
                    levels=(0.25, 0.5, 0.95), start_stat="median",
                    start_levels=(0.5, 0.95))["c"]

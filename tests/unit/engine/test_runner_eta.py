@@ -103,6 +103,17 @@ def test_history_keeps_the_latest_runs_by_size_when_asked():
     assert RunHistory(EtaOptions()).runtimes(0).recent_by_size == {}
 
 
+def h_then_j_then_c():
+    """One 8-GPU node; in queue a h0..h4 at 0 (100 s each), j0..j4 at 1000 (1000 s each), c at
+    1450 (the calibration case below)."""
+    one_node = [{"name": "c", "nodes": [{"count": 1, "flavor": "a100-80g", "gpus": 8,
+                                         "cpu": 96, "memory_gib": 1024}]}]
+    jobs = [job(f"h{i}", "a", 0, duration_s=100) for i in range(5)]
+    jobs += [job(f"j{i}", "a", 1000, duration_s=1000) for i in range(5)]
+    jobs += [job("c", "a", 1450, duration_s=10)]
+    return load_scenario(scenario(until=20000, workloads=jobs, clusters=one_node))
+
+
 def test_calibration_scales_by_how_the_queues_earlier_forecasts_came_out():
     # One 8-GPU node. h0..h4 (100 s each, at 0): with no history every run is the default
     # 100 s, so h1..h4 are forecast at 100..400 and start then (ratio 1). j0..j4 (at 1000)
@@ -112,12 +123,7 @@ def test_calibration_scales_by_how_the_queues_earlier_forecasts_came_out():
     # j1..j4 take 100 s each: 3200 (mean-run), 2000, 2300, 10400; the start their median,
     # 2750. The latest four due forecasts, j1..j4, waited 450 s so far: ratios 4.5, 2.25,
     # 1.5, 1.125, median 1.875: c's wait of 1300 s becomes 2437.5.
-    one_node = [{"name": "c", "nodes": [{"count": 1, "flavor": "a100-80g", "gpus": 8,
-                                         "cpu": 96, "memory_gib": 1024}]}]
-    jobs = [job(f"h{i}", "a", 0, duration_s=100) for i in range(5)]
-    jobs += [job(f"j{i}", "a", 1000, duration_s=1000) for i in range(5)]
-    jobs += [job("c", "a", 1450, duration_s=10)]
-    sc = load_scenario(scenario(until=20000, workloads=jobs, clusters=one_node))
+    sc = h_then_j_then_c()
 
     def run_with(samples):
         return run_scenario(sc, eta=EtaOptions(
@@ -146,12 +152,7 @@ def test_study_recordings_drain_and_first_forecasts():
     # ahead of c in queue a, each at the mean of a's latest runs (h0..h4: 100 s): 3,200
     # GPU-seconds; j0 holds the 8 GPUs; the last hour saw h0..h4 run 0-500 and j0 1000-1450
     # on 8 GPUs: 7,600 GPU-seconds, 2.11 GPUs on average.
-    one_node = [{"name": "c", "nodes": [{"count": 1, "flavor": "a100-80g", "gpus": 8,
-                                         "cpu": 96, "memory_gib": 1024}]}]
-    jobs = [job(f"h{i}", "a", 0, duration_s=100) for i in range(5)]
-    jobs += [job(f"j{i}", "a", 1000, duration_s=1000) for i in range(5)]
-    jobs += [job("c", "a", 1450, duration_s=10)]
-    sc = load_scenario(scenario(until=20000, workloads=jobs, clusters=one_node))
+    sc = h_then_j_then_c()
     out = run_scenario(sc, eta=EtaOptions(
         step_s=0, step_rel=0, min_samples=2, default_run_s=100, all_pending=True,
         record_starts=True, record_drain=True, extra=((0.5, "quantile"),)))
