@@ -37,24 +37,17 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bench.eta_accuracy import WAITED_S
 from scheduling.engine.calibration import Outcome, calibration
+from scheduling.engine.forecast import median_start as median  # None: beyond the horizon
 
-WAITED_S = 600.0
-TOLERANCE_S = 60.0
+TOLERANCE_S = 60.0  # the Philly scenario's cycle interval, as bench.eta_accuracy reads it
 SAMPLES = tuple(f"s{i}" for i in range(1, 7))
 NAMES = ("m75", "p25", "p50", "p95", "p75", "m50", "m25", "mmean", *SAMPLES)
 LIVE = ("m75", "p25", "p50", "p95")
 
 Starts = dict[str, float | None]
 Rule = Callable[[Starts, dict[str, Any]], float | None]
-
-
-def median(xs: Sequence[float | None]) -> float | None:
-    """The median, None (beyond the horizon) the latest; None if the median is."""
-    ys = sorted(math.inf if x is None else x for x in xs)
-    n = len(ys)
-    m = ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
-    return m if math.isfinite(m) else None
 
 
 def med(*names: str) -> Rule:

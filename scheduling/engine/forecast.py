@@ -419,7 +419,7 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
         known_starts = [s for s in got if s is not None]
         chosen = [got[i] for i in picked]
         start = (_mean_start(chosen) if start_stat == "average"
-                 else _median_start(chosen) if start_stat == "median" else mid.get(name))
+                 else median_start(chosen) if start_stat == "median" else mid.get(name))
         low = min(known_starts) if known_starts else None
         high = max(known_starts) if len(known_starts) == len(got) else None
         if start is not None:  # a start outside the range (start_levels) widens it
@@ -432,11 +432,11 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
 def _mean_start(starts: Sequence[float | None]) -> float | None:
     """The mean of the simulated starts; with one beyond the horizon, their median."""
     if any(x is None for x in starts):
-        return _median_start(starts)
+        return median_start(starts)
     return sum(x for x in starts if x is not None) / len(starts)
 
 
-def _median_start(starts: Sequence[float | None]) -> float | None:
+def median_start(starts: Sequence[float | None]) -> float | None:
     """The median of the simulated starts, None (beyond the horizon) the latest."""
     xs = sorted((x if x is not None else math.inf) for x in starts)
     n = len(xs)
