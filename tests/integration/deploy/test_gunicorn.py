@@ -22,16 +22,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def server(tmp_path):
-    port = _free_port()
+def _gunicorn(tmp_path: Path, port: int, *options: str, stderr: int = subprocess.PIPE
+              ) -> subprocess.Popen:
+    """gunicorn from the repository (its gunicorn.conf.py) on a SQLite file, on `port`."""
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
            "DJANGO_SETTINGS_MODULE": "portal.settings"}
     env.pop("TEST_DATABASE_NAME", None)
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi",
-                             "-b", f"127.0.0.1:{port}", "-w", "1"],
+    return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi",
+                             "-b", f"127.0.0.1:{port}", *options],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stderr=stderr)
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = _free_port()
+    proc = _gunicorn(tmp_path, port, "-w", "1")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -122,13 +128,7 @@ def test_keep_alive_clients_spread_evenly_over_the_processes(tmp_path) -> None:
     # keeping its connection: the three processes hold 20 each, give or take two; again
     # after one of them was killed and replaced.
     port = _free_port()
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-           "DJANGO_SETTINGS_MODULE": "portal.settings"}
-    env.pop("TEST_DATABASE_NAME", None)
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi",
-                             "-b", f"127.0.0.1:{port}", "-w", "3", "--threads", "2"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = _gunicorn(tmp_path, port, "-w", "3", "--threads", "2", stderr=subprocess.DEVNULL)
     conns: list[http.client.HTTPConnection] = []
     try:
         for round_ in ("started", "after a kill"):
