@@ -1,6 +1,8 @@
 """Start forecast: how long the forecast of every pending workload takes (the engine part of
 the task `scheduling.eta_refresh`: four fast-forwards of the live snapshot, the start their
-median, the range over them; then the calibration by 20,000 earlier first forecasts).
+median, the range over them; with no new work, then with the last day's submissions coming
+again a day later as the live forecast takes them; then the calibration by 20,000 earlier
+first forecasts).
 
     python -m bench.eta                    # 20,000 pending workloads
     python -m bench.eta --pending 5000     # another size
@@ -30,6 +32,7 @@ import json
 import random
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from scheduling.engine import (
@@ -45,6 +48,7 @@ from scheduling.engine import (
 )
 from scheduling.engine.calibration import Outcome, apply, calibration
 from scheduling.engine.forecast import (
+    LIVE_ARRIVALS_S,
     LIVE_LEVELS,
     LIVE_START_STAT,
     POINT,
@@ -138,13 +142,37 @@ def past_forecasts(snap: Snapshot, per_queue: int = 400, seed: int = 11
     return out
 
 
+def arrivals_of(snap: Snapshot, known: dict[str, Known], window_s: float
+                ) -> list[WorkloadSpec]:
+    """As the workers read them (scheduling.workers.snapshot.arrival_specs): the work submitted
+    in the last `window_s` (pending and running), each again `window_s` later as `~<name>`,
+    with the original's hint (added to `known`)."""
+    out = []
+    for w in (*snap.pending, *(a.workload for a in snap.admitted)):
+        if w.submitted_at > snap.now - window_s:
+            name = f"~{w.name}"
+            out.append(replace(w, name=name, submitted_at=w.submitted_at + window_s))
+            hint = known.get(w.name, Known()).hint_s
+            known[name] = Known(hint_s=hint)
+    return out
+
+
 def main(argv: list[str]) -> int:
     pending = int(argv[argv.index("--pending") + 1]) if "--pending" in argv else 20_000
     snap, known, runtimes = world(pending)
     horizon = 14 * 86_400.0
+    # Before the arrivals (no new work during the forecast), then the live forecast: the last
+    # day's submissions again a day later; side by side.
     c0, t0 = time.process_time(), time.perf_counter()
     est = estimate(snap, known=known, runtimes=runtimes, horizon_s=horizon, step_s=STEP_S,
                    step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT)
+    wall0, cpu0 = time.perf_counter() - t0, time.process_time() - c0
+    started0 = sum(e.start is not None for e in est.values())
+    arrivals = arrivals_of(snap, known, LIVE_ARRIVALS_S)
+    c0, t0 = time.process_time(), time.perf_counter()
+    est = estimate(snap, known=known, runtimes=runtimes, horizon_s=horizon, step_s=STEP_S,
+                   step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT,
+                   arrivals=arrivals)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     started = sum(e.start is not None for e in est.values())
     one: dict[str, Any] = {}
@@ -165,7 +193,9 @@ def main(argv: list[str]) -> int:
     figures = {
         "bench": "eta", "pending": pending, "admitted": len(snap.admitted),
         "gpus": NODES * GPUS, "queues": len(snap.queues),
-        "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+        "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "arrivals": len(arrivals),
+        "no_arrivals_wall_s": round(wall0, 2), "no_arrivals_cpu_s": round(cpu0, 2),
+        "no_arrivals_started_within_horizon": started0,
         "calibration_wall_s": round(cal_wall, 3), "calibration_cpu_s": round(cal_cpu, 3),
         "calibration_samples": sum(len(xs) for xs in outcomes.values()),
         "queues_scaled": sum(f != 1.0 for f in cal.by_queue.values()),
@@ -175,8 +205,12 @@ def main(argv: list[str]) -> int:
     }
     print(f"[eta] {pending} pending, {len(snap.admitted)} running on {NODES * GPUS} GPUs, "
           f"{len(snap.queues)} queues")
-    print(f"[eta] forecast of every pending workload ({1 + len(LIVE_LEVELS)} fast-forwards): "
-          f"{wall:.2f} s wall, {cpu:.2f} s CPU; one fast-forward {one['median_run_s']:.2f} s")
+    print(f"[eta] forecast of every pending workload ({1 + len(LIVE_LEVELS)} fast-forwards), "
+          f"no new work: {wall0:.2f} s wall, {cpu0:.2f} s CPU; {started0} start within the "
+          f"horizon")
+    print(f"[eta] the same with the last day's {len(arrivals)} submissions coming again (live): "
+          f"{wall:.2f} s wall, {cpu:.2f} s CPU; one fast-forward without them "
+          f"{one['median_run_s']:.2f} s")
     print(f"[eta] calibration ({figures['calibration_samples']} first forecasts, "
           f"{figures['queues_scaled']} queues scaled): {cal_wall:.3f} s wall, "
           f"{cal_cpu:.3f} s CPU")

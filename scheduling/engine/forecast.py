@@ -4,8 +4,9 @@
 ends at the times it is given, admitted pending work runs for the durations it is given,
 victims go back to the queue when their grace ends, and a cycle runs at every end and at every
 time threshold (a cooldown or a pods-ready backoff running out, a workload starting to
-starve). The start of each pending workload is the time of the cycle that admits it. Nothing
-is submitted meanwhile: the forecast assumes no new work.
+starve). The start of each pending workload is the time of the cycle that admits it. New work
+is what `arrivals` says comes (the live forecast: the last day's submissions again, a day
+later); without it, nothing is submitted meanwhile.
 
 `estimate` runs it three times and gives each pending workload a start and a range: the start
 with work not started yet at the mean of its queue's latest ten runs (`RunTimes.point`; the
@@ -52,6 +53,9 @@ RECENT_RUNS = 10
 # on Philly it lowers the median error / wait from 0.537 to 0.363 (docs/engine.md).
 LIVE_LEVELS = (0.25, 0.5, 0.95)
 LIVE_START_STAT = "median"
+# The live forecast's coming demand (settings.ALLOT_ETA["arrivals_s"]): the submissions of the
+# last day again, a day later (`estimate(arrivals=...)`; docs/engine.md §13).
+LIVE_ARRIVALS_S = 86400.0
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -22,6 +22,7 @@ from scheduling.engine import Engine, Snapshot, WorkloadSpec
 from scheduling.engine.calibration import BAND, SAMPLES, Outcome, apply, calibration
 from scheduling.engine.export import snapshot_of
 from scheduling.engine.forecast import (
+    LIVE_ARRIVALS_S,
     LIVE_LEVELS,
     LIVE_START_STAT,
     POINT,
@@ -55,8 +56,9 @@ class EtaOptions:
     recent_stat: str = "mean"
     recent_running: bool = False
     # > 0: the submissions of the last `arrivals_s` seconds come again, shifted by that much,
-    # during the forecast (the coming demand taken to be the recent past's).
-    arrivals_s: float = 0.0
+    # during the forecast (the coming demand taken to be the recent past's; the live one's
+    # day, settings.ALLOT_ETA["arrivals_s"]; 0: no new work, as before)
+    arrivals_s: float = LIVE_ARRIVALS_S
     # "median": the start is the median of the fast-forwards' starts (`forecast.estimate`);
     # "mean": the mean-run fast-forward's (before).
     start_stat: str = LIVE_START_STAT
@@ -181,6 +183,8 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     for p in snap.pending:
         w = ws[p.name]
         known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
+    for copy in arrivals:  # it runs as long as the original was said to (live: its hint)
+        known[copy.name] = Known(hint_s=_hint(ws[copy.name[1:]], opts))
     every = opts.all_pending or opts.calibrate
     ests = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                     targets=None if every else {name}, step_s=opts.step_s,

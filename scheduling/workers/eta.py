@@ -40,16 +40,23 @@ from scheduling.models import Admission, EndReason, Workload, WorkloadEstimate, 
 from scheduling.selectors import ETA_REFRESHED_KEY
 from scheduling.workers.eta_calibration import calibration_read, first_estimates_store
 from scheduling.workers.rows import SnapshotParts
-from scheduling.workers.snapshot import build_snapshot, dt
+from scheduling.workers.snapshot import arrival_specs, build_snapshot, dt
 
 logger = logging.getLogger(__name__)
 
 # Every pending workload of a leaf (the cycle reads the first `max_pending_per_queue`).
 ALL_PENDING = 10_000_000
 HISTORY_ROWS = 100_000
-ASSUMED = ("no new work goes ahead of it; the fleet and the quotas stay as they are; the "
-           "range is over run times from their 25th to their 95th percentile, the start the "
-           "median of the starts simulated")
+ASSUMED = ("the fleet and the quotas stay as they are; the range is over run times from "
+           "their 25th to their 95th percentile, the start the median of the starts simulated")
+
+
+def coming_text(arrivals_s: float, count: int) -> str:
+    """What the forecast takes the coming demand to be, in words."""
+    if arrivals_s <= 0:
+        return "no new work goes ahead of it"
+    return (f"new work comes as in the last {span(arrivals_s)} ({count} submissions, each "
+            f"again {span(arrivals_s)} after it was made)")
 
 
 @dataclass
@@ -111,8 +118,9 @@ def span(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def assumes_text(queue: str, runtimes: RunTimes, factor: float = 1.0) -> str:
-    """What a forecast in `queue` assumes, in one line."""
+def assumes_text(queue: str, runtimes: RunTimes, factor: float = 1.0,
+                 coming: str = "no new work goes ahead of it") -> str:
+    """What a forecast in `queue` assumes, in one line (`coming`: `coming_text`)."""
     xs, source = runtimes.samples(queue)
     if source == "default":
         runs = f"without a hint, {span(runtimes.default_s)} (too few finished runs to learn from)"
@@ -124,7 +132,7 @@ def assumes_text(queue: str, runtimes: RunTimes, factor: float = 1.0) -> str:
         if len(latest) >= runtimes.min_samples:
             runs += (f"; the start takes the mean of {queue}'s latest {len(latest)} "
                      f"({span(sum(latest) / len(latest))})")
-    text = f"Run times: duration hints where given; {runs}. Assumes {ASSUMED}."
+    text = f"Run times: duration hints where given; {runs}. Assumes {coming}; {ASSUMED}."
     if factor != 1.0:
         text += f" Wait scaled x{factor:.2f}, as the latest forecasts here came out."
     return text
@@ -139,6 +147,12 @@ class Forecast:
     raw: dict[str, Estimate]
     runtimes: RunTimes
     calibration: Calibration
+    coming: str = "no new work goes ahead of it"  # `coming_text`
+
+    def assumes(self, queue: str) -> str:
+        """What a forecast in `queue` assumes, in one line (at most 500 characters)."""
+        return assumes_text(queue, self.runtimes, self.calibration.of(queue),
+                            self.coming)[:500]
 
 
 def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
@@ -150,15 +164,21 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
     known = known_of(snap, parts, now)
     known.update(extra or {})
     conf = settings.ALLOT_ETA
+    arrivals, hints = arrival_specs(now, float(conf.get("arrivals_s", 0.0)), parts,
+                                    limit=int(conf.get("arrivals_max", 0)))
+    for name, hint in hints.items():
+        known[name] = Known(hint_s=hint)
     raw = estimate(snap, known=known, runtimes=runtimes, horizon_s=float(conf["horizon_s"]),
                    targets=targets, step_s=float(conf["step_s"]),
                    step_rel=float(conf["step_rel"]), levels=LIVE_LEVELS,
                    start_stat=LIVE_START_STAT, point=float(conf.get("start_point", POINT)),
-                   start_levels=tuple(conf.get("start_levels") or ()) or None)
+                   start_levels=tuple(conf.get("start_levels") or ()) or None,
+                   arrivals=arrivals)
     cal = calibration_read(now)
     queues = {w.name: w.queue for w in snap.pending}
     est = {name: calibrated(e, snap.now, cal.of(queues[name])) for name, e in raw.items()}
-    return Forecast(estimates=est, raw=raw, runtimes=runtimes, calibration=cal)
+    return Forecast(estimates=est, raw=raw, runtimes=runtimes, calibration=cal,
+                    coming=coming_text(float(conf.get("arrivals_s", 0.0)), len(arrivals)))
 
 
 # The last refresh's view of the database: every state change writes an event row, so the
@@ -202,11 +222,11 @@ def estimates_refresh(*, now: datetime | None = None, force: bool = False) -> Et
         if raw is not None:
             first[int(w.name)] = dt(raw)
         if w.queue not in texts:
-            texts[w.queue] = assumes_text(w.queue, fc.runtimes, fc.calibration.of(w.queue))
+            texts[w.queue] = fc.assumes(w.queue)
         report.estimated += e.start is not None
         rows.append(WorkloadEstimate(
             workload_id=int(w.name), start=_at(e.start), low=_at(e.low), high=_at(e.high),
-            assumes=texts[w.queue][:500], computed_at=now))
+            assumes=texts[w.queue], computed_at=now))
     conf = settings.ALLOT_ETA
     report.store = estimates_store(rows, now=now, step_s=float(conf["step_s"]),
                                    step_rel=float(conf["step_rel"]), first=first)
@@ -356,5 +376,4 @@ def request_estimate(*, spec: engine.WorkloadSpec, hint_s: float | None,
                   extra={spec.name: Known(hint_s=hint_s)})
     e = fc.estimates[spec.name]
     return RequestEstimate(start=_at(e.start), low=_at(e.low), high=_at(e.high),
-                           assumes=assumes_text(spec.queue, fc.runtimes,
-                                                fc.calibration.of(spec.queue)))
+                           assumes=fc.assumes(spec.queue))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -366,3 +367,37 @@ def _cooldowns(now: datetime, s: engine.Settings) -> dict[str, float]:
     return out
 
 
+
+
+def arrival_specs(now: datetime, window_s: float, parts: SnapshotParts, *, limit: int
+                  ) -> tuple[list[engine.WorkloadSpec], dict[str, float | None]]:
+    """The coming demand taken to be the recent past's (docs/engine.md §13, "Future
+    arrivals"): the workloads submitted in the last `window_s` (at most the `limit` newest;
+    rejected ones and requests awaiting approval left out), each again as a copy named
+    `~<id>`, submitted `window_s` after the original with no backoff. With each copy's
+    duration hint (None: none). `parts`: the forecast's snapshot parts (its cycle context
+    narrows a copy's clusters as the original's)."""
+    if window_s <= 0 or limit <= 0:
+        return [], {}
+    ids = list(Workload.objects.filter(
+        submitted_at__gt=now - timedelta(seconds=window_s), submitted_at__lte=now,
+        needs_approval=False).exclude(state=S.REJECTED)
+        .order_by("-submitted_at", "-id").values_list("id", flat=True)[:limit])
+    if not ids:
+        return [], {}
+    queue_paths = {pk: (path, ns) for pk, path, ns in
+                   Queue.objects.values_list("id", "path", "namespace")}
+    priorities = {p.pk: p for p in PriorityClass.objects.all()}
+    own = SnapshotParts(context=parts.context)
+    ctx = parts.context or extensions.CycleContext(now=now, queue_paths=[], clusters=[],
+                                                  pending=[])
+    specs: list[engine.WorkloadSpec] = []
+    hints: dict[str, float | None] = {}
+    for r in _live_rows(ids, own, queue_paths):
+        spec = _workload_spec(r, priorities, ctx, own)
+        name = f"~{spec.name}"
+        specs.append(replace(spec, name=name, submitted_at=spec.submitted_at + window_s,
+                             not_before=None, backoff_count=0))
+        hint = r.get("duration_hint_s")
+        hints[name] = None if hint is None else float(hint)
+    return specs, hints

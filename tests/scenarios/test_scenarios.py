@@ -335,6 +335,22 @@ def test_command_reads_json_and_writes_out(tmp_path: Path) -> None:
     assert not compare(written, doc["x-expect"])
 
 
+def test_command_forecasts_with_arrivals_or_refuses_a_bad_window() -> None:
+    """--eta records eta_at_submit; --eta-arrivals S sets how much of the recent past comes
+    again (0: none); a negative or non-finite window is refused with the value."""
+    _runner()
+    source = str(HERE / "01-basic-admit-finish.yaml")
+    for window in ("0", "3600"):
+        proc = _simulate(source, "--eta", "--eta-arrivals", window)
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(proc.stdout)["workloads"]
+        assert all("eta_at_submit" in w for w in got.values())
+    for bad in ("-5", "nan"):
+        proc = _simulate(source, "--eta", "--eta-arrivals", bad)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert f"--eta-arrivals {float(bad)}: must be 0 or more seconds" in proc.stderr
+
+
 def test_command_missing_file_is_refused(tmp_path: Path) -> None:
     _runner()
     proc = _simulate(str(tmp_path / "nope.yaml"))

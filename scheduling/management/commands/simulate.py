@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from scheduling.replay import EtaOptions, ScenarioError, load_scenario, run_scenario
@@ -28,6 +30,10 @@ class Command(BaseCommand):
                             help="with --eta: forecast every Nth submission only (default 1)")
         parser.add_argument("--eta-hints", action="store_true",
                             help="with --eta: take each workload's duration_s as its hint")
+        parser.add_argument("--eta-arrivals", type=float, default=None, metavar="S",
+                            help="with --eta: the submissions of the last S seconds come "
+                                 "again S later during each forecast (default: the live "
+                                 "setting, ALLOT_ETA_ARRIVALS_S; 0: no new work)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -44,7 +50,14 @@ class Command(BaseCommand):
             if options["eta_every"] < 1:
                 sys.stderr.write(f"--eta-every {options['eta_every']}: must be at least 1\n")
                 sys.exit(2)
-            eta = EtaOptions(every=options["eta_every"], hints=bool(options["eta_hints"]))
+            arrivals = options.get("eta_arrivals")
+            if arrivals is None:
+                arrivals = float(settings.ALLOT_ETA.get("arrivals_s", 0.0))
+            if not math.isfinite(arrivals) or arrivals < 0:
+                sys.stderr.write(f"--eta-arrivals {arrivals}: must be 0 or more seconds\n")
+                sys.exit(2)
+            eta = EtaOptions(every=options["eta_every"], hints=bool(options["eta_hints"]),
+                             arrivals_s=arrivals)
         result = run_scenario(scenario, eta=eta)
         text = json.dumps(result, indent=1, ensure_ascii=False)
         if options.get("out"):

@@ -167,3 +167,22 @@ def test_study_recordings_drain_and_first_forecasts():
     # every workload was pending at a forecast (its own, before the cycle that took it)
     assert first["j1"]["at"] == 1000
     assert set(first) == {f"h{i}" for i in range(5)} | {f"j{i}" for i in range(5)} | {"c"}
+
+
+def test_the_recent_submissions_come_again_in_the_forecast():
+    # a1 (a, within its min) and bx (b, within its min) take the two nodes at 0; c (a, would
+    # borrow) waits from 500 for bx's node, freed at 1000. With no new work c is forecast at
+    # 1000, when it starts. With the last 600 s of submissions coming again 600 s later, bx's
+    # copy arrives at 600 and, within b's guarantee once bx ends, goes ahead of the borrower c
+    # at 1000 for bx's 1000 s: c is forecast at 2000 (a1's copy, at 600, is behind c).
+    jobs = [job("a1", "a", 0, duration_s=3000), job("bx", "b", 0, duration_s=1000),
+            job("c", "a", 500, duration_s=10)]
+    none = run(jobs, hints=True, arrivals_s=0)
+    assert none["c"]["eta_at_submit"] == {"at": 500, "start": 1000, "low": 1000, "high": 1000}
+    assert none["c"]["admissions"][0]["at"] == 1000
+    again = run(jobs, hints=True, arrivals_s=600)
+    assert again["c"]["eta_at_submit"] == {"at": 500, "start": 2000, "low": 2000, "high": 2000}
+    # what really happens does not change: the copies are the forecast's only
+    assert again["c"]["admissions"][0]["at"] == 1000 and "~bx" not in again
+    # the live default: a day
+    assert EtaOptions().arrivals_s == 86400.0

@@ -11,7 +11,13 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduling.models import Workload, WorkloadEstimate
-from scheduling.workers.eta import estimates_refresh, estimates_store, runtimes_read
+from scheduling.workers.eta import (
+    ALL_PENDING,
+    estimates_refresh,
+    estimates_store,
+    runtimes_read,
+)
+from scheduling.workers.snapshot import build_snapshot
 from tests.integration.scheduling.world import make_world, running_workload, submit
 
 pytestmark = pytest.mark.django_db
@@ -74,7 +80,7 @@ def test_api_and_pages_show_the_forecast(full, client):
     assert pos["estimated_start"] == second.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     assert pos["estimated_start_range"]["low"] == pos["estimated_start"]
     assert pos["estimated_start_range"]["high"] == pos["estimated_start"]
-    assert "Assumes no new work" in pos["estimate_assumes"]
+    assert "Assumes new work comes as in the last 24.0 h" in pos["estimate_assumes"]
     client.force_login(world.alice)
     page = client.get(f"/workloads/{p2.pk}/").content.decode()
     assert second.strftime("%Y-%m-%d %H:%M") in page and 'id="estimate-assumes"' in page
@@ -299,3 +305,61 @@ def test_the_start_rule_setting_reaches_the_refresh_and_the_request_form(full, s
     # with hints everywhere every rule gives the same, exact start
     assert got.start == got.low == got.high
     assert WorkloadEstimate.objects.filter(workload=p1).exists()
+
+
+def test_the_last_hours_submissions_come_again_ahead_of_pending_work(full, settings):
+    """ALLOT_ETA_ARRIVALS_S: the coming demand is taken to be the recent past's. A workload of
+    a higher class submitted 30 min ago (then cancelled) comes again 30 min from now,
+    while p1 and p2 wait for r1 and r2: it takes the first node freed, p1 the second, and p2
+    waits for p1 (600 s) instead of taking the second node. (No workload starves here: a
+    starving one would go first whatever its class.)"""
+    from scheduling.models import PriorityClass, WorkloadState
+    from scheduling.workers.eta import request_estimate
+
+    world, r1, r2, p1, p2 = full
+    PriorityClass.objects.create(name="urgent", value=5000, can_preempt=False)
+    now = timezone.now()
+    urgent = submit(world, "urgent", priority_class="urgent", duration_hint_s=1200)
+    Workload.objects.filter(pk=urgent.pk).update(
+        submitted_at=now - timedelta(minutes=30), state=WorkloadState.CANCELLED)
+    # a rejected submission is not demand to come
+    gone = submit(world, "gone", priority_class="urgent", duration_hint_s=1200)
+    Workload.objects.filter(pk=gone.pk).update(
+        submitted_at=now - timedelta(minutes=20), state=WorkloadState.REJECTED)
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_s": 3600.0}
+    settings.ALLOT_ENGINE = {**settings.ALLOT_ENGINE, "starvation_s": 86400.0}
+    first, second = ends(r1, r2)
+    assert second - first < timedelta(seconds=600)
+    estimates_refresh(now=now, force=True)
+    e1 = WorkloadEstimate.objects.get(workload=p1)
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+    assert close(e1.start, second) and close(e2.start, second + timedelta(seconds=600))
+    # five submissions in the last hour: r1, r2, p1, p2 and urgent (not the rejected one)
+    assert "new work comes as in the last 60 min (5 submissions, each again 60 min" in e1.assumes
+    # the request form's forecast takes the same arrivals
+    spec = build_snapshot(now, pending_limit=ALL_PENDING, record=False)[0].pending[0]
+    got = request_estimate(spec=replace(spec, name="request"), hint_s=600, now=now)
+    assert close(got.start, second + timedelta(seconds=600))
+    assert "5 submissions" in got.assumes
+    # off: as before, no new work ahead
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_s": 0.0}
+    estimates_refresh(now=now, force=True)
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+    assert close(e2.start, second) and "Assumes no new work goes ahead" in e2.assumes
+
+
+def test_arrivals_are_capped_at_the_newest(full, settings):
+    from scheduling.workers.snapshot import arrival_specs
+
+    world, r1, r2, p1, p2 = full
+    now = timezone.now()
+    snap, parts = build_snapshot(now, pending_limit=ALL_PENDING, record=False)
+    specs, hints = arrival_specs(now, 3600.0, parts, limit=2)
+    # the two newest (p2, then p1), renamed, an hour later, with their hints
+    assert [s.name for s in specs] == [f"~{p1.pk}", f"~{p2.pk}"]
+    assert specs[0].submitted_at == pytest.approx(p1.submitted_at.timestamp() + 3600.0)
+    assert hints == {f"~{p1.pk}": 600.0, f"~{p2.pk}": 600.0}
+    assert specs[0].pod_sets == next(s for s in snap.pending if s.name == str(p1.pk)).pod_sets
+    assert arrival_specs(now, 0.0, parts, limit=2) == ([], {})
+    # submitted after `now` (committed while the forecast reads): not in the window
+    assert arrival_specs(now - timedelta(hours=2), 3600.0, parts, limit=10) == ([], {})
