@@ -367,8 +367,6 @@ def _cooldowns(now: datetime, s: engine.Settings) -> dict[str, float]:
     return out
 
 
-
-
 def arrival_specs(now: datetime, window_s: float, parts: SnapshotParts, *, limit: int
                   ) -> tuple[list[engine.WorkloadSpec], dict[str, float | None]]:
     """The coming demand taken to be the recent past's (docs/engine.md §13, "Future
