@@ -193,14 +193,14 @@ def main(argv: list[str]) -> int:
 
 def overrides(argv: list[str]) -> dict[str, Any]:
     """Options to try on every configuration: --levels 0.25,0.95 --point 0.75 --arrivals S
-    --recent N --step-rel X --by-size --remaining-mean --record-starts (each simulated start
-    in the --dump file) --extra Q:STAT,... (more start fast-forwards recorded after the
-    levels': STAT "quantile" or "mean", running work at quantile Q or at its conditional mean;
-    "sample", every run time drawn, Q the sample's seed) --record-drain (the queue's work
-    ahead and recent use in the --dump file) --all-pending (every pending workload forecast at
-    each forecast, as the live refresh does; with --record-starts each one's first forecast
-    goes to PREFIX.<config>.first.json) --cal-samples N --cal-band X (the calibration's, with
-    `calibrated`)."""
+    --arrivals-repeat K (the recent submissions again K times) --recent N --step-rel X --by-size
+    --remaining-mean --record-starts (each simulated start in the --dump file) --extra
+    Q:STAT,... (more start fast-forwards recorded after the levels': STAT "quantile" or "mean",
+    running work at quantile Q or at its conditional mean; "sample", every run time drawn, Q the
+    sample's seed) --record-drain (the queue's work ahead and recent use in the --dump file)
+    --all-pending (every pending workload forecast at each forecast, as the live refresh does;
+    with --record-starts each one's first forecast goes to PREFIX.<config>.first.json)
+    --cal-samples N --cal-band X (the calibration's, with `calibrated`)."""
     out: dict[str, Any] = {}
     if "--levels" in argv:
         out["levels"] = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(","))
@@ -208,6 +208,8 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["point"] = float(argv[argv.index("--point") + 1])
     if "--arrivals" in argv:
         out["arrivals_s"] = float(arg(argv, "--arrivals", 0))
+    if "--arrivals-repeat" in argv:
+        out["arrivals_repeat"] = arg(argv, "--arrivals-repeat", 1)
     if "--recent" in argv:
         out["recent_runs"] = arg(argv, "--recent", 0)
     if "--recent-stat" in argv:

@@ -59,6 +59,9 @@ class EtaOptions:
     # during the forecast (the coming demand taken to be the recent past's; the live one's
     # day, settings.ALLOT_ETA["arrivals_s"]; 0: no new work, as before)
     arrivals_s: float = LIVE_ARRIVALS_S
+    # for studying: the recent submissions come again this many times (each `arrivals_s`
+    # after the last), not once
+    arrivals_repeat: int = 1
     # "median": the start is the median of the fast-forwards' starts (`forecast.estimate`);
     # "mean": the mean-run fast-forward's (before).
     start_stat: str = LIVE_START_STAT
@@ -172,8 +175,10 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     `first`: where every pending workload's first forecast is kept (`opts.all_pending`),
     from which `opts.calibrate` scales the start."""
     snap = snapshot_of(eng, now)
-    arrivals = [replace(w, name=f"~{w.name}", submitted_at=w.submitted_at + opts.arrivals_s)
-                for w in recent if w.name != name]
+    original = {f"{'~' * k}{w.name}": (k, w) for k in range(1, opts.arrivals_repeat + 1)
+                for w in recent if w.name != name}
+    arrivals = [replace(w, name=copy, submitted_at=w.submitted_at + k * opts.arrivals_s)
+                for copy, (k, w) in original.items()]
     known: dict[str, Known] = {}
     for a in snap.admitted:
         w = ws[a.workload.name]
@@ -184,7 +189,7 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
         w = ws[p.name]
         known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
     for copy in arrivals:  # it runs as long as the original was said to (live: its hint)
-        known[copy.name] = Known(hint_s=_hint(ws[copy.name[1:]], opts))
+        known[copy.name] = Known(hint_s=_hint(ws[original[copy.name][1].name], opts))
     every = opts.all_pending or opts.calibrate
     ests = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                     targets=None if every else {name}, step_s=opts.step_s,

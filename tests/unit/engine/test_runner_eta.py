@@ -184,5 +184,9 @@ def test_the_recent_submissions_come_again_in_the_forecast():
     assert again["c"]["eta_at_submit"] == {"at": 500, "start": 2000, "low": 2000, "high": 2000}
     # what really happens does not change: the copies are the forecast's only
     assert again["c"]["admissions"][0]["at"] == 1000 and "~bx" not in again
-    # the live default: a day
-    assert EtaOptions().arrivals_s == 86400.0
+    # again twice (for studying): bx's second copy, at 1200, goes ahead of c at 2000 too;
+    # c is forecast at 3000
+    twice = run(jobs, hints=True, arrivals_s=600, arrivals_repeat=2)
+    assert twice["c"]["eta_at_submit"]["start"] == 3000
+    # the live default: a day, once
+    assert (EtaOptions().arrivals_s, EtaOptions().arrivals_repeat) == (86400.0, 1)
