@@ -194,13 +194,14 @@ def main(argv: list[str]) -> int:
 def overrides(argv: list[str]) -> dict[str, Any]:
     """Options to try on every configuration: --levels 0.25,0.95 --point 0.75 --arrivals S
     --arrivals-repeat K (the recent submissions again K times) --recent N --step-rel X --by-size
-    --remaining-mean --record-starts (each simulated start in the --dump file) --extra
-    Q:STAT,... (more start fast-forwards recorded after the levels': STAT "quantile" or "mean",
-    running work at quantile Q or at its conditional mean; "sample", every run time drawn, Q the
-    sample's seed) --record-drain (the queue's work ahead and recent use in the --dump file)
-    --all-pending (every pending workload forecast at each forecast, as the live refresh does;
-    with --record-starts each one's first forecast goes to PREFIX.<config>.first.json)
-    --cal-samples N --cal-band X (the calibration's, with `calibrated`)."""
+    --remaining-mean --tail-from-fleet --record-starts (each simulated start in the --dump file)
+    --extra Q:STAT,... (more start fast-forwards recorded after the levels': STAT "quantile" or
+    "mean", running work at quantile Q or at its conditional mean; "sample", every run time
+    drawn, Q the sample's seed) --record-drain (the queue's work ahead and recent use in the
+    --dump file) --all-pending (every pending workload forecast at each forecast, as the live
+    refresh does; with --record-starts each one's first forecast goes to
+    PREFIX.<config>.first.json) --cal-samples N --cal-band X (the calibration's, with
+    `calibrated`)."""
     out: dict[str, Any] = {}
     if "--levels" in argv:
         out["levels"] = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(","))
@@ -220,6 +221,8 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["start_stat"] = argv[argv.index("--start-stat") + 1]
     if "--by-size" in argv:
         out["by_size"] = True
+    if "--tail-from-fleet" in argv:
+        out["tail_from_fleet"] = True
     if "--remaining-mean" in argv:
         out["remaining_stat"] = "mean"
     if "--all-pending" in argv:

@@ -90,6 +90,9 @@ class RunTimes:
     # "mean": running work's remaining time for the start is E[T - age | T > age] over the
     # queue's runs (`point_remaining`); "quantile": at quantile q of them
     remaining_stat: str = "quantile"
+    # a running workload older than every run of its queue: conditioned on the fleet's runs
+    # longer than it when there are any (`remaining`), before the extrapolation
+    tail_from_fleet: bool = False
 
     def samples(self, queue: str) -> tuple[tuple[float, ...], str]:
         """The samples a queue's run times are drawn from and where they come from."""
@@ -149,6 +152,10 @@ class RunTimes:
         i = bisect_right(xs, elapsed)
         if i < len(xs):
             return quantile(xs[i:], q) - elapsed
+        if self.tail_from_fleet:
+            i = bisect_right(self.fleet, elapsed)
+            if i < len(self.fleet):
+                return quantile(self.fleet[i:], q) - elapsed
         return elapsed * q / (1 - q)
 
 

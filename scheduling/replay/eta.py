@@ -69,6 +69,9 @@ class EtaOptions:
     by_size: bool = False
     # running work's remaining time for the start (`RunTimes.remaining_stat`)
     remaining_stat: str = "quantile"
+    # running work older than its queue's runs conditioned on the fleet's longer runs
+    # (`RunTimes.tail_from_fleet`)
+    tail_from_fleet: bool = False
     # record each fast-forward's start too (`starts` in `eta_at_submit`): for studying
     record_starts: bool = False
     # forecast every pending workload at each forecast (as the live refresh does), so each
@@ -159,6 +162,7 @@ class RunHistory:
                 min_samples=self.opts.min_samples, recent_stat=self.opts.recent_stat,
                 recent_running=self.opts.recent_running,
                 remaining_stat=self.opts.remaining_stat,
+                tail_from_fleet=self.opts.tail_from_fleet,
                 recent={q: tuple(sorted(r for at, r in xs if at >= now - self.window))
                         for q, xs in self.latest.items()},
                 recent_by_size={k: tuple(sorted(r for at, r in xs if at >= now - self.window))

@@ -127,6 +127,12 @@ def test_remaining_conditioned_on_age():
     rt = RunTimes(by_queue={"a": (10.0, 20.0, 30.0, 40.0, 50.0)})
     assert rt.remaining("a", 25, 0.5) == 40 - 25  # median of 30, 40, 50
     assert rt.remaining("a", 60, 0.5) == 60  # older than every run: as long again
+    # with tail_from_fleet: the fleet's runs longer than it first (median of 100, 200, 300)
+    fleet = RunTimes(by_queue=rt.by_queue, fleet=(10.0, 50.0, 100.0, 200.0, 300.0),
+                     tail_from_fleet=True)
+    assert fleet.remaining("a", 60, 0.5) == 200 - 60
+    assert fleet.remaining("a", 25, 0.5) == 40 - 25  # the queue's own when it has them
+    assert fleet.remaining("a", 400, 0.5) == 400  # older than the fleet's too
     assert RunTimes(default_s=100).total("x", 0.5) == 100
     assert quantile((1.0, 3.0), 0.5) == 2.0
     assert math.isnan(quantile((), 0.5))
