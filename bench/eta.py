@@ -6,6 +6,7 @@ first forecasts).
 
     python -m bench.eta                    # 20,000 pending workloads
     python -m bench.eta --pending 5000     # another size
+    python -m bench.eta --repeat 3         # the last day's submissions again for 3 days
     python -m bench.eta --db               # and the database writes of a refresh (below)
 
 The snapshot is built in memory (seeded): 50 leaf queues in 10 departments, 64 nodes of 8
@@ -48,6 +49,7 @@ from scheduling.engine import (
 )
 from scheduling.engine.calibration import Outcome, apply, calibration
 from scheduling.engine.forecast import (
+    LIVE_ARRIVALS_REPEAT,
     LIVE_ARRIVALS_S,
     LIVE_LEVELS,
     LIVE_START_STAT,
@@ -142,18 +144,18 @@ def past_forecasts(snap: Snapshot, per_queue: int = 400, seed: int = 11
     return out
 
 
-def arrivals_of(snap: Snapshot, known: dict[str, Known], window_s: float
+def arrivals_of(snap: Snapshot, known: dict[str, Known], window_s: float, repeat: int
                 ) -> list[WorkloadSpec]:
     """As the workers read them (scheduling.workers.snapshot.arrival_specs): the work submitted
-    in the last `window_s` (pending and running), each again `window_s` later as `~<name>`,
-    with the original's hint (added to `known`)."""
+    in the last `window_s` (pending and running), each again `repeat` times, the k-th
+    k x `window_s` later, with the original's hint (added to `known`)."""
     out = []
     for w in (*snap.pending, *(a.workload for a in snap.admitted)):
         if w.submitted_at > snap.now - window_s:
-            name = f"~{w.name}"
-            out.append(replace(w, name=name, submitted_at=w.submitted_at + window_s))
-            hint = known.get(w.name, Known()).hint_s
-            known[name] = Known(hint_s=hint)
+            for k in range(1, repeat + 1):
+                name = f"{'~' * k}{w.name}"
+                out.append(replace(w, name=name, submitted_at=w.submitted_at + k * window_s))
+                known[name] = Known(hint_s=known.get(w.name, Known()).hint_s)
     return out
 
 
@@ -168,7 +170,8 @@ def main(argv: list[str]) -> int:
                    step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT)
     wall0, cpu0 = time.perf_counter() - t0, time.process_time() - c0
     started0 = sum(e.start is not None for e in est.values())
-    arrivals = arrivals_of(snap, known, LIVE_ARRIVALS_S)
+    repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else LIVE_ARRIVALS_REPEAT
+    arrivals = arrivals_of(snap, known, LIVE_ARRIVALS_S, repeat)
     c0, t0 = time.process_time(), time.perf_counter()
     est = estimate(snap, known=known, runtimes=runtimes, horizon_s=horizon, step_s=STEP_S,
                    step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT,
@@ -194,6 +197,7 @@ def main(argv: list[str]) -> int:
         "bench": "eta", "pending": pending, "admitted": len(snap.admitted),
         "gpus": NODES * GPUS, "queues": len(snap.queues),
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "arrivals": len(arrivals),
+        "arrivals_repeat": repeat,
         "no_arrivals_wall_s": round(wall0, 2), "no_arrivals_cpu_s": round(cpu0, 2),
         "no_arrivals_started_within_horizon": started0,
         "calibration_wall_s": round(cal_wall, 3), "calibration_cpu_s": round(cal_cpu, 3),
@@ -208,7 +212,8 @@ def main(argv: list[str]) -> int:
     print(f"[eta] forecast of every pending workload ({1 + len(LIVE_LEVELS)} fast-forwards), "
           f"no new work: {wall0:.2f} s wall, {cpu0:.2f} s CPU; {started0} start within the "
           f"horizon")
-    print(f"[eta] the same with the last day's {len(arrivals)} submissions coming again (live): "
+    print(f"[eta] the same with the last day's submissions coming again {repeat}x, "
+          f"{len(arrivals)} in all (live): "
           f"{wall:.2f} s wall, {cpu:.2f} s CPU; one fast-forward without them "
           f"{one['median_run_s']:.2f} s")
     print(f"[eta] calibration ({figures['calibration_samples']} first forecasts, "

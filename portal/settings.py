@@ -472,9 +472,10 @@ ALLOT_ETA = {
     "start_point": env.float("ALLOT_ETA_START_POINT", default=0.75),
     "start_levels": tuple(float(x) for x in env.list("ALLOT_ETA_START_LEVELS", default=[])),
     # The coming demand taken to be the recent past's: the submissions of the last
-    # `arrivals_s` come again, that much later, during the forecast (0: none; at most the
-    # `arrivals_max` newest). docs/engine.md §13, "Future arrivals".
+    # `arrivals_s` come again, that much later, `arrivals_repeat` times, during the forecast
+    # (0: none; at most the `arrivals_max` newest). docs/engine.md §13, "Future arrivals".
     "arrivals_s": env.float("ALLOT_ETA_ARRIVALS_S", default=86400.0),  # LIVE_ARRIVALS_S
+    "arrivals_repeat": env.int("ALLOT_ETA_ARRIVALS_REPEAT", default=1),  # LIVE_ARRIVALS_REPEAT
     "arrivals_max": env.int("ALLOT_ETA_ARRIVALS_MAX", default=20000),
 }
 

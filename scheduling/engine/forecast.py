@@ -56,6 +56,7 @@ LIVE_START_STAT = "median"
 # The live forecast's coming demand (settings.ALLOT_ETA["arrivals_s"]): the submissions of the
 # last day again, a day later (`estimate(arrivals=...)`; docs/engine.md §13).
 LIVE_ARRIVALS_S = 86400.0
+LIVE_ARRIVALS_REPEAT = 1
 
 
 def quantile(values: Sequence[float], q: float) -> float:

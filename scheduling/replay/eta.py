@@ -22,6 +22,7 @@ from scheduling.engine import Engine, Snapshot, WorkloadSpec
 from scheduling.engine.calibration import BAND, SAMPLES, Outcome, apply, calibration
 from scheduling.engine.export import snapshot_of
 from scheduling.engine.forecast import (
+    LIVE_ARRIVALS_REPEAT,
     LIVE_ARRIVALS_S,
     LIVE_LEVELS,
     LIVE_START_STAT,
@@ -59,9 +60,9 @@ class EtaOptions:
     # during the forecast (the coming demand taken to be the recent past's; the live one's
     # day, settings.ALLOT_ETA["arrivals_s"]; 0: no new work, as before)
     arrivals_s: float = LIVE_ARRIVALS_S
-    # for studying: the recent submissions come again this many times (each `arrivals_s`
-    # after the last), not once
-    arrivals_repeat: int = 1
+    # the recent submissions come again this many times (each `arrivals_s` after the last;
+    # the live one's, settings.ALLOT_ETA["arrivals_repeat"])
+    arrivals_repeat: int = LIVE_ARRIVALS_REPEAT
     # "median": the start is the median of the fast-forwards' starts (`forecast.estimate`);
     # "mean": the mean-run fast-forward's (before).
     start_stat: str = LIVE_START_STAT

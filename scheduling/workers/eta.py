@@ -51,12 +51,17 @@ ASSUMED = ("the fleet and the quotas stay as they are; the range is over run tim
            "their 25th to their 95th percentile, the start the median of the starts simulated")
 
 
-def coming_text(arrivals_s: float, count: int) -> str:
-    """What the forecast takes the coming demand to be, in words."""
-    if arrivals_s <= 0:
+def coming_text(arrivals_s: float, count: int, repeat: int = 1) -> str:
+    """What the forecast takes the coming demand to be, in words (`count` submissions in the
+    last `arrivals_s`, coming again `repeat` times)."""
+    if arrivals_s <= 0 or repeat <= 0:
         return "no new work goes ahead of it"
-    return (f"new work comes as in the last {span(arrivals_s)} ({count} submissions, each "
-            f"again {span(arrivals_s)} after it was made)")
+    if repeat == 1:
+        return (f"new work comes as in the last {span(arrivals_s)} ({count} submissions, "
+                f"each again {span(arrivals_s)} after it was made)")
+    return (f"new work comes as in the last {span(arrivals_s)}, for each of the next "
+            f"{repeat} periods of {span(arrivals_s)} ({count} submissions, each again "
+            f"{span(arrivals_s)}, {span(2 * arrivals_s)}, ... after it was made)")
 
 
 @dataclass
@@ -164,8 +169,9 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
     known = known_of(snap, parts, now)
     known.update(extra or {})
     conf = settings.ALLOT_ETA
-    arrivals, hints = arrival_specs(now, float(conf.get("arrivals_s", 0.0)), parts,
-                                    limit=int(conf.get("arrivals_max", 0)))
+    window, repeat = float(conf.get("arrivals_s", 0.0)), int(conf.get("arrivals_repeat", 1))
+    arrivals, hints = arrival_specs(now, window, parts, limit=int(conf.get("arrivals_max", 0)),
+                                    repeat=repeat)
     for name, hint in hints.items():
         known[name] = Known(hint_s=hint)
     raw = estimate(snap, known=known, runtimes=runtimes, horizon_s=float(conf["horizon_s"]),
@@ -178,7 +184,7 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
     queues = {w.name: w.queue for w in snap.pending}
     est = {name: calibrated(e, snap.now, cal.of(queues[name])) for name, e in raw.items()}
     return Forecast(estimates=est, raw=raw, runtimes=runtimes, calibration=cal,
-                    coming=coming_text(float(conf.get("arrivals_s", 0.0)), len(arrivals)))
+                    coming=coming_text(window, len(arrivals) // max(1, repeat), repeat))
 
 
 # The last refresh's view of the database: every state change writes an event row, so the

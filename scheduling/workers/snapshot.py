@@ -367,15 +367,16 @@ def _cooldowns(now: datetime, s: engine.Settings) -> dict[str, float]:
     return out
 
 
-def arrival_specs(now: datetime, window_s: float, parts: SnapshotParts, *, limit: int
+def arrival_specs(now: datetime, window_s: float, parts: SnapshotParts, *, limit: int,
+                  repeat: int = 1
                   ) -> tuple[list[engine.WorkloadSpec], dict[str, float | None]]:
     """The coming demand taken to be the recent past's (docs/engine.md §13, "Future
     arrivals"): the workloads submitted in the last `window_s` (at most the `limit` newest;
-    rejected ones and requests awaiting approval left out), each again as a copy named
-    `~<id>`, submitted `window_s` after the original with no backoff. With each copy's
-    duration hint (None: none). `parts`: the forecast's snapshot parts (its cycle context
-    narrows a copy's clusters as the original's)."""
-    if window_s <= 0 or limit <= 0:
+    rejected ones and requests awaiting approval left out), each again `repeat` times, the
+    k-th copy named `~<id>` with k tildes, submitted k x `window_s` after the original, with
+    no backoff. With each copy's duration hint (None: none). `parts`: the forecast's snapshot
+    parts (its cycle context narrows a copy's clusters as the original's)."""
+    if window_s <= 0 or limit <= 0 or repeat <= 0:
         return [], {}
     ids = list(Workload.objects.filter(
         submitted_at__gt=now - timedelta(seconds=window_s), submitted_at__lte=now,
@@ -393,9 +394,11 @@ def arrival_specs(now: datetime, window_s: float, parts: SnapshotParts, *, limit
     hints: dict[str, float | None] = {}
     for r in _live_rows(ids, own, queue_paths):
         spec = _workload_spec(r, priorities, ctx, own)
-        name = f"~{spec.name}"
-        specs.append(replace(spec, name=name, submitted_at=spec.submitted_at + window_s,
-                             not_before=None, backoff_count=0))
         hint = r.get("duration_hint_s")
-        hints[name] = None if hint is None else float(hint)
+        for k in range(1, repeat + 1):
+            name = f"{'~' * k}{spec.name}"
+            specs.append(replace(spec, name=name,
+                                 submitted_at=spec.submitted_at + k * window_s,
+                                 not_before=None, backoff_count=0))
+            hints[name] = None if hint is None else float(hint)
     return specs, hints

@@ -337,7 +337,8 @@ def test_command_reads_json_and_writes_out(tmp_path: Path) -> None:
 
 def test_command_forecasts_with_arrivals_or_refuses_a_bad_window() -> None:
     """--eta records eta_at_submit; --eta-arrivals S sets how much of the recent past comes
-    again (0: none); a negative or non-finite window is refused with the value."""
+    again (0: none), --eta-arrivals-repeat K how many times; a negative or non-finite window
+    or fewer than one time is refused with the value."""
     _runner()
     source = str(HERE / "01-basic-admit-finish.yaml")
     for window in ("0", "3600"):
@@ -349,6 +350,8 @@ def test_command_forecasts_with_arrivals_or_refuses_a_bad_window() -> None:
         proc = _simulate(source, "--eta", "--eta-arrivals", bad)
         assert proc.returncode == 2 and proc.stdout == ""
         assert f"--eta-arrivals {float(bad)}: must be 0 or more seconds" in proc.stderr
+    proc = _simulate(source, "--eta", "--eta-arrivals-repeat", "0")
+    assert proc.returncode == 2 and "--eta-arrivals-repeat 0: must be at least 1" in proc.stderr
 
 
 def test_command_missing_file_is_refused(tmp_path: Path) -> None:

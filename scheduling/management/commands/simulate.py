@@ -34,6 +34,9 @@ class Command(BaseCommand):
                             help="with --eta: the submissions of the last S seconds come "
                                  "again S later during each forecast (default: the live "
                                  "setting, ALLOT_ETA_ARRIVALS_S; 0: no new work)")
+        parser.add_argument("--eta-arrivals-repeat", type=int, default=None, metavar="K",
+                            help="with --eta: those submissions come again K times, each "
+                                 "S after the last (default: ALLOT_ETA_ARRIVALS_REPEAT)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -56,8 +59,14 @@ class Command(BaseCommand):
             if not math.isfinite(arrivals) or arrivals < 0:
                 sys.stderr.write(f"--eta-arrivals {arrivals}: must be 0 or more seconds\n")
                 sys.exit(2)
+            repeat = options.get("eta_arrivals_repeat")
+            if repeat is None:
+                repeat = int(settings.ALLOT_ETA.get("arrivals_repeat", 1))
+            if repeat < 1:
+                sys.stderr.write(f"--eta-arrivals-repeat {repeat}: must be at least 1\n")
+                sys.exit(2)
             eta = EtaOptions(every=options["eta_every"], hints=bool(options["eta_hints"]),
-                             arrivals_s=arrivals)
+                             arrivals_s=arrivals, arrivals_repeat=repeat)
         result = run_scenario(scenario, eta=eta)
         text = json.dumps(result, indent=1, ensure_ascii=False)
         if options.get("out"):

@@ -341,8 +341,13 @@ def test_the_last_hours_submissions_come_again_ahead_of_pending_work(full, setti
     got = request_estimate(spec=replace(spec, name="request"), hint_s=600, now=now)
     assert close(got.start, second + timedelta(seconds=600))
     assert "5 submissions" in got.assumes
+    # the last hour's again for each of the next three hours: the text says so
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_repeat": 3}
+    estimates_refresh(now=now, force=True)
+    assert ("new work comes as in the last 60 min, for each of the next 3 periods of 60 min "
+            "(5 submissions" in WorkloadEstimate.objects.get(workload=p1).assumes)
     # off: as before, no new work ahead
-    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_s": 0.0}
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_s": 0.0, "arrivals_repeat": 1}
     estimates_refresh(now=now, force=True)
     e2 = WorkloadEstimate.objects.get(workload=p2)
     assert close(e2.start, second) and "Assumes no new work goes ahead" in e2.assumes
@@ -355,11 +360,17 @@ def test_arrivals_are_capped_at_the_newest(full, settings):
     now = timezone.now()
     snap, parts = build_snapshot(now, pending_limit=ALL_PENDING, record=False)
     specs, hints = arrival_specs(now, 3600.0, parts, limit=2)
-    # the two newest (p2, then p1), renamed, an hour later, with their hints
+    # the two newest, p1 and p2 (in submission order), renamed, an hour later, with hints
     assert [s.name for s in specs] == [f"~{p1.pk}", f"~{p2.pk}"]
     assert specs[0].submitted_at == pytest.approx(p1.submitted_at.timestamp() + 3600.0)
     assert hints == {f"~{p1.pk}": 600.0, f"~{p2.pk}": 600.0}
     assert specs[0].pod_sets == next(s for s in snap.pending if s.name == str(p1.pk)).pod_sets
     assert arrival_specs(now, 0.0, parts, limit=2) == ([], {})
+    # again twice: each once an hour later, once two hours later
+    twice, hints = arrival_specs(now, 3600.0, parts, limit=1, repeat=2)
+    assert [(s.name, s.submitted_at) for s in twice] == [
+        (f"~{p2.pk}", pytest.approx(p2.submitted_at.timestamp() + 3600.0)),
+        (f"~~{p2.pk}", pytest.approx(p2.submitted_at.timestamp() + 7200.0))]
+    assert hints == {f"~{p2.pk}": 600.0, f"~~{p2.pk}": 600.0}
     # submitted after `now` (committed while the forecast reads): not in the window
     assert arrival_specs(now - timedelta(hours=2), 3600.0, parts, limit=10) == ([], {})
