@@ -51,17 +51,31 @@ ASSUMED = ("the fleet and the quotas stay as they are; the range is over run tim
            "their 25th to their 95th percentile, the start the median of the starts simulated")
 
 
+def period(seconds: float) -> str:
+    """A period in words: "day", "2 days", "hour", else `span`."""
+    for unit, name in ((86400, "day"), (3600, "hour")):
+        n = seconds / unit
+        if n == int(n) and (unit == 86400 or n < 24):
+            return name if n == 1 else f"{int(n)} {name}s"
+    return span(seconds)
+
+
 def coming_text(arrivals_s: float, count: int, repeat: int = 1) -> str:
     """What the forecast takes the coming demand to be, in words (`count` submissions in the
     last `arrivals_s`, coming again `repeat` times)."""
     if arrivals_s <= 0 or repeat <= 0:
         return "no new work goes ahead of it"
+    last = period(arrivals_s)
     if repeat == 1:
-        return (f"new work comes as in the last {span(arrivals_s)} ({count} submissions, "
-                f"each again {span(arrivals_s)} after it was made)")
-    return (f"new work comes as in the last {span(arrivals_s)}, for each of the next "
-            f"{repeat} periods of {span(arrivals_s)} ({count} submissions, each again "
-            f"{span(arrivals_s)}, {span(2 * arrivals_s)}, ... after it was made)")
+        return (f"new work comes as in the last {last} ({count} submissions, each again "
+                f"{_a(last)} after it was made)")
+    return (f"new work comes in each of the next {repeat} periods as in the last {last} "
+            f"({count} submissions, each again {_a(last)}, {period(2 * arrivals_s)}, ... after "
+            f"it was made)")
+
+
+def _a(period_words: str) -> str:
+    return {"day": "a day", "hour": "an hour"}.get(period_words, period_words)
 
 
 @dataclass

@@ -80,7 +80,7 @@ def test_api_and_pages_show_the_forecast(full, client):
     assert pos["estimated_start"] == second.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     assert pos["estimated_start_range"]["low"] == pos["estimated_start"]
     assert pos["estimated_start_range"]["high"] == pos["estimated_start"]
-    assert "Assumes new work comes as in the last 24.0 h" in pos["estimate_assumes"]
+    assert "Assumes new work comes as in the last day" in pos["estimate_assumes"]
     client.force_login(world.alice)
     page = client.get(f"/workloads/{p2.pk}/").content.decode()
     assert second.strftime("%Y-%m-%d %H:%M") in page and 'id="estimate-assumes"' in page
@@ -335,7 +335,7 @@ def test_the_last_hours_submissions_come_again_ahead_of_pending_work(full, setti
     e2 = WorkloadEstimate.objects.get(workload=p2)
     assert close(e1.start, second) and close(e2.start, second + timedelta(seconds=600))
     # five submissions in the last hour: r1, r2, p1, p2 and urgent (not the rejected one)
-    assert "new work comes as in the last 60 min (5 submissions, each again 60 min" in e1.assumes
+    assert "new work comes as in the last hour (5 submissions, each again an hour" in e1.assumes
     # the request form's forecast takes the same arrivals
     spec = build_snapshot(now, pending_limit=ALL_PENDING, record=False)[0].pending[0]
     got = request_estimate(spec=replace(spec, name="request"), hint_s=600, now=now)
@@ -344,8 +344,8 @@ def test_the_last_hours_submissions_come_again_ahead_of_pending_work(full, setti
     # the last hour's again for each of the next three hours: the text says so
     settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_repeat": 3}
     estimates_refresh(now=now, force=True)
-    assert ("new work comes as in the last 60 min, for each of the next 3 periods of 60 min "
-            "(5 submissions" in WorkloadEstimate.objects.get(workload=p1).assumes)
+    assert ("new work comes in each of the next 3 periods as in the last hour (5 submissions, "
+            "each again an hour, 2 hours, ..." in WorkloadEstimate.objects.get(workload=p1).assumes)
     # off: as before, no new work ahead
     settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_s": 0.0, "arrivals_repeat": 1}
     estimates_refresh(now=now, force=True)
@@ -374,3 +374,16 @@ def test_arrivals_are_capped_at_the_newest(full, settings):
     assert hints == {f"~{p2.pk}": 600.0, f"~~{p2.pk}": 600.0}
     # submitted after `now` (committed while the forecast reads): not in the window
     assert arrival_specs(now - timedelta(hours=2), 3600.0, parts, limit=10) == ([], {})
+
+
+def test_periods_in_words():
+    from scheduling.workers.eta import coming_text, period
+
+    assert [period(x) for x in (86400, 172800, 3600, 7200, 90000, 600)] == [
+        "day", "2 days", "hour", "2 hours", "25.0 h", "10 min"]
+    assert coming_text(0, 10) == "no new work goes ahead of it"
+    assert coming_text(86400, 7) == ("new work comes as in the last day (7 submissions, each "
+                                     "again a day after it was made)")
+    assert coming_text(86400, 7, 3) == (
+        "new work comes in each of the next 3 periods as in the last day (7 submissions, each "
+        "again a day, 2 days, ... after it was made)")
