@@ -122,7 +122,7 @@ CONFIGS = {
     "old": {"start_stat": "mean", "levels": (0.25, 0.95), "arrivals_s": 0.0},
     # the live one: the start as the median of the simulated starts (the mean-run
     # fast-forward and one at each of the quantiles 0.25, 0.5 and 0.95 of the run times),
-    # the last day's submissions coming again a day later
+    # the last day's submissions coming again a day, two and three days later
     "new": {},
     # the live one before the arrivals: no new work during the forecast
     "no-arrivals": {"arrivals_s": 0.0},
@@ -238,6 +238,8 @@ def overrides(argv: list[str]) -> dict[str, Any]:
             x.split(":") for x in argv[argv.index("--extra") + 1].split(",")))
     if "--record-drain" in argv:
         out["record_drain"] = True
+    if "--step-at" in argv:
+        out["step_at"] = argv[argv.index("--step-at") + 1]
     if "--step-rel" in argv:
         out["step_rel"] = float(argv[argv.index("--step-rel") + 1])
     return out

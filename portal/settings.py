@@ -475,7 +475,7 @@ ALLOT_ETA = {
     # `arrivals_s` come again, that much later, `arrivals_repeat` times, during the forecast
     # (0: none; at most the `arrivals_max` newest). docs/engine.md §13, "Future arrivals".
     "arrivals_s": env.float("ALLOT_ETA_ARRIVALS_S", default=86400.0),  # LIVE_ARRIVALS_S
-    "arrivals_repeat": env.int("ALLOT_ETA_ARRIVALS_REPEAT", default=1),  # LIVE_ARRIVALS_REPEAT
+    "arrivals_repeat": env.int("ALLOT_ETA_ARRIVALS_REPEAT", default=3),  # LIVE_ARRIVALS_REPEAT
     "arrivals_max": env.int("ALLOT_ETA_ARRIVALS_MAX", default=20000),
 }
 

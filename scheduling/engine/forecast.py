@@ -5,8 +5,8 @@ ends at the times it is given, admitted pending work runs for the durations it i
 victims go back to the queue when their grace ends, and a cycle runs at every end and at every
 time threshold (a cooldown or a pods-ready backoff running out, a workload starting to
 starve). The start of each pending workload is the time of the cycle that admits it. New work
-is what `arrivals` says comes (the live forecast: the last day's submissions again, a day
-later); without it, nothing is submitted meanwhile.
+is what `arrivals` says comes (the live forecast: the last day's submissions again, a day, two
+and three days later); without it, nothing is submitted meanwhile.
 
 `estimate` runs it three times and gives each pending workload a start and a range: the start
 with work not started yet at the mean of its queue's latest ten runs (`RunTimes.point`; the
@@ -53,10 +53,11 @@ RECENT_RUNS = 10
 # on Philly it lowers the median error / wait from 0.537 to 0.363 (docs/engine.md).
 LIVE_LEVELS = (0.25, 0.5, 0.95)
 LIVE_START_STAT = "median"
-# The live forecast's coming demand (settings.ALLOT_ETA["arrivals_s"]): the submissions of the
-# last day again, a day later (`estimate(arrivals=...)`; docs/engine.md §13).
+# The live forecast's coming demand (settings.ALLOT_ETA["arrivals_s"], "arrivals_repeat"): the
+# submissions of the last day again a day, two and three days later (`estimate(arrivals=...)`;
+# docs/engine.md §13).
 LIVE_ARRIVALS_S = 86400.0
-LIVE_ARRIVALS_REPEAT = 1
+LIVE_ARRIVALS_REPEAT = 3
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -187,8 +188,8 @@ class Estimate:
 def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
                  durations: Mapping[str, float], horizon_s: float,
                  targets: Collection[str] | None = None, step_s: float = 0.0,
-                 step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = ()
-                 ) -> dict[str, float]:
+                 step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = (),
+                 step_at: str = "last") -> dict[str, float]:
     """Pending workload name -> the time the engine admits it, fast-forwarding `snap` with
     admitted work ending after `remaining[name]` seconds and pending work running
     `durations[name]` once admitted (missing: never ends). Stops once every target (default:
@@ -257,9 +258,11 @@ def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
             break
         t = max(nxt, t)
         window = t + max(step_s, step_rel * (t - now)) + EPS
+        first, taken = t, 0.0
         while heap and heap[0][0] <= window:
             at, kind, _, name, tok = heapq.heappop(heap)
             t = max(t, at)
+            taken += 1
             if kind == ARRIVE:
                 spec = coming[name]
                 if not eng.check(spec):
@@ -278,6 +281,8 @@ def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
                 spec = held.spec
                 eng.end(name, t)
                 eng.submit(spec)
+        if step_at == "middle" and taken > 1:
+            t = (first + t) / 2  # the next cycle halfway: as early as late, on average
     return starts
 
 
@@ -392,7 +397,8 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
              step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = (),
              start_stat: str = "mean", extra: Sequence[tuple[float, str]] = (),
-             start_levels: Collection[float] | None = None) -> dict[str, Estimate]:
+             start_levels: Collection[float] | None = None, step_at: str = "last"
+             ) -> dict[str, Estimate]:
     """Every pending workload's (or every target's) start: `start` from one fast-forward with
     the work not started yet at its mean run time and the running work's remaining time at
     quantile `point` (module docstring), the range over it and one fast-forward per level of
@@ -415,7 +421,7 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
                                  else runtimes.total(w.queue, q))
         return fast_forward(snap, remaining=remaining, durations=durations,
                             horizon_s=horizon_s, targets=targets, step_s=step_s,
-                            step_rel=step_rel, arrivals=arrivals)
+                            step_rel=step_rel, arrivals=arrivals, step_at=step_at)
 
     mid = run(point, True)
     runs = [mid, *(run(q, False) for q in levels)]

@@ -73,6 +73,9 @@ class EtaOptions:
     # running work older than its queue's runs conditioned on the fleet's longer runs
     # (`RunTimes.tail_from_fleet`)
     tail_from_fleet: bool = False
+    # where a simulated cycle taking several ends runs (`forecast.fast_forward`): "last"
+    # (late by up to the resolution) or "middle"
+    step_at: str = "last"
     # record each fast-forward's start too (`starts` in `eta_at_submit`): for studying
     record_starts: bool = False
     # forecast every pending workload at each forecast (as the live refresh does), so each
@@ -200,7 +203,7 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
                     targets=None if every else {name}, step_s=opts.step_s,
                     step_rel=opts.step_rel, levels=opts.levels, point=opts.point,
                     arrivals=arrivals, start_stat=opts.start_stat, extra=opts.extra,
-                    start_levels=opts.start_levels)
+                    start_levels=opts.start_levels, step_at=opts.step_at)
     est = ests[name]
     out: dict[str, Any] = {}
     if opts.calibrate and first is not None:

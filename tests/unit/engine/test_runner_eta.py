@@ -180,13 +180,13 @@ def test_the_recent_submissions_come_again_in_the_forecast():
     none = run(jobs, hints=True, arrivals_s=0)
     assert none["c"]["eta_at_submit"] == {"at": 500, "start": 1000, "low": 1000, "high": 1000}
     assert none["c"]["admissions"][0]["at"] == 1000
-    again = run(jobs, hints=True, arrivals_s=600)
+    again = run(jobs, hints=True, arrivals_s=600, arrivals_repeat=1)
     assert again["c"]["eta_at_submit"] == {"at": 500, "start": 2000, "low": 2000, "high": 2000}
     # what really happens does not change: the copies are the forecast's only
     assert again["c"]["admissions"][0]["at"] == 1000 and "~bx" not in again
-    # again twice (for studying): bx's second copy, at 1200, goes ahead of c at 2000 too;
+    # again twice: bx's second copy, at 1200, goes ahead of c at 2000 too;
     # c is forecast at 3000
     twice = run(jobs, hints=True, arrivals_s=600, arrivals_repeat=2)
     assert twice["c"]["eta_at_submit"]["start"] == 3000
-    # the live default: a day, once
-    assert (EtaOptions().arrivals_s, EtaOptions().arrivals_repeat) == (86400.0, 1)
+    # the live default: the last day, for three days
+    assert (EtaOptions().arrivals_s, EtaOptions().arrivals_repeat) == (86400.0, 3)

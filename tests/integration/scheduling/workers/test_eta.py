@@ -80,7 +80,8 @@ def test_api_and_pages_show_the_forecast(full, client):
     assert pos["estimated_start"] == second.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     assert pos["estimated_start_range"]["low"] == pos["estimated_start"]
     assert pos["estimated_start_range"]["high"] == pos["estimated_start"]
-    assert "Assumes new work comes as in the last day" in pos["estimate_assumes"]
+    assert ("Assumes new work comes in each of the next 3 periods as in the last day"
+            in pos["estimate_assumes"])
     client.force_login(world.alice)
     page = client.get(f"/workloads/{p2.pk}/").content.decode()
     assert second.strftime("%Y-%m-%d %H:%M") in page and 'id="estimate-assumes"' in page
@@ -326,7 +327,7 @@ def test_the_last_hours_submissions_come_again_ahead_of_pending_work(full, setti
     gone = submit(world, "gone", priority_class="urgent", duration_hint_s=1200)
     Workload.objects.filter(pk=gone.pk).update(
         submitted_at=now - timedelta(minutes=20), state=WorkloadState.REJECTED)
-    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_s": 3600.0}
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "arrivals_s": 3600.0, "arrivals_repeat": 1}
     settings.ALLOT_ENGINE = {**settings.ALLOT_ENGINE, "starvation_s": 86400.0}
     first, second = ends(r1, r2)
     assert second - first < timedelta(seconds=600)
