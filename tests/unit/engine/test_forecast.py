@@ -254,3 +254,18 @@ def test_start_from_some_levels_only_widens_the_range_to_hold_it():
                    levels=(0.25, 0.5, 0.95), start_stat="median",
                    start_levels=(0.25, 0.5))["c"]
     assert (est.low, est.start, est.high) == (NOW + 300, NOW + 300, NOW + 1100)
+
+
+def test_the_resolution_takes_nearby_ends_in_one_cycle_late_or_halfway():
+    # Two nodes: r1 ends at 1100, r2 at 1200; b and c (8 GPUs, 50 s) wait. Exact: b at 1100,
+    # c at 1150 (b's node again). With a 200 s resolution both ends go to one cycle: at the
+    # last of them (every start late: 1200, 1200) or halfway (1150, 1150: early and late
+    # cancel along a chain of runs instead of adding up).
+    s = snap([wl("b", "a", 8, t=10), wl("c", "a", 8, t=20)],
+             [running("r1"), running("r2", node="c-a100-80g-1")], nodes=2,
+             queues=[q("a", 16, 16)])
+    kw = {"remaining": {"r1": 100, "r2": 200}, "durations": {"b": 50, "c": 50},
+          "horizon_s": 86400}
+    assert fast_forward(s, **kw) == {"b": 1100, "c": 1150}
+    assert fast_forward(s, step_s=200, **kw) == {"b": 1200, "c": 1200}
+    assert fast_forward(s, step_s=200, step_at="middle", **kw) == {"b": 1150, "c": 1150}
