@@ -2,7 +2,8 @@
 at its submission (`eta_at_submit`, as the live system makes it: no duration hints, run times
 from the queue's finished runs) with when it really started.
 
-    python -m bench.eta_accuracy --jobs 3000 --every 10   # without and with arrivals
+    python -m bench.eta_accuracy --jobs 3000 --every 10   # the resolution's cycle: last, halfway
+    python -m bench.eta_accuracy --jobs 3000 --every 10 --config no-arrivals,new
     python -m bench.eta_accuracy --jobs 10000 --every 40 --config new
     python -m bench.eta_accuracy --jobs 3000 --config old.json,new.json   # from --dump files
     python -m bench.eta_accuracy --offset 40000 --jobs 10000   # a later stretch of the trace
@@ -11,8 +12,9 @@ from the queue's finished runs) with when it really started.
 The trace directory comes from ALLOT_TRACES_DIR (philly_pollux_jobs.csv; bench.engine reads
 it and builds the elastic scenario: tenants as leaves with min by GPU-hours, 1.3 x the mean
 demand in 8-GPU nodes). The replay runs until every sampled workload has started. Each
-configuration (`CONFIGS`: `new`, the live one; `no-arrivals`, the live one with no new work
-during the forecast, the default pair; `old`, the forecast before the start took the median
+configuration (`CONFIGS`: `new`, the live one; `step-last`, the live one with the
+resolution's cycle at the last of the ends it takes, the default pair; `no-arrivals`, the live
+one with no new work during the forecast; `old`, the forecast before the start took the median
 of the starts; ...) replays the window once; `--dump PREFIX` writes each one's forecasts
 (PREFIX.<config>.json) and a `.json` name in `--config` reads such a file instead.
 
@@ -119,16 +121,19 @@ CONFIGS = {
     # the start from one fast-forward, work not started at its queue's latest ten runs' mean
     # (engine.forecast.RunTimes.point), the range from p25 and p95 (the live one until the
     # median of the starts)
-    "old": {"start_stat": "mean", "levels": (0.25, 0.95), "arrivals_s": 0.0},
+    "old": {"start_stat": "mean", "levels": (0.25, 0.95), "arrivals_s": 0.0,
+            "step_at": "last"},
     # the live one: the start as the median of the simulated starts (the mean-run
     # fast-forward and one at each of the quantiles 0.25, 0.5 and 0.95 of the run times),
     # the last day's submissions coming again a day, two and three days later
     "new": {},
     # the live one before the arrivals: no new work during the forecast
     "no-arrivals": {"arrivals_s": 0.0},
+    # the live one before the resolution's cycle went halfway: at the last of the ends taken
+    "step-last": {"step_at": "last"},
     # before the latest runs: work not started at its queue's 30-day mean run time
     "older": {"recent_runs": 0, "start_stat": "mean", "levels": (0.25, 0.95),
-              "arrivals_s": 0.0},
+              "arrivals_s": 0.0, "step_at": "last"},
     # the live one scaled by how the queue's earlier forecasts came out
     # (scheduling.engine.calibration); the same replay's forecasts before it as "..., raw"
     "calibrated": {"calibrate": True},
@@ -143,7 +148,7 @@ def main(argv: list[str]) -> int:
     every = arg(argv, "--every", 5)
     offset = arg(argv, "--offset", 0)
     names = (argv[argv.index("--config") + 1].split(",") if "--config" in argv
-             else ["no-arrivals", "new"])
+             else ["step-last", "new"])
     path = traces_dir() / TRACE_FILE
     if not path.exists():
         print(f"[eta-accuracy] skipped: {path} not found (set ALLOT_TRACES_DIR)")

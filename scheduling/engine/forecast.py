@@ -189,7 +189,7 @@ def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
                  durations: Mapping[str, float], horizon_s: float,
                  targets: Collection[str] | None = None, step_s: float = 0.0,
                  step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = (),
-                 step_at: str = "last") -> dict[str, float]:
+                 step_at: str = "middle") -> dict[str, float]:
     """Pending workload name -> the time the engine admits it, fast-forwarding `snap` with
     admitted work ending after `remaining[name]` seconds and pending work running
     `durations[name]` once admitted (missing: never ends). Stops once every target (default:
@@ -197,8 +197,13 @@ def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
     on the way, at its `submitted_at` (its run time in `durations` too).
 
     Resolution: the ends within `max(step_s, step_rel x (t - now))` after the next one are
-    taken together, by one cycle at the last of them, so a start is late by at most that
-    much (0 and 0: one cycle per distinct end, exact)."""
+    taken together, by one cycle halfway between the first and the last of them
+    (`step_at="middle"`), so a start is early or late by at most half that, as often one as
+    the other; `step_at="last"` (before): at the last of them, every start late by up to
+    that, and the delays add up along a chain of runs (0 and 0: one cycle per distinct end,
+    exact)."""
+    if step_at not in ("middle", "last"):
+        raise ValueError(f"step_at {step_at!r}: 'middle' or 'last'")
     eng = Engine.from_snapshot(snap)
     now = snap.now
     end_at = now + horizon_s
@@ -397,7 +402,7 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
              step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = (),
              start_stat: str = "mean", extra: Sequence[tuple[float, str]] = (),
-             start_levels: Collection[float] | None = None, step_at: str = "last"
+             start_levels: Collection[float] | None = None, step_at: str = "middle"
              ) -> dict[str, Estimate]:
     """Every pending workload's (or every target's) start: `start` from one fast-forward with
     the work not started yet at its mean run time and the running work's remaining time at

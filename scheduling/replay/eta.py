@@ -73,9 +73,9 @@ class EtaOptions:
     # running work older than its queue's runs conditioned on the fleet's longer runs
     # (`RunTimes.tail_from_fleet`)
     tail_from_fleet: bool = False
-    # where a simulated cycle taking several ends runs (`forecast.fast_forward`): "last"
-    # (late by up to the resolution) or "middle"
-    step_at: str = "last"
+    # where a simulated cycle taking several ends runs (`forecast.fast_forward`): "middle"
+    # (the live one) or "last" (before: late by up to the resolution)
+    step_at: str = "middle"
     # record each fast-forward's start too (`starts` in `eta_at_submit`): for studying
     record_starts: bool = False
     # forecast every pending workload at each forecast (as the live refresh does), so each

@@ -267,5 +267,5 @@ def test_the_resolution_takes_nearby_ends_in_one_cycle_late_or_halfway():
     kw = {"remaining": {"r1": 100, "r2": 200}, "durations": {"b": 50, "c": 50},
           "horizon_s": 86400}
     assert fast_forward(s, **kw) == {"b": 1100, "c": 1150}
-    assert fast_forward(s, step_s=200, **kw) == {"b": 1200, "c": 1200}
-    assert fast_forward(s, step_s=200, step_at="middle", **kw) == {"b": 1150, "c": 1150}
+    assert fast_forward(s, step_s=200, step_at="last", **kw) == {"b": 1200, "c": 1200}
+    assert fast_forward(s, step_s=200, **kw) == {"b": 1150, "c": 1150}  # the default
