@@ -1,8 +1,8 @@
 """Start forecast: how long the forecast of every pending workload takes (the engine part of
 the task `scheduling.eta_refresh`: four fast-forwards of the live snapshot, the start their
 median, the range over them; with no new work, then with the last day's submissions coming
-again a day later as the live forecast takes them; then the calibration by 20,000 earlier
-first forecasts).
+again a day, two and three days later as the live forecast takes them; then the calibration
+by 20,000 earlier first forecasts).
 
     python -m bench.eta                    # 20,000 pending workloads
     python -m bench.eta --pending 5000     # another size
@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
     snap, known, runtimes = world(pending)
     horizon = 14 * 86_400.0
     # Before the arrivals (no new work during the forecast), then the live forecast: the last
-    # day's submissions again a day later; side by side.
+    # day's submissions again for the next `--repeat` days (live: 3); side by side.
     c0, t0 = time.process_time(), time.perf_counter()
     est = estimate(snap, known=known, runtimes=runtimes, horizon_s=horizon, step_s=STEP_S,
                    step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT)
