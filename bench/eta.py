@@ -33,7 +33,6 @@ import json
 import random
 import sys
 import time
-from dataclasses import replace
 from typing import Any
 
 from scheduling.engine import (
@@ -58,6 +57,7 @@ from scheduling.engine.forecast import (
     RunTimes,
     estimate,
     fast_forward,
+    repeated,
     run_lengths,
 )
 
@@ -149,14 +149,12 @@ def arrivals_of(snap: Snapshot, known: dict[str, Known], window_s: float, repeat
     """As the workers read them (scheduling.workers.snapshot.arrival_specs): the work submitted
     in the last `window_s` (pending and running), each again `repeat` times, the k-th
     k x `window_s` later, with the original's hint (added to `known`)."""
-    out = []
-    for w in (*snap.pending, *(a.workload for a in snap.admitted)):
-        if w.submitted_at > snap.now - window_s:
-            for k in range(1, repeat + 1):
-                name = f"{'~' * k}{w.name}"
-                out.append(replace(w, name=name, submitted_at=w.submitted_at + k * window_s))
-                known[name] = Known(hint_s=known.get(w.name, Known()).hint_s)
-    return out
+    recent = [w for w in (*snap.pending, *(a.workload for a in snap.admitted))
+              if w.submitted_at > snap.now - window_s]
+    copies = repeated(recent, window_s, repeat)
+    for copy, of in copies:
+        known[copy.name] = Known(hint_s=known.get(of, Known()).hint_s)
+    return [copy for copy, _ in copies]
 
 
 def main(argv: list[str]) -> int:

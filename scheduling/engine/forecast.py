@@ -60,6 +60,17 @@ LIVE_ARRIVALS_S = 86400.0
 LIVE_ARRIVALS_REPEAT = 3
 
 
+def repeated(recent: Sequence[WorkloadSpec], window_s: float, repeat: int
+             ) -> list[tuple[WorkloadSpec, str]]:
+    """The coming demand taken to be the recent past's: each of `recent` (the submissions of
+    the last `window_s`) again `repeat` times, the k-th copy named with k tildes before the
+    original's name and submitted k x `window_s` after it, with no backoff; with the
+    original's name (for its hint)."""
+    return [(replace(w, name=f"{'~' * k}{w.name}", submitted_at=w.submitted_at + k * window_s,
+                     not_before=None, backoff_count=0), w.name)
+            for w in recent for k in range(1, repeat + 1)]
+
+
 def quantile(values: Sequence[float], q: float) -> float:
     """The q-quantile of sorted `values` (linear between ranks); NaN when empty."""
     if not values:
@@ -263,7 +274,7 @@ def fast_forward(snap: Snapshot, *, remaining: Mapping[str, float],
             break
         t = max(nxt, t)
         window = t + max(step_s, step_rel * (t - now)) + EPS
-        first, taken = t, 0.0
+        first, taken = t, 0
         while heap and heap[0][0] <= window:
             at, kind, _, name, tok = heapq.heappop(heap)
             t = max(t, at)

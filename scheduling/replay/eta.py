@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from scheduling.engine import Engine, Snapshot, WorkloadSpec
@@ -31,6 +31,7 @@ from scheduling.engine.forecast import (
     Known,
     RunTimes,
     estimate,
+    repeated,
 )
 from scheduling.replay.record import WorkloadRecord
 
@@ -183,10 +184,9 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     `first`: where every pending workload's first forecast is kept (`opts.all_pending`),
     from which `opts.calibrate` scales the start."""
     snap = snapshot_of(eng, now)
-    original = {f"{'~' * k}{w.name}": (k, w) for k in range(1, opts.arrivals_repeat + 1)
-                for w in recent if w.name != name}
-    arrivals = [replace(w, name=copy, submitted_at=w.submitted_at + k * opts.arrivals_s)
-                for copy, (k, w) in original.items()]
+    copies = repeated([w for w in recent if w.name != name], opts.arrivals_s,
+                      opts.arrivals_repeat)
+    arrivals = [copy for copy, _ in copies]
     known: dict[str, Known] = {}
     for a in snap.admitted:
         w = ws[a.workload.name]
@@ -196,8 +196,8 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     for p in snap.pending:
         w = ws[p.name]
         known[p.name] = Known(hint_s=_hint(w, opts), progress_s=w.progress)
-    for copy in arrivals:  # it runs as long as the original was said to (live: its hint)
-        known[copy.name] = Known(hint_s=_hint(ws[original[copy.name][1].name], opts))
+    for copy, of in copies:  # it runs as long as the original was said to (live: its hint)
+        known[copy.name] = Known(hint_s=_hint(ws[of], opts))
     every = opts.all_pending or opts.calibrate
     ests = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
                     targets=None if every else {name}, step_s=opts.step_s,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -22,6 +21,7 @@ from core.quantity import amounts, equivalents
 from quotas.models import Flavor, Queue
 from scheduling import engine, extensions
 from scheduling.backends.naming import LABEL_PINNED_CLUSTER
+from scheduling.engine.forecast import repeated
 from scheduling.models import (
     ACTIVE_STATES,
     UNCONFIRMED_END_REASONS,
@@ -372,9 +372,9 @@ def arrival_specs(now: datetime, window_s: float, parts: SnapshotParts, *, limit
                   ) -> tuple[list[engine.WorkloadSpec], dict[str, float | None]]:
     """The coming demand taken to be the recent past's (docs/engine.md §13, "Future
     arrivals"): the workloads submitted in the last `window_s` (at most the `limit` newest;
-    rejected ones and requests awaiting approval left out), each again `repeat` times, the
-    k-th copy named `~<id>` with k tildes, submitted k x `window_s` after the original, with
-    no backoff. With each copy's duration hint (None: none). `parts`: the forecast's snapshot
+    rejected ones and requests awaiting approval left out), each again `repeat` times
+    (`forecast.repeated`: the k-th copy named `~<id>` with k tildes, k x `window_s` later).
+    With each copy's duration hint (None: none). `parts`: the forecast's snapshot
     parts (its cycle context narrows a copy's clusters as the original's)."""
     if window_s <= 0 or limit <= 0 or repeat <= 0:
         return [], {}
@@ -390,15 +390,8 @@ def arrival_specs(now: datetime, window_s: float, parts: SnapshotParts, *, limit
     own = SnapshotParts(context=parts.context)
     ctx = parts.context or extensions.CycleContext(now=now, queue_paths=[], clusters=[],
                                                   pending=[])
-    specs: list[engine.WorkloadSpec] = []
-    hints: dict[str, float | None] = {}
-    for r in _live_rows(ids, own, queue_paths):
-        spec = _workload_spec(r, priorities, ctx, own)
-        hint = r.get("duration_hint_s")
-        for k in range(1, repeat + 1):
-            name = f"{'~' * k}{spec.name}"
-            specs.append(replace(spec, name=name,
-                                 submitted_at=spec.submitted_at + k * window_s,
-                                 not_before=None, backoff_count=0))
-            hints[name] = None if hint is None else float(hint)
-    return specs, hints
+    rows = _live_rows(ids, own, queue_paths)
+    hint = {str(r["id"]): None if r.get("duration_hint_s") is None
+            else float(r["duration_hint_s"]) for r in rows}
+    copies = repeated([_workload_spec(r, priorities, ctx, own) for r in rows], window_s, repeat)
+    return [copy for copy, _ in copies], {copy.name: hint[of] for copy, of in copies}
