@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 # Every pending workload of a leaf (the cycle reads the first `max_pending_per_queue`).
 ALL_PENDING = 10_000_000
 HISTORY_ROWS = 100_000
+NO_NEW_WORK = "no new work goes ahead of it"
 ASSUMED = ("the fleet and the quotas stay as they are; the range is over run times from "
            "their 25th to their 95th percentile, the start the median of the starts simulated")
 
@@ -64,7 +65,7 @@ def coming_text(arrivals_s: float, count: int, repeat: int = 1) -> str:
     """What the forecast takes the coming demand to be, in words (`count` submissions in the
     last `arrivals_s`, coming again `repeat` times)."""
     if arrivals_s <= 0 or repeat <= 0:
-        return "no new work goes ahead of it"
+        return NO_NEW_WORK
     last = period(arrivals_s)
     if repeat == 1:
         return (f"new work comes as in the last {last} ({count} submissions, each again "
@@ -138,7 +139,7 @@ def span(seconds: float) -> str:
 
 
 def assumes_text(queue: str, runtimes: RunTimes, factor: float = 1.0,
-                 coming: str = "no new work goes ahead of it") -> str:
+                 coming: str = NO_NEW_WORK) -> str:
     """What a forecast in `queue` assumes, in one line (`coming`: `coming_text`)."""
     xs, source = runtimes.samples(queue)
     if source == "default":
@@ -166,7 +167,7 @@ class Forecast:
     raw: dict[str, Estimate]
     runtimes: RunTimes
     calibration: Calibration
-    coming: str = "no new work goes ahead of it"  # `coming_text`
+    coming: str = NO_NEW_WORK  # `coming_text`
 
     def assumes(self, queue: str) -> str:
         """What a forecast in `queue` assumes, in one line (at most 500 characters)."""
