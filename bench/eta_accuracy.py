@@ -2,7 +2,7 @@
 at its submission (`eta_at_submit`, as the live system makes it: no duration hints, run times
 from the queue's finished runs) with when it really started.
 
-    python -m bench.eta_accuracy --jobs 3000 --every 10   # the resolution's cycle: last, halfway
+    python -m bench.eta_accuracy --jobs 3000 --every 10   # long waits: as before, halfway
     python -m bench.eta_accuracy --jobs 3000 --every 10 --config no-arrivals,new
     python -m bench.eta_accuracy --jobs 10000 --every 40 --config new
     python -m bench.eta_accuracy --jobs 3000 --config old.json,new.json   # from --dump files
@@ -12,9 +12,10 @@ from the queue's finished runs) with when it really started.
 The trace directory comes from ALLOT_TRACES_DIR (philly_pollux_jobs.csv; bench.engine reads
 it and builds the elastic scenario: tenants as leaves with min by GPU-hours, 1.3 x the mean
 demand in 8-GPU nodes). The replay runs until every sampled workload has started. Each
-configuration (`CONFIGS`: `new`, the live one; `step-last`, the live one with the
-resolution's cycle at the last of the ends it takes, the default pair; `no-arrivals`, the live
-one with no new work during the forecast; `old`, the forecast before the start took the median
+configuration (`CONFIGS`: `new`, the live one; `no-long`, the live one before a long wait's
+start moved halfway to the one with the median level chained, the default pair; `step-last`,
+the live one with the resolution's cycle at the last of the ends it takes; `no-arrivals`, the
+live one with no new work during the forecast; `old`, the forecast before the start took the median
 of the starts; ...) replays the window once; `--dump PREFIX` writes each one's forecasts
 (PREFIX.<config>.json) and a `.json` name in `--config` reads such a file instead.
 
@@ -122,10 +123,11 @@ CONFIGS = {
     # (engine.forecast.RunTimes.point), the range from p25 and p95 (the live one until the
     # median of the starts)
     "old": {"start_stat": "mean", "levels": (0.25, 0.95), "arrivals_s": 0.0,
-            "step_at": "last"},
+            "step_at": "last", "long_wait_s": None},
     # the live one: the start as the median of the simulated starts (the mean-run
     # fast-forward and one at each of the quantiles 0.25, 0.5 and 0.95 of the run times),
-    # the last day's submissions coming again a day, two and three days later
+    # the last day's submissions coming again a day, two and three days later, a start 12 h or
+    # more away moved halfway to the one with the p50 fast-forward's queued work at its mean
     "new": {},
     # the live one before the arrivals: no new work during the forecast
     "no-arrivals": {"arrivals_s": 0.0},
@@ -133,10 +135,15 @@ CONFIGS = {
     "step-last": {"step_at": "last"},
     # before the latest runs: work not started at its queue's 30-day mean run time
     "older": {"recent_runs": 0, "start_stat": "mean", "levels": (0.25, 0.95),
-              "arrivals_s": 0.0, "step_at": "last"},
+              "arrivals_s": 0.0, "step_at": "last", "long_wait_s": None},
     # the live one scaled by how the queue's earlier forecasts came out
     # (scheduling.engine.calibration); the same replay's forecasts before it as "..., raw"
     "calibrated": {"calibrate": True},
+    # the live one before a long wait's start moved halfway to the one with the median
+    # level's work not started at its mean (engine.forecast.estimate, long_wait_s)
+    "no-long": {"long_wait_s": None},
+    # a long wait's start all the way to that one
+    "long-chained": {"long_weight": 1.0},
     # studied, not adopted (docs/engine.md §13): running work at its conditional median in the
     # mean-run fast-forward, the start the median of it and the p50 and p95 ones
     "m50-start": {"point": 0.5, "start_levels": (0.5, 0.95)},
@@ -148,7 +155,7 @@ def main(argv: list[str]) -> int:
     every = arg(argv, "--every", 5)
     offset = arg(argv, "--offset", 0)
     names = (argv[argv.index("--config") + 1].split(",") if "--config" in argv
-             else ["step-last", "new"])
+             else ["no-long", "new"])
     path = traces_dir() / TRACE_FILE
     if not path.exists():
         print(f"[eta-accuracy] skipped: {path} not found (set ALLOT_TRACES_DIR)")
@@ -198,7 +205,8 @@ def main(argv: list[str]) -> int:
 
 def overrides(argv: list[str]) -> dict[str, Any]:
     """Options to try on every configuration: --levels 0.25,0.95 --point 0.75 --arrivals S
-    --arrivals-repeat K (the recent submissions again K times) --recent N --step-rel X --by-size
+    --arrivals-repeat K (the recent submissions again K times) --long-wait S --long-weight W
+    (a start S or more away moves W of the way to the chained one) --recent N --step-rel X --by-size
     --remaining-mean --tail-from-fleet --record-starts (each simulated start in the --dump file)
     --extra Q:STAT,... (more start fast-forwards recorded after the levels': STAT "quantile" or
     "mean", running work at quantile Q or at its conditional mean; "sample", every run time
@@ -210,6 +218,10 @@ def overrides(argv: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "--levels" in argv:
         out["levels"] = tuple(float(x) for x in argv[argv.index("--levels") + 1].split(","))
+    if "--long-wait" in argv:
+        out["long_wait_s"] = float(argv[argv.index("--long-wait") + 1])
+    if "--long-weight" in argv:
+        out["long_weight"] = float(argv[argv.index("--long-weight") + 1])
     if "--point" in argv:
         out["point"] = float(argv[argv.index("--point") + 1])
     if "--arrivals" in argv:

@@ -499,6 +499,10 @@ class OutboxMessage(models.Model):
         return f"{self.kind} {target} on {self.cluster_id}"
 
 
+# The longest "what it assumes" kept (scheduling/workers/eta.py cuts a longer one at a clause).
+ASSUMES_MAX = 1000
+
+
 class WorkloadEstimate(models.Model):
     """A pending workload's forecast start, from the latest forecast (scheduling/workers/eta.py):
     `start`, `low`-`high` the range over run-time percentiles (null: later than the
@@ -509,7 +513,7 @@ class WorkloadEstimate(models.Model):
     start = models.DateTimeField(null=True, blank=True)
     low = models.DateTimeField(null=True, blank=True)
     high = models.DateTimeField(null=True, blank=True)
-    assumes = models.CharField(max_length=500, blank=True)
+    assumes = models.CharField(max_length=ASSUMES_MAX, blank=True)
     computed_at = models.DateTimeField()
 
     def __str__(self) -> str:

@@ -58,6 +58,15 @@ LIVE_START_STAT = "median"
 # docs/engine.md §13).
 LIVE_ARRIVALS_S = 86400.0
 LIVE_ARRIVALS_REPEAT = 3
+# The live forecast's long wait (settings.ALLOT_ETA["long_wait_s"]): a start at least this far
+# off moves halfway to the one with the median level's queued work at its mean (`estimate`,
+# long_wait_s).
+LIVE_LONG_WAIT_S = 43200.0
+# The levels a long wait's start is taken again with, chained (`estimate`): the median's (the
+# p25 one too moves the figures on Philly by at most 0.003, at one more fast-forward).
+CHAIN_LEVELS = (0.5,)
+# How far a long wait's start moves to the chained one (`estimate`, long_weight).
+LONG_WEIGHT = 0.5
 
 
 def repeated(recent: Sequence[WorkloadSpec], window_s: float, repeat: int
@@ -413,8 +422,9 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              levels: Sequence[float] = LEVELS, point: float = POINT, step_s: float = 0.0,
              step_rel: float = 0.0, arrivals: Sequence[WorkloadSpec] = (),
              start_stat: str = "mean", extra: Sequence[tuple[float, str]] = (),
-             start_levels: Collection[float] | None = None, step_at: str = "middle"
-             ) -> dict[str, Estimate]:
+             start_levels: Collection[float] | None = None, step_at: str = "middle",
+             long_wait_s: float | None = None, chain_levels: Collection[float] = CHAIN_LEVELS,
+             long_weight: float = LONG_WEIGHT) -> dict[str, Estimate]:
     """Every pending workload's (or every target's) start: `start` from one fast-forward with
     the work not started yet at its mean run time and the running work's remaining time at
     quantile `point` (module docstring), the range over it and one fast-forward per level of
@@ -425,18 +435,33 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
     widened to hold the start). `extra`: for studying, more start fast-forwards, each with
     running work's remaining time at (quantile, `RunTimes.remaining_stat`), or with every run
     time drawn ((seed, "sample"): `sampled_lengths`), their starts after the levels' in
-    `starts` (in neither `start` nor the range)."""
-    def run(q: float, mean: bool, rt: RunTimes = runtimes, seed: int | None = None
+    `starts` (in neither `start` nor the range).
+
+    `long_wait_s`: a start at least that long after now moves `long_weight` of the way to the
+    same start taken again with the levels in `chain_levels` chained: their work not started
+    yet at its start's run time (`RunTimes.point`), only running work's remaining time at the
+    level (a start beyond the horizon there leaves it as it was). A long wait is the sum of
+    many runs one after another, which their mean predicts, while the median run for every
+    run at once puts it too early (on Philly, waits of days forecast at two thirds of their
+    length); a short one hangs on the first few ends, where the low levels are right. Halfway
+    (`LONG_WEIGHT`): the chained start alone is as often late as early, and a late one can be
+    off by more than the whole wait, an early one by less (docs/engine.md §13, "Long
+    waits"). Those fast-forwards run only when a start is that long, for those targets only;
+    their starts follow the others' in `starts`."""
+    def run(q: float, mean: bool, rt: RunTimes = runtimes, seed: int | None = None,
+            chain: bool = False, only: Collection[str] | None = targets
             ) -> dict[str, float]:
         remaining, durations = (run_lengths(snap, known, rt, q, mean=mean) if seed is None
                                 else sampled_lengths(snap, known, rt, seed))
+        if chain:
+            durations = run_lengths(snap, known, rt, q, mean=True)[1]
         for w in arrivals:
             k = known.get(w.name)
             durations[w.name] = (k.hint_s if k is not None and k.hint_s is not None
-                                 else runtimes.point(w.queue, gpus_of(w)) if mean
+                                 else runtimes.point(w.queue, gpus_of(w)) if mean or chain
                                  else runtimes.total(w.queue, q))
         return fast_forward(snap, remaining=remaining, durations=durations,
-                            horizon_s=horizon_s, targets=targets, step_s=step_s,
+                            horizon_s=horizon_s, targets=only, step_s=step_s,
                             step_rel=step_rel, arrivals=arrivals, step_at=step_at)
 
     mid = run(point, True)
@@ -447,13 +472,28 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
     out: dict[str, Estimate] = {}
     picked = [0, *(i + 1 for i, q in enumerate(levels)
                    if start_levels is None or q in start_levels)]
+
+    def start_of(got: Sequence[float | None]) -> float | None:
+        chosen = [got[i] for i in picked]
+        return (_mean_start(chosen) if start_stat == "average"
+                else median_start(chosen) if start_stat == "median" else got[0])
+
+    first = {n: start_of([r.get(n) for r in runs]) for n in names}
+    long = {n for n, s in first.items()
+            if long_wait_s is not None and s is not None and s - snap.now >= long_wait_s}
+    chained = {i + 1: run(q, False, chain=True, only=long)  # level index -> its chained one
+               for i, q in enumerate(levels) if q in chain_levels} if long else {}
     for name in names:
         got = [r.get(name) for r in runs]
         seen = (*got, *(r.get(name) for r in more))
         known_starts = [s for s in got if s is not None]
-        chosen = [got[i] for i in picked]
-        start = (_mean_start(chosen) if start_stat == "average"
-                 else median_start(chosen) if start_stat == "median" else mid.get(name))
+        start = first[name]
+        if name in long:
+            again = start_of([chained[i].get(name) if i in chained else x
+                              for i, x in enumerate(got)])
+            if start is not None and again is not None:
+                start += long_weight * (again - start)
+            seen = (*seen, *(chained[i].get(name) for i in sorted(chained)))
         low = min(known_starts) if known_starts else None
         high = max(known_starts) if len(known_starts) == len(got) else None
         if start is not None:  # a start outside the range (start_levels) widens it

@@ -25,7 +25,9 @@ from scheduling.engine.forecast import (
     LIVE_ARRIVALS_REPEAT,
     LIVE_ARRIVALS_S,
     LIVE_LEVELS,
+    LIVE_LONG_WAIT_S,
     LIVE_START_STAT,
+    LONG_WEIGHT,
     POINT,
     RECENT_RUNS,
     Known,
@@ -94,6 +96,11 @@ class EtaOptions:
     # for studying (with `record_starts`): more start fast-forwards, running work at
     # (quantile, remaining_stat) each (`forecast.estimate`'s `extra`)
     extra: tuple[tuple[float, str], ...] = ()
+    # a start at least this long after now moves `long_weight` of the way to the one with the
+    # median level's work not started yet at its start's run time (`forecast.estimate`'s
+    # `long_wait_s`, the live one's; None: never)
+    long_wait_s: float | None = LIVE_LONG_WAIT_S
+    long_weight: float = LONG_WEIGHT
     # for studying: record the queue's work ahead and recent use (`drain` in `eta_at_submit`)
     record_drain: bool = False
 
@@ -203,7 +210,8 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
                     targets=None if every else {name}, step_s=opts.step_s,
                     step_rel=opts.step_rel, levels=opts.levels, point=opts.point,
                     arrivals=arrivals, start_stat=opts.start_stat, extra=opts.extra,
-                    start_levels=opts.start_levels, step_at=opts.step_at)
+                    start_levels=opts.start_levels, step_at=opts.step_at,
+                    long_wait_s=opts.long_wait_s, long_weight=opts.long_weight)
     est = ests[name]
     out: dict[str, Any] = {}
     if opts.calibrate and first is not None:

@@ -36,7 +36,14 @@ from scheduling.engine.forecast import (
     estimate,
     quantile,
 )
-from scheduling.models import Admission, EndReason, Workload, WorkloadEstimate, WorkloadState
+from scheduling.models import (
+    ASSUMES_MAX,
+    Admission,
+    EndReason,
+    Workload,
+    WorkloadEstimate,
+    WorkloadState,
+)
 from scheduling.selectors import ETA_REFRESHED_KEY
 from scheduling.workers.eta_calibration import calibration_read, first_estimates_store
 from scheduling.workers.rows import SnapshotParts
@@ -139,8 +146,9 @@ def span(seconds: float) -> str:
 
 
 def assumes_text(queue: str, runtimes: RunTimes, factor: float = 1.0,
-                 coming: str = NO_NEW_WORK) -> str:
-    """What a forecast in `queue` assumes, in one line (`coming`: `coming_text`)."""
+                 coming: str = NO_NEW_WORK, long_wait_s: float | None = None) -> str:
+    """What a forecast in `queue` assumes, in one line (`coming`: `coming_text`;
+    `long_wait_s`: `forecast.estimate`'s)."""
     xs, source = runtimes.samples(queue)
     if source == "default":
         runs = f"without a hint, {span(runtimes.default_s)} (too few finished runs to learn from)"
@@ -150,9 +158,13 @@ def assumes_text(queue: str, runtimes: RunTimes, factor: float = 1.0,
                 f"median {span(quantile(xs, 0.5))}, p75 {span(quantile(xs, 0.75))})")
         latest = runtimes.recent.get(queue, ())
         if len(latest) >= runtimes.min_samples:
-            runs += (f"; the start takes the mean of {queue}'s latest {len(latest)} "
+            runs += (f"; the start takes the mean of the latest {len(latest)} "
                      f"({span(sum(latest) / len(latest))})")
-    text = f"Run times: duration hints where given; {runs}. Assumes {coming}; {ASSUMED}."
+    text = f"Run times: duration hints where given; {runs}. Assumes {coming}; {ASSUMED}"
+    if long_wait_s:
+        text += (f"; a start {_a(period(long_wait_s))} or more away moves halfway to the one "
+                 "with the runs ahead at their mean")
+    text += "."
     if factor != 1.0:
         text += f" Wait scaled x{factor:.2f}, as the latest forecasts here came out."
     return text
@@ -168,11 +180,22 @@ class Forecast:
     runtimes: RunTimes
     calibration: Calibration
     coming: str = NO_NEW_WORK  # `coming_text`
+    long_wait_s: float | None = None  # `forecast.estimate`'s
 
     def assumes(self, queue: str) -> str:
-        """What a forecast in `queue` assumes, in one line (at most 500 characters)."""
-        return assumes_text(queue, self.runtimes, self.calibration.of(queue),
-                            self.coming)[:500]
+        """What a forecast in `queue` assumes, in one line (at most `ASSUMES_MAX` characters:
+        `clipped`)."""
+        return clipped(assumes_text(queue, self.runtimes, self.calibration.of(queue),
+                                    self.coming, self.long_wait_s), ASSUMES_MAX)
+
+
+def clipped(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at the end of a clause ("; " or ". "), with a
+    full stop (mid-word only when no clause ends early enough)."""
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind("; ", 0, limit), text.rfind(". ", 0, limit))
+    return text[:cut] + "." if cut > 0 else text[:limit - 1] + "…"
 
 
 def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
@@ -189,17 +212,20 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
                                     repeat=repeat)
     for name, hint in hints.items():
         known[name] = Known(hint_s=hint)
+    long_s = float(conf.get("long_wait_s", 0.0))
+    long_wait_s = long_s if long_s > 0 else None  # 0: never
     raw = estimate(snap, known=known, runtimes=runtimes, horizon_s=float(conf["horizon_s"]),
                    targets=targets, step_s=float(conf["step_s"]),
                    step_rel=float(conf["step_rel"]), levels=LIVE_LEVELS,
                    start_stat=LIVE_START_STAT, point=float(conf.get("start_point", POINT)),
                    start_levels=tuple(conf.get("start_levels") or ()) or None,
-                   arrivals=arrivals)
+                   arrivals=arrivals, long_wait_s=long_wait_s)
     cal = calibration_read(now)
     queues = {w.name: w.queue for w in snap.pending}
     est = {name: calibrated(e, snap.now, cal.of(queues[name])) for name, e in raw.items()}
     return Forecast(estimates=est, raw=raw, runtimes=runtimes, calibration=cal,
-                    coming=coming_text(window, len(arrivals) // max(1, repeat), repeat))
+                    coming=coming_text(window, len(arrivals) // max(1, repeat), repeat),
+                    long_wait_s=long_wait_s)
 
 
 # The last refresh's view of the database: every state change writes an event row, so the

@@ -167,6 +167,36 @@ def test_start_as_the_median_of_the_simulated_starts():
     assert (est.low, est.start, est.high) == (NOW + 300, None, None)
 
 
+def test_a_long_wait_moves_halfway_to_the_start_with_queued_work_at_its_mean():
+    # As above: the median start of c is +400 (p25 and p50 run a1 and b1 for 100 s each).
+    # With long_wait_s 400 it is that long: the p50 fast-forward runs again with a1 and b1 at
+    # their mean (200 s each; r's remaining time is its hint), c at +500 in it, so the
+    # median with it would be that of +500, +300, +500, +1100: +500; the start moves halfway
+    # there, to +450. The range stays over the first four; the chained start is kept after
+    # them.
+    runtimes, s = three_behind_r()
+    live = {"levels": (0.25, 0.5, 0.95), "start_stat": "median"}
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   long_wait_s=400, **live)
+    assert (est["c"].low, est["c"].start, est["c"].high) == (NOW + 300, NOW + 450, NOW + 1100)
+    assert est["c"].starts == (NOW + 500, NOW + 300, NOW + 300, NOW + 1100, NOW + 500)
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   long_wait_s=400, long_weight=1.0, **live)
+    assert est["c"].start == NOW + 500
+    # b1 (after r and a1: +300, +200, +200, +600, the median +250) is not that long: as it
+    # was.
+    assert (est["b1"].start, len(est["b1"].starts)) == (NOW + 250, 4)
+    # A threshold past c's start: nothing runs again.
+    est = estimate(s, known={"r": Known(hint_s=100)}, runtimes=runtimes, horizon_s=86400,
+                   long_wait_s=401, **live)
+    assert (est["c"].start, len(est["c"].starts)) == (NOW + 400, 4)
+    # Running work stays at the level: r (no hint) has run 50 s, the runs longer are all
+    # five, p25 and p50 100 s, so 50 s left; c then at 50 + 2 x 200 at both levels chained.
+    est = estimate(s, known={"r": Known(elapsed_s=50)}, runtimes=runtimes, horizon_s=86400,
+                   long_wait_s=0, chain_levels=(0.25, 0.5), **live)
+    assert est["c"].starts[4:] == (NOW + 450, NOW + 450)
+
+
 def test_start_as_the_average_of_the_simulated_starts_and_each_start_kept():
     # As above: the four starts are +500 (mean runs), +300 (p25), +300 (p50), +1100 (p95):
     # their average +550; with one beyond the horizon, their median (as start_stat="median").

@@ -388,3 +388,79 @@ def test_periods_in_words():
     assert coming_text(86400, 7, 3) == (
         "new work comes in each of the next 3 periods as in the last day (7 submissions, each "
         "again a day, 2 days, ... after it was made)")
+
+
+def test_assumptions_say_how_a_long_wait_is_taken():
+    from scheduling.engine.forecast import RunTimes
+    from scheduling.workers.eta import assumes_text
+
+    runtimes = RunTimes(by_queue={"q": (60.0, 120.0, 180.0, 240.0, 300.0)})
+    plain = assumes_text("q", runtimes)
+    assert plain.endswith("the start the median of the starts simulated.")
+    text = assumes_text("q", runtimes, long_wait_s=43200)
+    assert text.endswith("the start the median of the starts simulated; a start 12 hours or "
+                         "more away moves halfway to the one with the runs ahead at their mean.")
+
+
+def test_what_a_forecast_assumes_is_cut_at_a_clause():
+    from scheduling.workers.eta import clipped
+
+    text = "Run times: hints; the queue's runs. Assumes no new work; the fleet stays."
+    assert clipped(text, 200) == text
+    assert clipped(text, 60) == "Run times: hints; the queue's runs. Assumes no new work."
+    assert clipped(text, 30) == "Run times: hints."
+    assert clipped("a" * 40, 10) == "a" * 9 + "…"
+
+
+def test_long_waits_setting_reaches_the_forecast_and_its_words(full, settings):
+    world, r1, r2, p1, p2 = full
+    now = timezone.now()
+    first, second = ends(r1, r2)
+    # An hour away is long with the threshold at 10 min: with every run time known (hints)
+    # the chained fast-forward starts p2 at the same time, so the start does not move, and
+    # the words say how a long wait is taken.
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "long_wait_s": 600.0}
+    estimates_refresh(now=now, force=True)
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+    assert close(e2.start, second)
+    assert "a start 10 min or more away moves halfway" in e2.assumes
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "long_wait_s": 0.0}
+    estimates_refresh(now=now, force=True)
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+    assert close(e2.start, second) and "moves halfway" not in e2.assumes
+
+
+def test_a_long_wait_without_hints_moves_halfway_to_the_runs_ahead_at_their_mean(
+        settings, monkeypatch):
+    # r1 and r2 hold both nodes for an hour (hints); p1, p2 and p3 (8 GPUs, no hints) wait.
+    # The queue's runs: 600 s four times and 6,000 s once (mean 1,680 s, median 600 s).
+    # p1 and p2 start at r1's and r2's ends; p3 when p1 ends: after 1,680 s in the mean-run
+    # fast-forward, 600 s at p25 and p50, 4,920 s at p95, so the start is the median, 1,140 s
+    # after r1's end. An hour and more away is long with the threshold at 10 min: with p1 at
+    # its mean in the p50 one too, the median would be 1,680 s; the start moves halfway, to
+    # 1,410 s.
+    from scheduling.engine.forecast import RunTimes
+    from scheduling.workers import eta
+
+    runs = (600.0, 600.0, 600.0, 600.0, 6000.0)
+    monkeypatch.setattr(eta, "runtimes_read", lambda now: RunTimes(
+        by_queue={"rd/vision": runs}, fleet=runs, recent={"rd/vision": runs}))
+    world = make_world(nodes_per_cluster=1)
+    r1, _ = running_workload(world, "r1", 3600)
+    r2, _ = running_workload(world, "r2", 3600)
+    submit(world, "p1", duration_hint_s=None)
+    submit(world, "p2", duration_hint_s=None)
+    p3 = submit(world, "p3", duration_hint_s=None)
+    first = ends(r1, r2)[0]
+    now = timezone.now()
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "long_wait_s": 0.0}
+    estimates_refresh(now=now, force=True)
+    e3 = WorkloadEstimate.objects.get(workload=p3)
+    assert close(e3.start, first + timedelta(seconds=1140))
+    assert close(e3.low, first + timedelta(seconds=600))
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "long_wait_s": 600.0}
+    estimates_refresh(now=now, force=True)
+    e3 = WorkloadEstimate.objects.get(workload=p3)
+    assert close(e3.start, first + timedelta(seconds=1410))
+    assert close(e3.low, first + timedelta(seconds=600))
+    assert close(e3.high, first + timedelta(seconds=4920))
