@@ -42,7 +42,7 @@ from scheduling.replay.record import WorkloadRecord
 class EtaOptions:
     """How the runner forecasts at submission; the defaults are the live system's
     (`settings.ALLOT_ETA`). `every`: forecast every Nth submission only (in submission order;
-    1: all), as a forecast costs three fast-forwards of the whole fleet."""
+    1: all), as a forecast costs four fast-forwards of the whole fleet (five for a long wait)."""
 
     horizon_s: float = 14 * 86400.0
     history_days: float = 30.0
