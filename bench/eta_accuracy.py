@@ -118,7 +118,7 @@ def accuracy(pairs: list[tuple[dict[str, Any], float]], tolerance_s: float) -> d
     }
 
 
-CONFIGS = {
+CONFIGS: dict[str, dict[str, Any]] = {
     # the start from one fast-forward, work not started at its queue's latest ten runs' mean
     # (engine.forecast.RunTimes.point), the range from p25 and p95 (the live one until the
     # median of the starts)
@@ -147,6 +147,9 @@ CONFIGS = {
     # studied, not adopted (docs/engine.md §13): running work at its conditional median in the
     # mean-run fast-forward, the start the median of it and the p50 and p95 ones
     "m50-start": {"point": 0.5, "start_levels": (0.5, 0.95)},
+    # studied: the start's run times from the queue's latest runs by start, running ones
+    # included at their age plus the conditional mean (replay.eta.recent_started)
+    "started": {"recent_started": True},
 }
 
 
@@ -238,6 +241,8 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["start_stat"] = argv[argv.index("--start-stat") + 1]
     if "--by-size" in argv:
         out["by_size"] = True
+    if "--recent-started" in argv:
+        out["recent_started"] = True
     if "--tail-from-fleet" in argv:
         out["tail_from_fleet"] = True
     if "--remaining-mean" in argv:

@@ -12,10 +12,10 @@ and no duration hint (a scenario's `duration_s` is what really happens, not what
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduling.engine import Engine, Snapshot, WorkloadSpec
@@ -103,6 +103,10 @@ class EtaOptions:
     long_weight: float = LONG_WEIGHT
     # for studying: record the queue's work ahead and recent use (`drain` in `eta_at_submit`)
     record_drain: bool = False
+    # for studying: the start's run times from the queue's latest `recent_runs` *started*
+    # runs, the running ones at their age plus the mean of the month's runs longer than it
+    # (`recent_started`), instead of the latest finished ones
+    recent_started: bool = False
 
 
 class FirstForecasts:
@@ -147,6 +151,9 @@ class RunHistory:
         self.log: deque[tuple[float, str, float]] = deque()
         self.latest: dict[str, deque[tuple[float, float]]] = {}  # (end, run)
         self.latest_by_size: dict[tuple[str, int], deque[tuple[float, float]]] = {}
+        # (start, run) of the latest finished runs, more than `recent_runs` of them: a run
+        # that started later may end sooner (`recent_started`)
+        self.started: dict[str, deque[tuple[float, float]]] = {}
         self._cache: RunTimes | None = None
 
     def add(self, queue: str, at: float, run_s: float, gpus: int | None = None) -> None:
@@ -155,6 +162,9 @@ class RunHistory:
         self.log.append((at, queue, run_s))
         if self.opts.recent_runs > 0:
             self.latest.setdefault(queue, deque(maxlen=self.opts.recent_runs)).append((at, run_s))
+            if self.opts.recent_started:
+                self.started.setdefault(queue, deque(maxlen=5 * self.opts.recent_runs)).append(
+                    (at - run_s, run_s))
             if self.opts.by_size and gpus is not None:
                 self.latest_by_size.setdefault(
                     (queue, gpus), deque(maxlen=self.opts.recent_runs)).append((at, run_s))
@@ -206,7 +216,10 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     for copy, of in copies:  # it runs as long as the original was said to (live: its hint)
         known[copy.name] = Known(hint_s=_hint(ws[of], opts))
     every = opts.all_pending or opts.calibrate
-    ests = estimate(snap, known=known, runtimes=history.runtimes(now), horizon_s=opts.horizon_s,
+    runtimes = history.runtimes(now)
+    if opts.recent_started:
+        runtimes = recent_started(history, snap, known, runtimes, now)
+    ests = estimate(snap, known=known, runtimes=runtimes, horizon_s=opts.horizon_s,
                     targets=None if every else {name}, step_s=opts.step_s,
                     step_rel=opts.step_rel, levels=opts.levels, point=opts.point,
                     arrivals=arrivals, start_stat=opts.start_stat, extra=opts.extra,
@@ -233,6 +246,32 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
     if opts.record_drain:
         out.update(_drain(snap, ws, history.runtimes(now), name, now))
     return out
+
+
+def recent_started(history: RunHistory, snap: Snapshot, known: Mapping[str, Known],
+                   runtimes: RunTimes, now: float) -> RunTimes:
+    """`runtimes` with each queue's latest runs taken by start, not by end: the latest
+    `recent_runs` of its finished runs (within the history window) and its running work
+    together, a running one at its age plus the mean of the month's runs longer than it (as
+    long again when older than all of them). The latest finished runs lean short: of the
+    runs that started together, the short ones end first."""
+    k = history.opts.recent_runs
+    window = history.window
+    by_queue: dict[str, list[tuple[float, float]]] = {
+        q: [(st, r) for st, r in xs if st + r >= now - window]
+        for q, xs in history.started.items()}
+    for a in snap.admitted:
+        age = known.get(a.workload.name, Known()).elapsed_s
+        if age <= 0:
+            continue
+        q = a.workload.queue
+        xs, _ = runtimes.samples(q)
+        i = bisect_right(xs, age)
+        total = sum(xs[i:]) / len(xs[i:]) if i < len(xs) else 2 * age
+        by_queue.setdefault(q, []).append((now - age, total))
+    recent = {q: tuple(sorted(r for _, r in sorted(xs, reverse=True)[:k]))
+              for q, xs in by_queue.items()}
+    return replace(runtimes, recent=recent)
 
 
 def _drain(snap: Snapshot, ws: dict[str, WorkloadRecord], runtimes: RunTimes, name: str,

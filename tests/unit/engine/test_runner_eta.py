@@ -103,6 +103,32 @@ def test_history_keeps_the_latest_runs_by_size_when_asked():
     assert RunHistory(EtaOptions()).runtimes(0).recent_by_size == {}
 
 
+
+def test_latest_runs_by_start_count_running_work_at_its_conditional_mean():
+    # Studied, not adopted (docs/engine.md §13): queue a's finished runs (start, length):
+    # 100 s from 0, 300 s from 50, 200 s from 400; r has run 250 s (started at 750): it
+    # counts at the mean of the month's runs longer than 250 s (300) as the latest start.
+    from scheduling.engine import AdmittedWorkload, FlavorSpec, Settings, Snapshot
+    from scheduling.engine.forecast import Known
+    from scheduling.replay.eta import RunHistory, recent_started
+    from tests.unit.engine.builders import A100, cluster, q, wl
+
+    h = RunHistory(EtaOptions(recent_runs=3, recent_started=True, min_samples=3))
+    for end, run_s in [(100, 100.0), (350, 300.0), (600, 200.0)]:
+        h.add("a", end, run_s)
+    assert h.runtimes(1000).recent == {"a": (100.0, 200.0, 300.0)}
+    r = AdmittedWorkload(wl("r", "a", 8, t=700), "c", A100, ("c-a100-80g-0",), False, 750.0,
+                         running=True)
+    snap = Snapshot(now=1000.0, queues=(q("a", 8, 8),), clusters=(cluster(nodes=1),),
+                    flavors=(FlavorSpec(A100, 80),), pending=(), admitted=(r,),
+                    settings=Settings(), cooldowns={})
+    rt = recent_started(h, snap, {"r": Known(elapsed_s=250.0)}, h.runtimes(1000), 1000.0)
+    # the latest three by start: r (750), the 200 s run (400), the 300 s one (50)
+    assert rt.recent == {"a": (200.0, 300.0, 300.0)}
+    # older than every run: as long again
+    rt = recent_started(h, snap, {"r": Known(elapsed_s=400.0)}, h.runtimes(1000), 1000.0)
+    assert rt.recent == {"a": (200.0, 300.0, 800.0)}
+
 def h_then_j_then_c():
     """One 8-GPU node; in queue a h0..h4 at 0 (100 s each), j0..j4 at 1000 (1000 s each), c at
     1450 (the calibration case below)."""
