@@ -44,6 +44,12 @@ def test_the_form_starts_with_one_pod_set(alice):
     assert 'id="id_pods-0-DELETE"' not in html
 
 
+def test_the_form_says_what_the_expected_duration_does(alice):
+    html = alice.get("/workloads/new/").content.decode()
+    assert "Expected duration (hours)" in html
+    assert "makes start estimates right" in html and "12-35% without" in html
+
+
 def test_add_a_pod_set_keeps_what_was_typed(alice):
     r = alice.post("/workloads/new/", {**BASE, **pod_rows(WORKERS), "add_pod_set": "1"})
     html = r.content.decode()
