@@ -2,7 +2,8 @@
 at its submission (`eta_at_submit`, as the live system makes it: no duration hints, run times
 from the queue's finished runs) with when it really started.
 
-    python -m bench.eta_accuracy --jobs 3000 --every 10   # long waits: as before, halfway
+    python -m bench.eta_accuracy --jobs 3000 --every 10   # the range: as before, widened
+    python -m bench.eta_accuracy --jobs 3000 --every 10 --hints   # every run time known
     python -m bench.eta_accuracy --jobs 3000 --every 10 --config no-arrivals,new
     python -m bench.eta_accuracy --jobs 10000 --every 40 --config new
     python -m bench.eta_accuracy --jobs 3000 --config old.json,new.json   # from --dump files
@@ -12,8 +13,10 @@ from the queue's finished runs) with when it really started.
 The trace directory comes from ALLOT_TRACES_DIR (philly_pollux_jobs.csv; bench.engine reads
 it and builds the elastic scenario: tenants as leaves with min by GPU-hours, 1.3 x the mean
 demand in 8-GPU nodes). The replay runs until every sampled workload has started. Each
-configuration (`CONFIGS`: `new`, the live one; `no-long`, the live one before a long wait's
-start moved halfway to the one with the median level chained, the default pair; `step-last`,
+configuration (`CONFIGS`: `new`, the live one; `no-pad`, the live one before the range's low
+end took no new work and the range was widened by half the resolution, the default pair;
+`no-long`, the live one before a long wait's start moved halfway to the one with the median
+level chained; `step-last`,
 the live one with the resolution's cycle at the last of the ends it takes; `no-arrivals`, the
 live one with no new work during the forecast; `old`, the forecast before the start took the median
 of the starts; ...) replays the window once; `--dump PREFIX` writes each one's forecasts
@@ -22,7 +25,8 @@ of the starts; ...) replays the window once; `--dump PREFIX` writes each one's f
 Figures, per configuration, side by side:
 - inside: the share of forecasts whose range [low, high] held the actual start (within one
   cycle interval, the scenario's 60 s: the live cycle's granularity), over every forecast and
-  over those that waited at least 10 minutes;
+  over those that waited at least 10 minutes, and the median width of the range over the wait
+  there (a wider range holds more: the two go together);
 - median error / wait, waited: over the workloads that waited at least 10 minutes, the median
   of |start - actual start| / actual wait (the issue's measure; the target is < 0.25);
 - median error / wait, all: over every forecast, zero waits included, of
@@ -79,6 +83,7 @@ def accuracy(pairs: list[tuple[dict[str, Any], float]], tolerance_s: float) -> d
     errors: list[float] = []
     relative: list[float] = []
     waits: list[float] = []
+    widths: list[float] = []  # (high - low) / wait, waited, the range within the horizon
     unknown = 0
     every: list[float] = []  # over every forecast (module docstring)
     for eta, actual, wait in rows:
@@ -100,6 +105,8 @@ def accuracy(pairs: list[tuple[dict[str, Any], float]], tolerance_s: float) -> d
             waited_inside += hit
             waits.append(wait)
             relative.append(err / wait)
+            if low is not None and high is not None:
+                widths.append((high - low) / wait)
     n = len(rows)
     return {
         "forecasts": n,
@@ -111,6 +118,7 @@ def accuracy(pairs: list[tuple[dict[str, Any], float]], tolerance_s: float) -> d
         "median_relative_error_waited": round(statistics.median(relative), 3)
         if relative else None,
         "median_relative_error_all": round(statistics.median(every), 3) if every else None,
+        "median_width_waited": round(statistics.median(widths), 3) if widths else None,
         "zero_wait": sum(1 for _e, _a, wait in rows if wait <= tolerance_s),
         "beyond_horizon": unknown,
         "started_before_range": early,
@@ -123,7 +131,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # (engine.forecast.RunTimes.point), the range from p25 and p95 (the live one until the
     # median of the starts)
     "old": {"start_stat": "mean", "levels": (0.25, 0.95), "arrivals_s": 0.0,
-            "step_at": "last", "long_wait_s": None},
+            "step_at": "last", "long_wait_s": None, "free_levels": (), "pad": False},
     # the live one: the start as the median of the simulated starts (the mean-run
     # fast-forward and one at each of the quantiles 0.25, 0.5 and 0.95 of the run times),
     # the last day's submissions coming again a day, two and three days later, a start 12 h or
@@ -135,7 +143,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "step-last": {"step_at": "last"},
     # before the latest runs: work not started at its queue's 30-day mean run time
     "older": {"recent_runs": 0, "start_stat": "mean", "levels": (0.25, 0.95),
-              "arrivals_s": 0.0, "step_at": "last", "long_wait_s": None},
+              "arrivals_s": 0.0, "step_at": "last", "long_wait_s": None, "free_levels": (),
+              "pad": False},
     # the live one scaled by how the queue's earlier forecasts came out
     # (scheduling.engine.calibration); the same replay's forecasts before it as "..., raw"
     "calibrated": {"calibrate": True},
@@ -150,6 +159,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # studied: the start's run times from the queue's latest runs by start, running ones
     # included at their age plus the conditional mean (replay.eta.recent_started)
     "started": {"recent_started": True},
+    # the live one before its range's p25 fast-forward took no new work and the range was
+    # widened by half the resolution at each end (the range with hints was a point)
+    "no-pad": {"free_levels": (), "pad": False},
+    # the p25 fast-forward with no new work, the range not widened
+    "low-free": {"pad": False},
 }
 
 
@@ -158,7 +172,7 @@ def main(argv: list[str]) -> int:
     every = arg(argv, "--every", 5)
     offset = arg(argv, "--offset", 0)
     names = (argv[argv.index("--config") + 1].split(",") if "--config" in argv
-             else ["no-long", "new"])
+             else ["no-pad", "new"])
     path = traces_dir() / TRACE_FILE
     if not path.exists():
         print(f"[eta-accuracy] skipped: {path} not found (set ALLOT_TRACES_DIR)")
@@ -241,6 +255,9 @@ def overrides(argv: list[str]) -> dict[str, Any]:
         out["start_stat"] = argv[argv.index("--start-stat") + 1]
     if "--by-size" in argv:
         out["by_size"] = True
+    if "--free-levels" in argv:
+        out["free_levels"] = tuple(float(x) for x in
+                                   argv[argv.index("--free-levels") + 1].split(","))
     if "--recent-started" in argv:
         out["recent_started"] = True
     if "--tail-from-fleet" in argv:
@@ -361,6 +378,7 @@ ROWS = [
     ("  (how many started within a cycle)", "zero_wait"),
     ("median |start - actual| (s)", "median_abs_error_s"),
     ("median wait, waited (s)", "median_wait_s_waited"),
+    ("median range width / wait, waited", "median_width_waited"),
     ("started before the range", "started_before_range"),
     ("started after the range", "started_after_range"),
 ]

@@ -67,6 +67,13 @@ LIVE_LONG_WAIT_S = 43200.0
 CHAIN_LEVELS = (0.5,)
 # How far a long wait's start moves to the chained one (`estimate`, long_weight).
 LONG_WEIGHT = 0.5
+# The live range (`estimate`'s free_levels and pad): the p25 fast-forward takes no new work,
+# so the range's low end is the start if nothing new goes ahead, and the range is widened by
+# half the resolution at each end. With run times known (hints) the four fast-forwards
+# agree and the range was a point that held 39-89% of the starts on Philly, now 62-95%
+# (docs/engine.md §13, "The range with hints").
+LIVE_FREE_LEVELS = (0.25,)
+LIVE_PAD = True
 
 
 def repeated(recent: Sequence[WorkloadSpec], window_s: float, repeat: int
@@ -424,7 +431,8 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
              start_stat: str = "mean", extra: Sequence[tuple[float, str]] = (),
              start_levels: Collection[float] | None = None, step_at: str = "middle",
              long_wait_s: float | None = None, chain_levels: Collection[float] = CHAIN_LEVELS,
-             long_weight: float = LONG_WEIGHT) -> dict[str, Estimate]:
+             long_weight: float = LONG_WEIGHT, free_levels: Collection[float] = (),
+             pad: bool = False) -> dict[str, Estimate]:
     """Every pending workload's (or every target's) start: `start` from one fast-forward with
     the work not started yet at its mean run time and the running work's remaining time at
     quantile `point` (module docstring), the range over it and one fast-forward per level of
@@ -447,25 +455,32 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
     (`LONG_WEIGHT`): the chained start alone is as often late as early, and a late one can be
     off by more than the whole wait, an early one by less (docs/engine.md §13, "Long
     waits"). Those fast-forwards run only when a start is that long, for those targets only;
-    their starts follow the others' in `starts`."""
+    their starts follow the others' in `starts`.
+
+    `free_levels`: the levels whose fast-forward takes no new work (`arrivals` left out), so
+    the range's low end holds the start if nothing new goes ahead. `pad`: the range widened
+    by half the resolution at each end (a simulated cycle takes the ends within
+    `max(step_s, step_rel x time ahead)` of each other, halfway between them, so a start can
+    be that much early or late)."""
     def run(q: float, mean: bool, rt: RunTimes = runtimes, seed: int | None = None,
-            chain: bool = False, only: Collection[str] | None = targets
-            ) -> dict[str, float]:
+            chain: bool = False, only: Collection[str] | None = targets,
+            coming: Sequence[WorkloadSpec] = arrivals) -> dict[str, float]:
         remaining, durations = (run_lengths(snap, known, rt, q, mean=mean) if seed is None
                                 else sampled_lengths(snap, known, rt, seed))
         if chain:
             durations = run_lengths(snap, known, rt, q, mean=True)[1]
-        for w in arrivals:
+        for w in coming:
             k = known.get(w.name)
             durations[w.name] = (k.hint_s if k is not None and k.hint_s is not None
                                  else runtimes.point(w.queue, gpus_of(w)) if mean or chain
                                  else runtimes.total(w.queue, q))
         return fast_forward(snap, remaining=remaining, durations=durations,
                             horizon_s=horizon_s, targets=only, step_s=step_s,
-                            step_rel=step_rel, arrivals=arrivals, step_at=step_at)
+                            step_rel=step_rel, arrivals=coming, step_at=step_at)
 
     mid = run(point, True)
-    runs = [mid, *(run(q, False) for q in levels)]
+    runs = [mid, *(run(q, False, coming=() if q in free_levels else arrivals)
+                   for q in levels)]
     more = [run(0.5, True, seed=int(q)) if stat == "sample"
             else run(q, True, replace(runtimes, remaining_stat=stat)) for q, stat in extra]
     names = [w.name for w in snap.pending] if targets is None else list(targets)
@@ -499,8 +514,18 @@ def estimate(snap: Snapshot, *, known: Mapping[str, Known], runtimes: RunTimes,
         if start is not None:  # a start outside the range (start_levels) widens it
             low = start if low is None else min(low, start)
             high = None if high is None else max(high, start)
+        if pad:
+            if low is not None:
+                low = max(snap.now, low - _half_step(low - snap.now, step_s, step_rel))
+            if high is not None:
+                high += _half_step(high - snap.now, step_s, step_rel)
         out[name] = Estimate(start=start, low=low, high=high, starts=seen)
     return out
+
+
+def _half_step(ahead: float, step_s: float, step_rel: float) -> float:
+    """Half the resolution `ahead` seconds from now (`fast_forward`'s window)."""
+    return max(step_s, step_rel * ahead) / 2
 
 
 def _mean_start(starts: Sequence[float | None]) -> float | None:

@@ -24,8 +24,10 @@ from scheduling.engine.export import snapshot_of
 from scheduling.engine.forecast import (
     LIVE_ARRIVALS_REPEAT,
     LIVE_ARRIVALS_S,
+    LIVE_FREE_LEVELS,
     LIVE_LEVELS,
     LIVE_LONG_WAIT_S,
+    LIVE_PAD,
     LIVE_START_STAT,
     LONG_WEIGHT,
     POINT,
@@ -107,6 +109,10 @@ class EtaOptions:
     # runs, the running ones at their age plus the mean of the month's runs longer than it
     # (`recent_started`), instead of the latest finished ones
     recent_started: bool = False
+    # the levels whose fast-forward takes no new work, and the range widened by half the
+    # resolution at each end (`forecast.estimate`'s `free_levels`, `pad`; the live ones)
+    free_levels: tuple[float, ...] = LIVE_FREE_LEVELS
+    pad: bool = LIVE_PAD
 
 
 class FirstForecasts:
@@ -224,7 +230,8 @@ def eta_at_submit(eng: Engine, ws: dict[str, WorkloadRecord], history: RunHistor
                     step_rel=opts.step_rel, levels=opts.levels, point=opts.point,
                     arrivals=arrivals, start_stat=opts.start_stat, extra=opts.extra,
                     start_levels=opts.start_levels, step_at=opts.step_at,
-                    long_wait_s=opts.long_wait_s, long_weight=opts.long_weight)
+                    long_wait_s=opts.long_wait_s, long_weight=opts.long_weight,
+                    free_levels=opts.free_levels, pad=opts.pad)
     est = ests[name]
     out: dict[str, Any] = {}
     if opts.calibrate and first is not None:

@@ -26,7 +26,9 @@ from scheduling import engine
 from scheduling.engine.calibration import Calibration
 from scheduling.engine.calibration import apply as calibrated
 from scheduling.engine.forecast import (
+    LIVE_FREE_LEVELS,
     LIVE_LEVELS,
+    LIVE_PAD,
     LIVE_START_STAT,
     POINT,
     RECENT_RUNS,
@@ -56,7 +58,9 @@ ALL_PENDING = 10_000_000
 HISTORY_ROWS = 100_000
 NO_NEW_WORK = "no new work goes ahead of it"
 ASSUMED = ("the fleet and the quotas stay as they are; the range is over run times from "
-           "their 25th to their 95th percentile, the start the median of the starts simulated")
+           "their 25th to their 95th percentile, its earliest with no new work, widened by "
+           "the forecast's resolution (2% of the time ahead); the start is the median of the "
+           "starts simulated")
 
 
 def period(seconds: float) -> str:
@@ -219,7 +223,8 @@ def forecast(snap: engine.Snapshot, parts: SnapshotParts, now: datetime,
                    step_rel=float(conf["step_rel"]), levels=LIVE_LEVELS,
                    start_stat=LIVE_START_STAT, point=float(conf.get("start_point", POINT)),
                    start_levels=tuple(conf.get("start_levels") or ()) or None,
-                   arrivals=arrivals, long_wait_s=long_wait_s)
+                   arrivals=arrivals, long_wait_s=long_wait_s,
+                   free_levels=LIVE_FREE_LEVELS, pad=LIVE_PAD)
     cal = calibration_read(now)
     queues = {w.name: w.queue for w in snap.pending}
     est = {name: calibrated(e, snap.now, cal.of(queues[name])) for name, e in raw.items()}

@@ -55,3 +55,14 @@ def test_raw_rows_take_the_forecast_before_the_calibration():
     raw = {eta["at"]: (eta["start"], eta["low"]) for eta, _actual in raw_rows(out)
            if eta["start"] == 400}
     assert raw == {0: (400, 400)}
+
+
+def test_accuracy_counts_the_range_and_its_width():
+    from bench.eta_accuracy import accuracy, forecast_rows
+
+    figures = accuracy(forecast_rows(workloads()[1]), 60.0)
+    # a (1,000 s) inside [500, 2,000]: width 1.5 waits; b (2 days) inside, width ~1.73;
+    # c (5 h) exact, width 0; d did not wait
+    assert figures["waited"] == 3 and figures["waited_inside_share"] == 1.0
+    assert figures["median_width_waited"] == 1.5
+    assert figures["median_relative_error_waited"] == 0.2

@@ -299,3 +299,20 @@ def test_the_resolution_takes_nearby_ends_in_one_cycle_late_or_halfway():
     assert fast_forward(s, **kw) == {"b": 1100, "c": 1150}
     assert fast_forward(s, step_s=200, step_at="last", **kw) == {"b": 1200, "c": 1200}
     assert fast_forward(s, step_s=200, **kw) == {"b": 1150, "c": 1150}  # the default
+
+
+def test_pad_widens_the_range_by_half_the_resolution():
+    # r ends at +10,000 by its hint, b (8 GPUs, with a hint) starts then at every level: the
+    # range is a point. The resolution there is max(60 s, 2% x 10,000 s) = 200 s: padded,
+    # the range is 100 s either side; a start 1,000 s ahead gets the 60 s floor, halved.
+    s = snap([wl("b", "a", 8, t=10)], [running("r")])
+    known = {"r": Known(hint_s=10_000.0), "b": Known(hint_s=50.0)}
+    args = {"known": known, "runtimes": RunTimes(), "horizon_s": 86400.0, "step_s": 60.0,
+            "step_rel": 0.02, "levels": (0.25, 0.5, 0.95), "start_stat": "median"}
+    plain = estimate(s, **args)["b"]
+    assert (plain.start, plain.low, plain.high) == (11_000.0, 11_000.0, 11_000.0)
+    padded = estimate(s, pad=True, **args)["b"]
+    assert (padded.start, padded.low, padded.high) == (11_000.0, 10_900.0, 11_100.0)
+    near = {"r": Known(hint_s=1_000.0), "b": Known(hint_s=50.0)}
+    e = estimate(s, pad=True, **{**args, "known": near})["b"]
+    assert (e.start, e.low, e.high) == (2_000.0, 1_970.0, 2_030.0)

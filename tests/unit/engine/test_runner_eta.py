@@ -206,7 +206,7 @@ def test_the_recent_submissions_come_again_in_the_forecast():
     none = run(jobs, hints=True, arrivals_s=0)
     assert none["c"]["eta_at_submit"] == {"at": 500, "start": 1000, "low": 1000, "high": 1000}
     assert none["c"]["admissions"][0]["at"] == 1000
-    again = run(jobs, hints=True, arrivals_s=600, arrivals_repeat=1)
+    again = run(jobs, hints=True, arrivals_s=600, arrivals_repeat=1, free_levels=())
     assert again["c"]["eta_at_submit"] == {"at": 500, "start": 2000, "low": 2000, "high": 2000}
     # what really happens does not change: the copies are the forecast's only
     assert again["c"]["admissions"][0]["at"] == 1000 and "~bx" not in again
@@ -216,3 +216,9 @@ def test_the_recent_submissions_come_again_in_the_forecast():
     assert twice["c"]["eta_at_submit"]["start"] == 3000
     # the live default: the last day, for three days
     assert (EtaOptions().arrivals_s, EtaOptions().arrivals_repeat) == (86400.0, 3)
+    # live, the p25 fast-forward takes no new work: the range's low end is c's start if
+    # nothing new goes ahead (1000, as it happened), the start the median of 2000 three times
+    # and 1000 (the resolution is 0 here, so the range is not widened)
+    assert EtaOptions().free_levels == (0.25,) and EtaOptions().pad
+    free = run(jobs, hints=True, arrivals_s=600, arrivals_repeat=1)
+    assert free["c"]["eta_at_submit"] == {"at": 500, "start": 2000, "low": 1000, "high": 2000}

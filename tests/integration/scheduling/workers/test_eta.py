@@ -335,6 +335,21 @@ def test_the_last_hours_submissions_come_again_ahead_of_pending_work(full, setti
     e1 = WorkloadEstimate.objects.get(workload=p1)
     e2 = WorkloadEstimate.objects.get(workload=p2)
     assert close(e1.start, second) and close(e2.start, second + timedelta(seconds=600))
+    # the range: its low end the start with no new work (p2 takes the second node)
+    assert close(e2.low, second) and close(e2.high, second + timedelta(seconds=600))
+    # with the live resolution (max(60 s, 2% x time ahead); 0 in these tests) both ends are
+    # widened by half of it (the rows dropped first: a move within the resolution is not
+    # written)
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "step_s": 60.0, "step_rel": 0.02}
+    WorkloadEstimate.objects.all().delete()
+    estimates_refresh(now=now, force=True)
+    e2 = WorkloadEstimate.objects.get(workload=p2)
+
+    def pad(t):
+        return timedelta(seconds=max(60.0, 0.02 * (t - now).total_seconds()) / 2)
+
+    assert close(e2.low, second - pad(second)) and close(e2.high, e2.start + pad(e2.start))
+    settings.ALLOT_ETA = {**settings.ALLOT_ETA, "step_s": 0.0, "step_rel": 0.0}
     # five submissions in the last hour: r1, r2, p1, p2 and urgent (not the rejected one)
     assert "new work comes as in the last hour (5 submissions, each again an hour" in e1.assumes
     # the request form's forecast takes the same arrivals
@@ -396,9 +411,9 @@ def test_assumptions_say_how_a_long_wait_is_taken():
 
     runtimes = RunTimes(by_queue={"q": (60.0, 120.0, 180.0, 240.0, 300.0)})
     plain = assumes_text("q", runtimes)
-    assert plain.endswith("the start the median of the starts simulated.")
+    assert plain.endswith("the start is the median of the starts simulated.")
     text = assumes_text("q", runtimes, long_wait_s=43200)
-    assert text.endswith("the start the median of the starts simulated; a start 12 hours or "
+    assert text.endswith("the start is the median of the starts simulated; a start 12 hours or "
                          "more away moves halfway to the one with the runs ahead at their mean.")
 
 
