@@ -1,9 +1,10 @@
 """Start forecast: how long the forecast of every pending workload takes (the engine part of
 the task `scheduling.eta_refresh`: four fast-forwards of the live snapshot, the start their
 median, the range over them; with no new work, then with the last day's submissions coming
-again a day, two and three days later, then with the starts a long wait away moved halfway to
-the median level chained too, as the live forecast takes them; then the calibration
-by 20,000 earlier first forecasts).
+again a day, two and three days later and the starts a long wait away moved halfway to the
+median level chained too, then as the live forecast takes them: the range's p25 fast-forward
+with no new work and the range widened by half the resolution; then the calibration by 20,000
+earlier first forecasts).
 
     python -m bench.eta                    # 20,000 pending workloads
     python -m bench.eta --pending 5000     # another size
@@ -51,8 +52,10 @@ from scheduling.engine.calibration import Outcome, apply, calibration
 from scheduling.engine.forecast import (
     LIVE_ARRIVALS_REPEAT,
     LIVE_ARRIVALS_S,
+    LIVE_FREE_LEVELS,
     LIVE_LEVELS,
     LIVE_LONG_WAIT_S,
+    LIVE_PAD,
     LIVE_START_STAT,
     POINT,
     Known,
@@ -163,8 +166,9 @@ def main(argv: list[str]) -> int:
     pending = int(argv[argv.index("--pending") + 1]) if "--pending" in argv else 20_000
     snap, known, runtimes = world(pending)
     horizon = 14 * 86_400.0
-    # Before the arrivals (no new work during the forecast), then the live forecast: the last
-    # day's submissions again for the next `--repeat` days (live: 3); side by side.
+    # Before the arrivals (no new work during the forecast), then with the last day's
+    # submissions again for the next `--repeat` days (live: 3) and the long waits, then the
+    # live forecast; side by side.
     c0, t0 = time.process_time(), time.perf_counter()
     est = estimate(snap, known=known, runtimes=runtimes, horizon_s=horizon, step_s=STEP_S,
                    step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT)
@@ -175,14 +179,15 @@ def main(argv: list[str]) -> int:
     c0, t0 = time.process_time(), time.perf_counter()
     est = estimate(snap, known=known, runtimes=runtimes, horizon_s=horizon, step_s=STEP_S,
                    step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT,
-                   arrivals=arrivals)
+                   arrivals=arrivals, long_wait_s=LIVE_LONG_WAIT_S)
     wall1, cpu1 = time.perf_counter() - t0, time.process_time() - c0
-    # The live forecast: the same, with the starts a long wait away moved halfway to the median
-    # level chained (`estimate(long_wait_s=...)`: one more fast-forward, for those only).
+    # The live forecast: the same, with the p25 fast-forward taking no new work and the range
+    # widened by half the resolution (`estimate(free_levels=..., pad=...)`).
     c0, t0 = time.process_time(), time.perf_counter()
     est = estimate(snap, known=known, runtimes=runtimes, horizon_s=horizon, step_s=STEP_S,
                    step_rel=STEP_REL, levels=LIVE_LEVELS, start_stat=LIVE_START_STAT,
-                   arrivals=arrivals, long_wait_s=LIVE_LONG_WAIT_S)
+                   arrivals=arrivals, long_wait_s=LIVE_LONG_WAIT_S,
+                   free_levels=LIVE_FREE_LEVELS, pad=LIVE_PAD)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     started = sum(e.start is not None for e in est.values())
     long_n = sum(len(e.starts) > 1 + len(LIVE_LEVELS) for e in est.values())
@@ -207,7 +212,7 @@ def main(argv: list[str]) -> int:
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "arrivals": len(arrivals),
         "arrivals_repeat": repeat,
         "no_arrivals_wall_s": round(wall0, 2), "no_arrivals_cpu_s": round(cpu0, 2),
-        "no_long_wait_wall_s": round(wall1, 2), "no_long_wait_cpu_s": round(cpu1, 2),
+        "range_before_wall_s": round(wall1, 2), "range_before_cpu_s": round(cpu1, 2),
         "long_waits": long_n,
         "no_arrivals_started_within_horizon": started0,
         "calibration_wall_s": round(cal_wall, 3), "calibration_cpu_s": round(cal_cpu, 3),
@@ -223,11 +228,11 @@ def main(argv: list[str]) -> int:
           f"no new work: {wall0:.2f} s wall, {cpu0:.2f} s CPU; {started0} start within the "
           f"horizon")
     print(f"[eta] the same with the last day's submissions coming again {repeat}x, "
-          f"{len(arrivals)} in all: {wall1:.2f} s wall, {cpu1:.2f} s CPU; one fast-forward "
-          f"without them {one['median_run_s']:.2f} s")
-    print(f"[eta] and the starts {LIVE_LONG_WAIT_S / 3600:.0f} h or more away moved halfway to "
-          f"the median level chained ({long_n} of them; live): {wall:.2f} s wall, "
-          f"{cpu:.2f} s CPU")
+          f"{len(arrivals)} in all, and the starts {LIVE_LONG_WAIT_S / 3600:.0f} h or more away "
+          f"moved halfway to the median level chained ({long_n} of them): {wall1:.2f} s wall, "
+          f"{cpu1:.2f} s CPU; one fast-forward without them {one['median_run_s']:.2f} s")
+    print(f"[eta] and the range's p25 fast-forward with no new work, the range widened by half "
+          f"the resolution (live): {wall:.2f} s wall, {cpu:.2f} s CPU")
     print(f"[eta] calibration ({figures['calibration_samples']} first forecasts, "
           f"{figures['queues_scaled']} queues scaled): {cal_wall:.3f} s wall, "
           f"{cal_cpu:.3f} s CPU")

@@ -425,8 +425,9 @@ def workload_queue_position(workload: Workload, *, now: datetime | None = None,
     then earlier submission, as the engine orders within one queue); `ahead_gpus`: their GPUs.
     The start comes from the latest forecast (the whole fleet fast-forwarded through the
     engine, scheduling/workers/eta.py): `estimated_start` and `estimated_start_range`
-    ({low, high}: over run times from their 25th to their 95th percentile; high None when
-    beyond the horizon at some level), `estimate_assumes` (what it assumes) and
+    ({low, high}: over run times from their 25th to their 95th percentile, the low end with
+    no new work, widened by half the resolution; high None when beyond the horizon at some
+    level), `estimate_assumes` (what it assumes) and
     `estimate_computed_at`. All None until the forecast has run since its submission, and
     for a workload held for approval (the cycle does not see it yet).
     `pod_sets`: the workload's, when the caller has them.
