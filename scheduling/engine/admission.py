@@ -24,7 +24,10 @@ class AdmissionMixin(HoldsMixin):
                   held: dict[str, str]) -> tuple[int, Reason | None, dict[str, Reason]]:
         """Try one workload: admit, preempt for it, or say why it waits."""
         name = p.name
-        self.claims.discard(name)
+        if name in self.claims:
+            # Its first turn: after the cycle an ordinary member of its group (`_after_claims`).
+            self.claims.discard(name)
+            self._turned.append(p)
         if name in self.nominations and name not in self.waiting:
             # Its first turn since its victims ended: its nomination has done its work.
             self._denominate(name, res)

@@ -51,7 +51,37 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
         self._walk(now, res, turns)
         self._release_holds()
         self._free_deferred()
+        self._after_claims()
         return res
+
+    def _after_claims(self) -> None:
+        """End of cycle: a preemptor that had its first turn in it (`_consider`) and still
+        waits is an ordinary member of its group again: it goes behind the members still owed
+        theirs, to its place in the group's order, as in a group rebuilt from a snapshot
+        (`_join`, then `_claim` for the nominations left). Left at the front, it kept the
+        group at its ordinary place in the order, and the claims behind it, alike and so not
+        tried once it failed, never had their turn: their nominations never ended, unlike in
+        the workers' engine rebuilt every cycle (docs/engine.md §13, the replay's forecast)."""
+        turned, self._turned = self._turned, []
+        claims = self.claims
+        for p in turned:
+            g = p.group
+            if g is None or p.name in claims or self.pending.get(p.name) is not p:
+                continue
+            members = g.members
+            try:
+                i = members.index(p)
+            except ValueError:
+                continue
+            members.pop(i)
+            lo = 0
+            while lo < len(members) and members[lo].name in claims:
+                lo += 1
+            j = bisect.bisect_right(members, p.order_tail, lo=lo, key=lambda m: m.order_tail)
+            members.insert(j, p)
+            if j != i:
+                g.parked = False
+                g.shifted = True
 
     def _walk(self, now: float, res: CycleResult, turns: Turns) -> None:
         """Walk the cycle's order (§4.3): pop the next group, try its member whose turn it is,

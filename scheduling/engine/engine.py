@@ -108,6 +108,7 @@ class Engine(SubmissionMixin, CycleMixin):
         for rec in sorted(repayment, key=lambda r: r.ended_at):
             self.record_repayment(rec.queue, rec.ended_at, forced=rec.forced)
         self.claims: set[str] = set()  # preemptors whose victims are all gone
+        self._turned: list[Pending] = []
         self.phantom: dict[tuple[int, int], float] = {}
         self._defer: dict[int, float] = {}
         self._promoted: set[str] = set()

@@ -178,6 +178,7 @@ class EngineBase:
     _freeing: list[Admitted]  # this cycle: held capacity to free at its end (`_denominate`)
     budgets: list[DisruptionBudget]
     claims: set[str]
+    _turned: list[Pending]  # this cycle: claims that had their first turn (`_after_claims`)
     phantom: dict[tuple[int, int], float]  # held (not used) demand per queue and key
     _defer: dict[int, float]  # this cycle: leaf -> its oldest starving borrower's submit time
     _promoted: set[str]  # this cycle: those oldest starving borrowers

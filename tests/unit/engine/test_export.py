@@ -64,3 +64,37 @@ def _decisions(world: dict[str, Any], rebuild: bool) -> list[Any]:
 @given(worlds())
 def test_an_engine_rebuilt_every_cycle_decides_like_the_live_one(world: dict[str, Any]) -> None:
     assert _decisions(world, rebuild=True) == _decisions(world, rebuild=False)
+
+
+def test_a_claim_behind_one_that_had_its_turn_keeps_its_first_turn():
+    """Two alike preemptors whose victims are gone are both owed the first turn (claims). In a
+    full cycle the first fails and the second, alike, is not tried. The kept engine must then
+    hold the same state as one rebuilt from its snapshot (as the workers rebuild it every
+    cycle): the second still a claim, first in its group, so that when capacity frees it is
+    the one admitted. Before, the first stayed at the group's head as an ordinary member and
+    the claim behind it never had its turn: its nomination never ended, and a forecast rebuilt
+    from the snapshot admitted it where the kept engine did not (the Philly replay, j60)."""
+    from scheduling.engine import AdmittedWorkload, NominatedVictim, Nomination, Snapshot
+
+    from .builders import A100, cluster, q, wl
+
+    now = 1000.0
+    r = AdmittedWorkload(wl("r", "a", 8, t=0), "c", A100, ("c-a100-80g-0",), False, 0.0,
+                         running=True)
+    gone = (NominatedVictim(name="v", queue="a", cluster="c", nodes=("c-a100-80g-0",),
+                            pods=((8, 8.0, 64.0),)),)
+    snap = Snapshot(now=now, queues=(q("a", 8, 8),), clusters=(cluster(nodes=1),),
+                    flavors=(FlavorSpec(A100, 80),),
+                    pending=(wl("c1", "a", 8, t=10), wl("c2", "a", 8, t=20)), admitted=(r,),
+                    settings=Settings(),
+                    nominations={"c1": Nomination(A100, 900.0, gone),
+                                 "c2": Nomination(A100, 900.0, gone)})
+    eng = Engine.from_snapshot(snap)
+    assert eng.claims == {"c1", "c2"}
+    assert not eng.cycle(now).admitted  # a is at its max: c1 fails, c2 fails the same way
+    assert eng.claims == {"c2"} and set(eng.nominations) == {"c2"}
+    assert [m.name for m in eng.pending["c2"].group.members] == ["c2", "c1"]
+    eng.end("r", now + 60)
+    rebuilt = Engine.from_snapshot(snapshot_of(eng, now + 60))
+    kept = [a.workload for a in eng.cycle(now + 60).admitted]
+    assert kept == [a.workload for a in rebuilt.cycle(now + 60).admitted] == ["c2"]
