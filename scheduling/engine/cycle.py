@@ -74,12 +74,7 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
             except ValueError:
                 continue
             members.pop(i)
-            lo = 0
-            while lo < len(members) and members[lo].name in claims:
-                lo += 1
-            j = bisect.bisect_right(members, p.order_tail, lo=lo, key=lambda m: m.order_tail)
-            members.insert(j, p)
-            if j != i:
+            if g.place(p, claims) != i:
                 g.parked = False
                 g.shifted = True
 

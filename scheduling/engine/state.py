@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 from scheduling.engine.accounting import INF, Demand, QuotaTree
 from scheduling.engine.placement import Fleet
 from scheduling.engine.pool import Pod, Pool, pod_of
@@ -112,6 +114,17 @@ class Group:
         self.top_seen = -1
         # Or, per such flavor, what its leaf must free first: (key, amount, freed so far).
         self.wg_watch: list[list[tuple[int, float, float]]] = []
+
+    def place(self, p: Pending, claims: set[str]) -> int:
+        """Insert p at its place in the order (`order_tail`), behind the members owed the
+        first turn (`claims`, at the front); its index."""
+        members = self.members
+        lo = 0
+        while lo < len(members) and members[lo].name in claims:
+            lo += 1
+        at = bisect.bisect_right(members, p.order_tail, lo=lo, key=lambda m: m.order_tail)
+        members.insert(at, p)
+        return at
 
 
 class Admitted:

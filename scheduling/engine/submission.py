@@ -8,7 +8,6 @@ Choices where the semantics page is silent:
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections.abc import Sequence
 
@@ -257,12 +256,7 @@ class SubmissionMixin(EngineBase):
             members.append(p)
         else:
             # Behind the members whose victims are gone: they go first (`_claim`).
-            lo = 0
-            claims = self.claims
-            while lo < len(members) and members[lo].name in claims:
-                lo += 1
-            members.insert(bisect.bisect_right(members, key, lo=lo,
-                                               key=lambda m: m.order_tail), p)
+            g.place(p, self.claims)
         g.unreported.add(p.name)
         p.group = g
 
