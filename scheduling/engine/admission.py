@@ -72,8 +72,8 @@ class AdmissionMixin(HoldsMixin):
                 if holders and plain.code in (RC.NO_CAPACITY, RC.QUOTA_BORROW_UNAVAILABLE):
                     reason = Reason(plain.code, (
                         f"{plain.message}; capacity also held for starving workload {holders}"))
-        if starving and flav[0] not in held and r0.code != RC.COOLDOWN and not (
-                r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
+        p.may_hold = self._may_hold(p, r0, now)
+        if starving and flav[0] not in held and p.may_hold:
             held[flav[0]] = name
             self._hold(p, flav[0])
         if outcome == WAITING:

@@ -138,7 +138,10 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
                 if ((not g.held_by or set(held.values()).issuperset(g.held_by))
                         and (not res.admitted or not self._wakes(g, now))):
                     head = g.members[0]
-                    if head.flavors and head.flavors[0] not in held:
+                    # (Not when a reclaim earlier in this cycle began its queue's cooldown: a
+                    # full evaluation would find it cooling and not hold.)
+                    if (head.flavors and head.flavors[0] not in held and g.reason is not None
+                            and self._may_hold(head, g.reason, now)):
                         held[head.flavors[0]] = head.name
                         if marks:
                             checkpoint(key, head.leaf)
@@ -190,6 +193,13 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
                 # unchanged): park it again without rebuilding its reason (the members were
                 # given it; a new member would have woken the full path).
                 self._park(g, p, now)
+                # Whether it holds once it starves, as its turn would find now (a cooldown
+                # that kept it from holding at its last turn may have ended since).
+                g.holds = p.may_hold = self._may_hold(p, g.reason, now) if g.reason else True
+                if self._holds and g.reclaims:
+                    # Within its guarantee but for the holds' phantom usage: held back by
+                    # them, as `_fail` has it, and tried again when they do not all hold.
+                    g.held_by = self._held_by(p)
                 outcome = FAILED
             else:
                 n_held = len(held)

@@ -82,6 +82,18 @@ class HoldsMixin(PreemptionMixin):
                     masked.append((pool, i))
         self._holds.append((p, f, d, masked))
 
+    def _may_hold(self, p: Pending, r0: Reason, now: float) -> bool:
+        """Whether p, starving and failing with r0 on its first flavor, holds it: not when a
+        policy-lowered max blocks it, nor when it would borrow there while its queue cools
+        down. The cooldown is asked directly, not read off r0: r0 names the cooldown only when
+        nothing else blocks p (`_evaluate`), so reading it off r0 made p hold once the fleet
+        filled up and not while it had room, and a parked group kept what it had at its last
+        failure where an engine rebuilt from a snapshot decided afresh."""
+        if not p.flavors or (r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message):
+            return False
+        return not (p.spec.preemptible and self.cooldown.get(p.leaf, -INF) > now + EPS
+                    and not self.tree.within_guarantee(p.leaf, p.demand[p.flavors[0]]))
+
     def _release_holds(self) -> None:
         """End of cycle: give back held quota and nodes. Not counted as freed: groups parked
         while a hold was in place computed their deficits without it, and groups held back by

@@ -107,9 +107,11 @@ class OrderingMixin(ParkingMixin):
                             self.pending[name].last_code = g.code
                             g.unreported.discard(name)
                 head = g.members[0]
-                if g.holds and head.spec.submitted_at < cutoff:
+                if (g.holds and head.spec.submitted_at < cutoff and g.reason is not None
+                        and self._may_hold(head, g.reason, now)):
                     # Still cannot fit, still starving: it keeps holding its flavor, in its
-                    # place among the starving work of its class.
+                    # place among the starving work of its class (not while its queue cools
+                    # down from a reclaim begun since it was parked).
                     hold_only.add(id(g))
                     if self._within(head):
                         rank = (0, 0.0)

@@ -50,9 +50,7 @@ class ParkingMixin(HoldsMixin):
         g.code = code
         g.reason = reason
         p = members[g.pos]
-        r0 = per_flavor.get(p.flavors[0], reason) if p.flavors else reason
-        g.holds = bool(p.flavors) and r0.code != RC.COOLDOWN and not (
-            r0.code == RC.QUOTA_MAX and "lowered by policy" in r0.message)
+        g.holds = p.may_hold  # (as its turn in `_consider` found, before its own hold)
         tree = self.tree
         g.violating = False
         if p.flavors and reason.code != RC.WAITING_FOR_PREEMPTION and p.name not in self.waiting:

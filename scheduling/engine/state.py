@@ -44,7 +44,7 @@ class Pending:
 
     __slots__ = ("spec", "name", "leaf", "pods", "demand", "flavors", "static_reason",
                  "sig", "gpu_key", "order_tail", "not_before", "group", "last_code", "wg",
-                 "wg_ver", "cpu_only", "place_key", "flavor_key", "fractional")
+                 "wg_ver", "cpu_only", "place_key", "flavor_key", "fractional", "may_hold")
 
     def __init__(self, spec: WorkloadSpec, leaf: int, pods: list[Pod],
                  demand: dict[str, Demand], flavors: list[str], static_reason: Reason | None,
@@ -72,6 +72,9 @@ class Pending:
         self.wg_ver = -1
         # What a placement of its pods depends on besides the fleet (`_unheld_place`).
         self.place_key: tuple[object, ...] | None = None
+        # Whether it holds its first flavor when starving, as its last turn found
+        # (`HoldsMixin._may_hold`; its group's `holds` when it is parked).
+        self.may_hold = False
 
 
 class Group:
