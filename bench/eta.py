@@ -227,9 +227,10 @@ def main(argv: list[str]) -> int:
     print(f"[eta] forecast of every pending workload ({1 + len(LIVE_LEVELS)} fast-forwards), "
           f"no new work: {wall0:.2f} s wall, {cpu0:.2f} s CPU; {started0} start within the "
           f"horizon")
+    moved = (f", and the starts {LIVE_LONG_WAIT_S / 3600:.0f} h or more away moved halfway to "
+             f"the median level chained ({long_n} of them)" if LIVE_LONG_WAIT_S else "")
     print(f"[eta] the same with the last day's submissions coming again {repeat}x, "
-          f"{len(arrivals)} in all, and the starts {LIVE_LONG_WAIT_S / 3600:.0f} h or more away "
-          f"moved halfway to the median level chained ({long_n} of them): {wall1:.2f} s wall, "
+          f"{len(arrivals)} in all{moved}: {wall1:.2f} s wall, "
           f"{cpu1:.2f} s CPU; one fast-forward without them {one['median_run_s']:.2f} s")
     print(f"[eta] and the range's p25 fast-forward with no new work, the range widened by half "
           f"the resolution (live): {wall:.2f} s wall, {cpu:.2f} s CPU")

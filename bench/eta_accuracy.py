@@ -15,8 +15,8 @@ it and builds the elastic scenario: tenants as leaves with min by GPU-hours, 1.3
 demand in 8-GPU nodes). The replay runs until every sampled workload has started. Each
 configuration (`CONFIGS`: `new`, the live one; `no-pad`, the live one before the range's low
 end took no new work and the range was widened by half the resolution, the default pair;
-`no-long`, the live one before a long wait's start moved halfway to the one with the median
-level chained; `step-last`,
+`long`, the live one with a start 12 h or more away moved halfway to the one with the median
+level chained (live until the replay was corrected, docs/engine.md §13); `step-last`,
 the live one with the resolution's cycle at the last of the ends it takes; `no-arrivals`, the
 live one with no new work during the forecast; `old`, the forecast before the start took the median
 of the starts; ...) replays the window once; `--dump PREFIX` writes each one's forecasts
@@ -134,8 +134,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
             "step_at": "last", "long_wait_s": None, "free_levels": (), "pad": False},
     # the live one: the start as the median of the simulated starts (the mean-run
     # fast-forward and one at each of the quantiles 0.25, 0.5 and 0.95 of the run times),
-    # the last day's submissions coming again a day, two and three days later, a start 12 h or
-    # more away moved halfway to the one with the p50 fast-forward's queued work at its mean
+    # the last day's submissions coming again a day, two and three days later
     "new": {},
     # the live one before the arrivals: no new work during the forecast
     "no-arrivals": {"arrivals_s": 0.0},
@@ -148,11 +147,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # the live one scaled by how the queue's earlier forecasts came out
     # (scheduling.engine.calibration); the same replay's forecasts before it as "..., raw"
     "calibrated": {"calibrate": True},
-    # the live one before a long wait's start moved halfway to the one with the median
-    # level's work not started at its mean (engine.forecast.estimate, long_wait_s)
-    "no-long": {"long_wait_s": None},
+    # the live one with a start 12 h or more away moved halfway to the one with the median
+    # level's work not started at its mean (engine.forecast.estimate, long_wait_s; live from
+    # 2026-12-04 until the replay decided as the workers do)
+    "long": {"long_wait_s": 43200.0},
     # a long wait's start all the way to that one
-    "long-chained": {"long_weight": 1.0},
+    "long-chained": {"long_wait_s": 43200.0, "long_weight": 1.0},
     # studied, not adopted (docs/engine.md §13): running work at its conditional median in the
     # mean-run fast-forward, the start the median of it and the p50 and p95 ones
     "m50-start": {"point": 0.5, "start_levels": (0.5, 0.95)},

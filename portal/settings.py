@@ -478,9 +478,9 @@ ALLOT_ETA = {
     "arrivals_repeat": env.int("ALLOT_ETA_ARRIVALS_REPEAT", default=3),  # LIVE_ARRIVALS_REPEAT
     "arrivals_max": env.int("ALLOT_ETA_ARRIVALS_MAX", default=20000),
     # A start at least this far off moves halfway to the one with the runs ahead at their
-    # mean at the median level (a long wait sums many runs; 0: never). docs/engine.md §13,
-    # "Long waits".
-    "long_wait_s": env.float("ALLOT_ETA_LONG_WAIT_S", default=43200.0),  # LIVE_LONG_WAIT_S
+    # mean at the median level (0: never, the default: LIVE_LONG_WAIT_S). docs/engine.md §13,
+    # "Long waits" and "The kept engine in lockstep".
+    "long_wait_s": env.float("ALLOT_ETA_LONG_WAIT_S", default=0.0),
 }
 
 # Engine settings (QUOTA-SEMANTICS.md defaults); every one may be overridden from the env.

@@ -60,8 +60,9 @@ LIVE_ARRIVALS_S = 86400.0
 LIVE_ARRIVALS_REPEAT = 3
 # The live forecast's long wait (settings.ALLOT_ETA["long_wait_s"]): a start at least this far
 # off moves halfway to the one with the median level's queued work at its mean (`estimate`,
-# long_wait_s).
-LIVE_LONG_WAIT_S = 43200.0
+# long_wait_s). Off (None): on the Philly replays corrected to decide as the workers do, it
+# gained on one stretch as much as it lost over the whole trace (docs/engine.md §13).
+LIVE_LONG_WAIT_S: float | None = None
 # The levels a long wait's start is taken again with, chained (`estimate`): the median's (the
 # p25 one too moves the figures on Philly by at most 0.003, at one more fast-forward).
 CHAIN_LEVELS = (0.5,)
