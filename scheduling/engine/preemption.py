@@ -250,12 +250,19 @@ class PreemptionMixin(NominationMixin):
         victim's leaf's cooldown; p waits for them, nominated for what they free."""
         tree = self.tree
         names = set()
+        self.changes += 1
         for a, kind in removed:
             grace_s = a.spec.termination_grace_s
             if grace_s is None:
                 grace_s = self.settings.termination_grace_s
             a.grace_until = now + grace_s
             self.in_grace.setdefault(a.flavor, {})[a.name] = a
+            # A victim in grace is no victim for another preemptor, and its capacity is being
+            # freed: parked preemptors on its flavor (or of its leaf) may now find another
+            # victim set, or none, as a fresh evaluation would (`ParkingMixin._wakes`; and
+            # `changes` below, or its quick answer would say nothing happened).
+            self.admits[a.flavor] = self.admits.get(a.flavor, 0) + 1
+            self.leaf_admits[a.leaf] = self.leaf_admits.get(a.leaf, 0) + 1
             a.preempted_by = p.name
             names.add(a.name)
             kn = key_name(tree.keys[contested[0]]) if contested else f
