@@ -15,6 +15,7 @@ from scheduling.engine.parking import QUOTA_CODES
 from scheduling.engine.state import (
     ADMITTED,
     FAILED,
+    PREEMPTING,
     RC,
     WAITING,
     Admitted,
@@ -132,11 +133,11 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
             key, gid, g = heapq.heappop(heap)
             if gid in hold_only:
                 hold_only.discard(gid)
-                # Only an admission in this cycle can have woken it since the start, or, for a
-                # group held back by starving workloads' holds in its last cycle, a holder
-                # that does not hold again (it was admitted, or holds no more).
+                # Only an admission or a preemption in this cycle can have woken it since the
+                # start, or, for a group held back by starving workloads' holds in its last
+                # cycle, a holder that does not hold again (it was admitted, or holds no more).
                 if ((not g.held_by or set(held.values()).issuperset(g.held_by))
-                        and (not res.admitted or not self._wakes(g, now))):
+                        and (not (res.admitted or res.preempted) or not self._wakes(g, now))):
                     head = g.members[0]
                     # (Not when a reclaim earlier in this cycle began its queue's cooldown: a
                     # full evaluation would find it cooling and not hold.)
@@ -156,7 +157,7 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
             if gid in conditional:
                 conditional.discard(gid)
                 holders = set(held.values())
-                if holders.issuperset(g.held_by) and (not res.admitted
+                if holders.issuperset(g.held_by) and (not (res.admitted or res.preempted)
                                                       or not self._wakes(g, now)):
                     continue
                 self._unpark(g)
@@ -241,6 +242,9 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
                 else:
                     g.unreported.add(p.name)
                     g.pos += 1
+                    if outcome == PREEMPTING and preemptors:
+                        # Its victims are no victims for the others any more.
+                        preemptors = self._wake_preemptors(preemptors, key, heap, now)
             if outcome != FAILED and g.pos < len(g.members):
                 heapq.heappush(heap, (next_key(g, gid, g.members[g.pos]), gid, g))
                 continue

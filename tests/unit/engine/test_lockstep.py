@@ -86,7 +86,7 @@ def _first_divergence(diverged: list[tuple[float, Any, Any]]) -> str:
             f"rebuilt {rebuilt}")
 
 
-@pytest.mark.parametrize(("n", "seed"), [
+@pytest.mark.parametrize(("n", "seed", "until"), [
     # Before the fixes 1, 2 and 3 cycles differed: a parked group that a reclaim's cooldown
     # kept from holding when it last failed, still not holding once the cooldown had ended;
     # a cooldown named in a reason only when nothing else blocked the workload, so that it
@@ -94,14 +94,25 @@ def _first_divergence(diverged: list[tuple[float, Any, Any]]) -> str:
     # holding after a reclaim earlier in the cycle began its queue's cooldown. Then 3 (seed
     # 8): a workload within its guarantee but for the holds' phantom usage, parked on the
     # short path without being held back by the holders, so not tried when they changed.
-    (1500, 2), (1500, 3), (1500, 5), (1500, 8),
+    (1500, 2, None), (1500, 3, None), (1500, 5, None), (1500, 8, None),
     # Then 3 (seed 1): a preemption begun in a cycle (its victim in grace, no victim for
     # others any more) did not wake the parked preemptors it concerned, where a fresh
     # evaluation found another victim set for them.
-    (1500, 1),
+    (1500, 1, None),
+    # Then 1 (seed 100, first 280,000 s): another preemptor's preemption in the same cycle did
+    # not wake a group held back by holders that held again, nor the parked preemptors behind
+    # it in the order, as an admission does.
+    (3000, 100, 280_000.0),
+    # Still differs there later (t = 284,700: two borrowers admitted in the other order). Not
+    # found yet.
+    pytest.param(3000, 100, None, marks=pytest.mark.xfail(strict=True, reason=(
+        "a kept engine admits another borrower first at t = 284,700"))),
 ])
-def test_kept_engine_decides_like_one_rebuilt_every_cycle(n: int, seed: int) -> None:
+def test_kept_engine_decides_like_one_rebuilt_every_cycle(
+        n: int, seed: int, until: float | None) -> None:
     data, _ = philly_scenario(philly_like(n, seed), elastic=True, fleet_factor=1.0)
+    if until is not None:
+        data["until"] = until
     runner = Lockstep(load_scenario(data))
     plain = Runner(load_scenario(data)).run()
     out = runner.run()
