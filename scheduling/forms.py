@@ -23,7 +23,7 @@ GPU_FLAVORS = Flavor.objects.filter(gpu_memory_gib__isnull=False)
 # median error / wait with every run time given against without)
 DURATION_HELP = ("Optional, and it makes start estimates right: yours and those of the work "
                  "queued behind you. On a replayed public cluster trace, the median error was "
-                 "1-9% of the wait with every duration given, 12-43% without.")
+                 "1-9% of the wait with every duration given, 12-48% without.")
 
 
 class SchedulingFields(forms.Form):

@@ -47,7 +47,7 @@ def test_the_form_starts_with_one_pod_set(alice):
 def test_the_form_says_what_the_expected_duration_does(alice):
     html = alice.get("/workloads/new/").content.decode()
     assert "Expected duration (hours)" in html
-    assert "makes start estimates right" in html and "12-43% without" in html
+    assert "makes start estimates right" in html and "12-48% without" in html
 
 
 def test_add_a_pod_set_keeps_what_was_typed(alice):
