@@ -260,7 +260,7 @@ class PreemptionMixin(NominationMixin):
             # A victim in grace is no victim for another preemptor, and its capacity is being
             # freed: parked preemptors on its flavor (or of its leaf) may now find another
             # victim set, or none, as a fresh evaluation would (`ParkingMixin._wakes`; and
-            # `changes` below, or its quick answer would say nothing happened).
+            # `changes`, counted above, or its quick answer would say nothing happened).
             self.admits[a.flavor] = self.admits.get(a.flavor, 0) + 1
             self.leaf_admits[a.leaf] = self.leaf_admits.get(a.leaf, 0) + 1
             a.preempted_by = p.name
