@@ -196,7 +196,7 @@ class CycleMixin(AdmissionMixin, OrderingMixin):
                 self._park(g, p, now)
                 # Whether it holds once it starves, as its turn would find now (a cooldown
                 # that kept it from holding at its last turn may have ended since).
-                g.holds = p.may_hold = self._may_hold(p, g.reason, now) if g.reason else True
+                g.holds = self._may_hold(p, g.reason, now) if g.reason else True
                 if self._holds and g.reclaims:
                     # Within its guarantee but for the holds' phantom usage: held back by
                     # them, as `_fail` has it, and tried again when they do not all hold.
